@@ -1,0 +1,111 @@
+"""The Distributary API: pydantic models of the three kinds, the only source of the CRDs.
+
+`parse_resource` turns one YAML document into a typed resource, with errors that name the resource
+and the field; `KINDS` maps each kind to its model and its CRD's names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from distributary.api.common import API_GROUP, API_VERSION, GROUP_VERSION, Condition
+from distributary.api.job import StreamJob
+from distributary.api.log import Log
+from distributary.api.view import DerivedView
+
+Resource = Log | DerivedView | StreamJob
+
+__all__ = [
+    "API_GROUP",
+    "API_VERSION",
+    "GROUP_VERSION",
+    "KINDS",
+    "Condition",
+    "DerivedView",
+    "Kind",
+    "Log",
+    "Resource",
+    "ResourceError",
+    "StreamJob",
+    "parse_resource",
+]
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind's model and the names its CRD gives it."""
+
+    kind: str
+    model: type[BaseModel]
+    plural: str
+    singular: str
+    short_name: str
+
+
+KINDS: dict[str, Kind] = {
+    "Log": Kind("Log", Log, "logs", "log", "dlog"),
+    "DerivedView": Kind("DerivedView", DerivedView, "derivedviews", "derivedview", "dview"),
+    "StreamJob": Kind("StreamJob", StreamJob, "streamjobs", "streamjob", "sjob"),
+}
+
+
+class ResourceError(ValueError):
+    """A resource that is not valid, with one message per problem, each naming its field."""
+
+    def __init__(self, resource: str, problems: list[str]) -> None:
+        self.resource = resource
+        self.problems = problems
+        super().__init__("; ".join(f"{resource}: {p}" for p in problems))
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += ("." if path else "") + part
+    return path
+
+
+def _problem(error: Any) -> str:
+    loc = tuple(part for part in error["loc"] if not str(part).startswith("function-after"))
+    path = _field_path(loc)
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        message = "unknown field: remove it or check its spelling"
+    elif error["type"] == "missing":
+        message = "required field is missing"
+    elif error["type"] == "string_pattern_mismatch":
+        message = f"{error['input']!r} has the wrong form ({message})"
+    return f"{path}: {message}" if path else message
+
+
+def describe(document: dict[str, Any]) -> str:
+    """How a resource is named in messages: `Kind/namespace/name`, or what is known of it."""
+    kind = document.get("kind", "?")
+    metadata = document.get("metadata") or {}
+    name = metadata.get("name", "?") if isinstance(metadata, dict) else "?"
+    namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
+    return f"{kind}/{namespace}/{name}" if namespace else f"{kind}/{name}"
+
+
+def parse_resource(document: dict[str, Any]) -> Resource:
+    """Validate one document as a Log, DerivedView or StreamJob, or raise `ResourceError`."""
+    label = describe(document)
+    api_version = document.get("apiVersion")
+    if api_version != GROUP_VERSION:
+        raise ResourceError(label, [f"apiVersion: {api_version!r} is not {GROUP_VERSION!r}"])
+    kind = KINDS.get(str(document.get("kind")))
+    if kind is None:
+        raise ResourceError(label, [f"kind: {document.get('kind')!r} is not one of "
+                                    f"{', '.join(KINDS)}"])
+    try:
+        resource = kind.model.model_validate(document)
+    except ValidationError as exc:
+        raise ResourceError(label, [_problem(e) for e in exc.errors()]) from None
+    assert isinstance(resource, Log | DerivedView | StreamJob)
+    return resource

@@ -1,0 +1,310 @@
+"""Types shared by the three kinds: names, conditions, Spark settings, starting positions.
+
+Every model here is written so that two things fall out of it: validation of a resource read from a
+file (pydantic) and the OpenAPI schema of the CRD (`api.crd`). A constraint is therefore declared
+once, as a pydantic constraint or as a CEL rule attached with `cel(...)`, and a rule that CEL states
+for the API server is mirrored by a pydantic validator so that `distributary validate` catches it
+before `kubectl apply` does.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic.alias_generators import to_camel
+
+API_GROUP = "distributary.dev"
+API_VERSION = "v1alpha1"
+GROUP_VERSION = f"{API_GROUP}/{API_VERSION}"
+
+# A Kubernetes object name (RFC 1123 subdomain, as most kinds use).
+KUBE_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+# A Kafka topic name: letters, digits, '.', '_' and '-', at most 249 characters, not '.' or '..'.
+TOPIC_NAME_PATTERN = r"^(\.{0,2}[a-zA-Z0-9_-]|\.\.\.)[a-zA-Z0-9._-]*$"
+# A SQL identifier usable unquoted as a table alias in Spark SQL.
+SQL_IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+# A duration as people write it in Kubernetes-land: 500ms, 30s, 5m, 2h, 7d, 1w.
+DURATION_PATTERN = r"^[0-9]{1,9}(ms|s|m|h|d|w)$"
+# Spark's own memory strings (Spark does not accept Kubernetes quantities such as 1Gi).
+SPARK_MEMORY_PATTERN = r"^[1-9][0-9]{0,6}[kmgt]$"
+# A condition reason, as metav1.Condition defines it.
+REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+
+KubeName = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=KUBE_NAME_PATTERN)]
+TopicName = Annotated[str, StringConstraints(min_length=1, max_length=249, pattern=TOPIC_NAME_PATTERN)]
+SqlIdentifier = Annotated[str, StringConstraints(pattern=SQL_IDENTIFIER_PATTERN)]
+Duration = Annotated[str, StringConstraints(max_length=16, pattern=DURATION_PATTERN)]
+SparkMemory = Annotated[str, StringConstraints(max_length=8, pattern=SPARK_MEMORY_PATTERN)]
+ColumnName = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+
+_DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000,
+                      "w": 604_800_000}
+
+
+def duration_ms(value: str) -> int:
+    """Milliseconds in a duration string such as `30s` or `7d` (validated by `Duration`)."""
+    match = re.fullmatch(r"([0-9]+)(ms|s|m|h|d|w)", value)
+    if match is None:
+        raise ValueError(f"{value!r} is not a duration: write a number and a unit (ms, s, m, h, d, w)")
+    return int(match.group(1)) * _DURATION_UNITS_MS[match.group(2)]
+
+
+def cel(rule: str, message: str, *, field_path: str | None = None, reason: str | None = None
+        ) -> dict[str, Any]:
+    """One `x-kubernetes-validations` rule, for `json_schema_extra`."""
+    entry: dict[str, Any] = {"rule": rule, "message": message}
+    if field_path is not None:
+        entry["fieldPath"] = field_path
+    if reason is not None:
+        entry["reason"] = reason
+    return entry
+
+
+def validations(*rules: dict[str, Any]) -> dict[str, Any]:
+    """The `json_schema_extra` of a model or field that carries CEL rules."""
+    return {"x-kubernetes-validations": list(rules)}
+
+
+class ApiModel(BaseModel):
+    """Base of every spec and status model: camelCase in YAML, unknown fields refused.
+
+    Refusing unknown fields matters for files read by `distributary validate`/`run`: a misspelt
+    field would otherwise be dropped without a word, as the API server prunes it.
+    """
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_enum_values=True,
+        validate_default=False,
+    )
+
+    def to_yaml_dict(self) -> dict[str, Any]:
+        """The model as it is written in YAML: camelCase keys, unset optional fields left out."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class StatusModel(ApiModel):
+    """Base of status models: the operator writes them, so unknown fields are kept, not refused."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+class Condition(StatusModel):
+    """One aspect of the resource's state, with the fields of Kubernetes' metav1.Condition."""
+
+    type: Annotated[str, StringConstraints(min_length=1, max_length=316)] = Field(
+        description="The aspect: Ready, Reconciling, Stalled, Reprocessing, CaughtUp, DataLossRisk."
+    )
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    observed_generation: Annotated[int, Field(ge=0)] | None = Field(
+        default=None, description="The metadata.generation this condition was computed from."
+    )
+    last_transition_time: str = Field(
+        description="When the status last changed (RFC 3339).",
+        json_schema_extra={"format": "date-time"},
+    )
+    reason: Annotated[str, StringConstraints(min_length=1, max_length=1024,
+                                             pattern=REASON_PATTERN)] = Field(
+        description="A CamelCase word for programs: why the condition is as it is."
+    )
+    message: Annotated[str, StringConstraints(max_length=32768)] = Field(
+        default="", description="A sentence for people: what is happening and what to do."
+    )
+
+
+Conditions = Annotated[
+    list[Condition],
+    Field(
+        default_factory=list,
+        max_length=16,
+        description="Conditions in the kstatus convention: Ready, Reconciling, Stalled and others.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["type"],
+        },
+    ),
+]
+
+
+class ObjectMeta(BaseModel):
+    """The part of metadata Distributary reads; everything else is kept as it is."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True, alias_generator=to_camel)
+
+    name: KubeName
+    namespace: KubeName = "default"
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    generation: int = 0
+    uid: str | None = None
+
+
+class Position(ApiModel):
+    """Where a consumer starts reading when it has neither a checkpoint nor committed offsets."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel("self.from != 'Timestamp' || has(self.timestamp)",
+                "startingPosition.timestamp is required when from is Timestamp",
+                field_path=".timestamp"),
+            cel("self.from != 'Offsets' || has(self.offsets)",
+                "startingPosition.offsets is required when from is Offsets",
+                field_path=".offsets"),
+            cel("self.from == 'Timestamp' || !has(self.timestamp)",
+                "startingPosition.timestamp is only read when from is Timestamp",
+                field_path=".timestamp"),
+            cel("self.from == 'Offsets' || !has(self.offsets)",
+                "startingPosition.offsets is only read when from is Offsets",
+                field_path=".offsets"),
+        )
+    )
+
+    from_: Literal["Earliest", "Latest", "Timestamp", "Offsets"] = Field(
+        default="Earliest",
+        alias="from",
+        description="Earliest (the start of retained history), Latest, Timestamp or Offsets.",
+    )
+    timestamp: str | None = Field(
+        default=None,
+        description="With from: Timestamp, the first record appended at or after this instant "
+        "(RFC 3339).",
+        json_schema_extra={"format": "date-time"},
+    )
+    offsets: dict[str, Annotated[int, Field(ge=0)]] | None = Field(
+        default=None,
+        max_length=10000,
+        description="With from: Offsets, the offset to start at per partition number "
+        '(e.g. {"0": 42, "1": 17}); partitions not named start at the earliest offset.',
+    )
+
+    @model_validator(mode="after")
+    def _check_from(self) -> Position:
+        if self.from_ == "Timestamp" and self.timestamp is None:
+            raise ValueError("timestamp is required when from is Timestamp")
+        if self.from_ == "Offsets" and self.offsets is None:
+            raise ValueError("offsets is required when from is Offsets")
+        if self.from_ != "Timestamp" and self.timestamp is not None:
+            raise ValueError("timestamp is only read when from is Timestamp")
+        if self.from_ != "Offsets" and self.offsets is not None:
+            raise ValueError("offsets is only read when from is Offsets")
+        for partition in self.offsets or {}:
+            if not partition.isdigit():
+                raise ValueError(f"offsets key {partition!r} is not a partition number")
+        return self
+
+
+class SparkPod(ApiModel):
+    """Resources of the Spark driver or of each executor."""
+
+    cores: Annotated[int, Field(ge=1, le=64)] = Field(default=1, description="CPU cores.")
+    memory: SparkMemory = Field(default="1g", description="Heap memory in Spark's units, e.g. "
+                                "512m or 2g.")
+
+
+class SparkExecutors(SparkPod):
+    """Resources and count of the executors."""
+
+    instances: Annotated[int, Field(ge=1, le=1000)] = Field(
+        default=1, description="How many executors."
+    )
+
+
+TRIGGER_PATTERN = r"^(AvailableNow|[0-9]{1,9}(ms|s|m|h))$"
+
+
+class SparkSettings(ApiModel):
+    """How the Spark application of a view or job runs."""
+
+    image: Annotated[str, StringConstraints(max_length=512)] | None = Field(
+        default=None, description="The job image; the operator's default image when unset."
+    )
+    driver: SparkPod = Field(default_factory=SparkPod, description="The driver's resources.")
+    executor: SparkExecutors = Field(
+        default_factory=SparkExecutors, description="The executors' resources and count."
+    )
+    trigger: Annotated[str, StringConstraints(max_length=16, pattern=TRIGGER_PATTERN)] = Field(
+        default="5s",
+        description="How often a micro-batch starts (e.g. 500ms, 5s, 1m), or AvailableNow to "
+        "process what is there and stop.",
+    )
+    max_offsets_per_trigger: Annotated[int, Field(ge=1)] | None = Field(
+        default=None,
+        description="The most records one micro-batch reads over all partitions; unset: no limit.",
+    )
+    spark_conf: dict[str, Annotated[str, StringConstraints(max_length=4096)]] = Field(
+        default_factory=dict,
+        max_length=256,
+        description="Extra Spark configuration; keys start with 'spark.'.",
+        json_schema_extra=validations(
+            cel("self.all(k, k.startsWith('spark.'))",
+                "sparkConf keys start with 'spark.' (e.g. spark.sql.shuffle.partitions)"),
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _check_conf(self) -> SparkSettings:
+        for key in self.spark_conf:
+            if not key.startswith("spark."):
+                raise ValueError(
+                    f"sparkConf key {key!r} does not start with 'spark.' "
+                    "(e.g. spark.sql.shuffle.partitions)"
+                )
+        return self
+
+
+class SparkApplicationRef(StatusModel):
+    """The Spark application that runs a view's or job's revision, as last observed."""
+
+    name: str = Field(description="The SparkApplication's name, or the local process's name.")
+    state: str | None = Field(default=None, description="Its state as the runtime reports it.")
+    attempts: int = Field(default=0, description="How many times it was (re)started.")
+
+
+class Progress(StatusModel):
+    """The last micro-batch of a streaming query."""
+
+    batch_id: int | None = Field(default=None, description="The micro-batch number.")
+    records_per_second: float | None = Field(default=None, description="Records processed per "
+                                             "second in the last batch.")
+    batch_duration_ms: int | None = Field(default=None, description="How long the batch took.")
+    timestamp: str | None = Field(default=None, description="When the batch ended (RFC 3339).",
+                                  json_schema_extra={"format": "date-time"})
+
+
+class InputPosition(StatusModel):
+    """A consumer's position in one input log: its logical clock."""
+
+    log: str = Field(description="The input log's name.")
+    alias: str | None = Field(default=None, description="The alias it has in the SQL.")
+    topic: str | None = Field(default=None, description="The topic being read.")
+    position: dict[str, int] = Field(
+        default_factory=dict, description="The next offset to read, per partition."
+    )
+    lag: int | None = Field(default=None, description="Records appended but not yet read.")
+
+
+class Change(StatusModel):
+    """How the last spec change was classified, and why."""
+
+    generation: int = Field(description="The generation that was classified.")
+    classification: Literal["Ignore", "RestartInPlace", "Reprocess", "Forbidden"] = Field(
+        description="Ignore, RestartInPlace, Reprocess or Forbidden."
+    )
+    reasons: list[str] = Field(default_factory=list, description="Why, one line per difference.")
+
+
+class PendingAction(StatusModel):
+    """The action the operator recorded before taking it (status as a write-ahead log)."""
+
+    action: str = Field(description="What the operator is doing, e.g. StartRevision, Restart.")
+    revision: int | None = Field(default=None, description="The revision it applies to.")
+    generation: int = Field(description="The generation it was decided from.")
+    started_at: str = Field(description="When it was recorded (RFC 3339).",
+                            json_schema_extra={"format": "date-time"})

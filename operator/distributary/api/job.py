@@ -1,0 +1,139 @@
+"""The `StreamJob` kind: a user's own PySpark streaming application, run and tracked like a view.
+
+The operator does not read the job's code; it injects where to read and write (bootstrap servers,
+topics, checkpoint, consumer group) and follows the job's position through its consumer group.
+`inputs` and `outputs` name logs so that the pipeline graph knows the job's place in it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import Field, StringConstraints, model_validator
+
+from distributary.api.common import (
+    GROUP_VERSION,
+    ApiModel,
+    Change,
+    Conditions,
+    InputPosition,
+    KubeName,
+    ObjectMeta,
+    PendingAction,
+    Position,
+    Progress,
+    SparkApplicationRef,
+    SparkSettings,
+    StatusModel,
+    cel,
+    validations,
+)
+
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+class JobInput(ApiModel):
+    """A log the job reads."""
+
+    log: KubeName = Field(description="The name of a Log in the same namespace.")
+    starting_position: Position = Field(
+        default_factory=Position,
+        description="Where to start when there is no checkpoint and no committed offset.",
+    )
+
+
+class JobOutput(ApiModel):
+    """A log the job writes: it must be declared as a Log and have no other writer."""
+
+    log: KubeName = Field(description="The name of a Log in the same namespace.")
+
+
+class JobUpgrade(ApiModel):
+    """What happens when the job's code or inputs change."""
+
+    strategy: Literal["InPlace", "Reprocess"] = Field(
+        default="InPlace",
+        description="InPlace: restart from the checkpoint (the job's author keeps it compatible). "
+        "Reprocess: start again from the inputs' starting positions on a fresh checkpoint.",
+    )
+
+
+class JobSpec(ApiModel):
+    """The application to run, what it reads and writes, and how Spark runs it."""
+
+    image: Annotated[str, StringConstraints(min_length=1, max_length=512)] = Field(
+        description="The container image with the application and its dependencies."
+    )
+    main_application_file: Annotated[str, StringConstraints(min_length=1, max_length=2048)] = (
+        Field(description="The Python file to run, e.g. local:///app/job.py.")
+    )
+    arguments: list[Annotated[str, StringConstraints(max_length=4096)]] = Field(
+        default_factory=list, max_length=128, description="Arguments passed to the application."
+    )
+    env: dict[str, Annotated[str, StringConstraints(max_length=4096)]] = Field(
+        default_factory=dict, max_length=128,
+        description="Extra environment variables for the driver and executors.",
+        json_schema_extra=validations(
+            cel("self.all(k, k.matches('^[A-Za-z_][A-Za-z0-9_]*$') && "
+                "!k.startsWith('DISTRIBUTARY_'))",
+                "env names are letters, digits and '_', and may not start with DISTRIBUTARY_ "
+                "(the operator sets those)"),
+        ),
+    )
+    inputs: list[JobInput] = Field(
+        default_factory=list, max_length=16, description="The logs the job reads."
+    )
+    outputs: list[JobOutput] = Field(
+        default_factory=list, max_length=16, description="The logs the job writes."
+    )
+    upgrade: JobUpgrade = Field(default_factory=JobUpgrade, description="How edits are rolled out.")
+    spark: SparkSettings = Field(default_factory=SparkSettings,
+                                 description="How the Spark application runs.")
+
+    @model_validator(mode="after")
+    def _check_logs(self) -> JobSpec:
+        for field, names in (("inputs", [i.log for i in self.inputs]),
+                             ("outputs", [o.log for o in self.outputs])):
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise ValueError(f"{field}: log {twice[0]!r} is named twice; name it once")
+        for name in self.env:
+            if re.fullmatch(ENV_NAME_PATTERN, name) is None:
+                raise ValueError(f"env: {name!r} is not a valid environment variable name")
+            if name.startswith("DISTRIBUTARY_"):
+                raise ValueError(
+                    f"env: {name!r} starts with DISTRIBUTARY_, which the operator sets itself; "
+                    "choose another name"
+                )
+        return self
+
+
+class JobStatus(StatusModel):
+    """The job as last observed."""
+
+    conditions: Conditions
+    observed_generation: int | None = Field(default=None, description="The generation observed.")
+    revision: int | None = Field(default=None, description="The running revision.")
+    spec_hash: str | None = Field(default=None, description="Hash of the running revision's spec.")
+    consumer_group: str | None = Field(default=None, description="The consumer group it reports "
+                                       "its position in.")
+    inputs: list[InputPosition] = Field(default_factory=list, description="Position per input.")
+    lag: int | None = Field(default=None, description="Total lag over the inputs.")
+    last_progress: Progress | None = Field(default=None, description="The last micro-batch.")
+    spark_application: SparkApplicationRef | None = Field(default=None,
+                                                          description="The Spark application.")
+    last_change: Change | None = Field(default=None, description="How the last edit was "
+                                       "classified.")
+    pending_action: PendingAction | None = Field(default=None, description="What the operator is "
+                                                 "doing now.")
+
+
+class StreamJob(ApiModel):
+    """A user's own PySpark streaming application over logs."""
+
+    api_version: Literal["distributary.dev/v1alpha1"] = Field(default=GROUP_VERSION)
+    kind: Literal["StreamJob"] = "StreamJob"
+    metadata: ObjectMeta
+    spec: JobSpec
+    status: JobStatus | None = None

@@ -1,0 +1,210 @@
+"""The `DerivedView` kind: one Spark SQL query over logs, whose output is itself a log.
+
+A view owns its output as a child `Log`, so a derived feed looks no different to its readers from a
+primary one. What determines the output (inputs, SQL, mode, key and the inputs' schemas) is hashed
+into a revision; everything else (resources, trigger, upgrade settings) can change without
+recomputing anything.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, StringConstraints, model_validator
+
+from distributary.api.common import (
+    GROUP_VERSION,
+    ApiModel,
+    Change,
+    ColumnName,
+    Conditions,
+    Duration,
+    InputPosition,
+    KubeName,
+    ObjectMeta,
+    PendingAction,
+    Position,
+    Progress,
+    SparkApplicationRef,
+    SparkSettings,
+    SqlIdentifier,
+    StatusModel,
+    cel,
+    validations,
+)
+from distributary.api.log import Retention
+
+
+class ViewInput(ApiModel):
+    """A log the view reads, and the name it has in the SQL."""
+
+    log: KubeName = Field(description="The name of a Log in the same namespace.")
+    alias: SqlIdentifier = Field(description="The table name the SQL uses for this log.")
+    starting_position: Position = Field(
+        default_factory=Position,
+        description="Where to start when there is no checkpoint and no committed offset.",
+    )
+
+
+class ViewOutput(ApiModel):
+    """The derived log: an event stream (append) or a table (upsert, in a compacted topic)."""
+
+    model_config = {"json_schema_extra": validations(
+        cel("self.mode != 'upsert' || (has(self.key) && size(self.key) > 0)",
+            "output.key is required when output.mode is upsert: name the columns that identify "
+            "a row", field_path=".key"),
+        cel("self.mode != 'append' || !has(self.key) || size(self.key) == 0",
+            "output.key is only read when output.mode is upsert: remove it or set mode: upsert",
+            field_path=".key"),
+    )}
+
+    log: KubeName | None = Field(
+        default=None,
+        description="The name of the child Log the view writes; the view's name when unset. "
+        "Immutable.",
+        json_schema_extra=validations(cel("self == oldSelf", "output.log is immutable")),
+    )
+    mode: Literal["append", "upsert"] = Field(
+        default="append",
+        description="append: every result row is an event. upsert: rows are keyed by `key`, the "
+        "latest per key wins, and the topic is compacted.",
+    )
+    key: list[ColumnName] | None = Field(
+        default=None, max_length=32, description="With mode: upsert, the columns that identify a row."
+    )
+    partitions: Annotated[int, Field(ge=1, le=10000)] | None = Field(
+        default=None, description="Partitions of the output topic; the inputs' most when unset."
+    )
+    replicas: Annotated[int, Field(ge=1, le=32)] | None = Field(
+        default=None, description="Replicas of the output topic; the broker's default when unset."
+    )
+    retention: Retention | None = Field(default=None, description="Retention of the output log.")
+    deletion_policy: Literal["Retain", "Delete"] = Field(
+        default="Retain",
+        description="What happens to the output topics when the view is deleted.",
+    )
+
+    @model_validator(mode="after")
+    def _check_key(self) -> ViewOutput:
+        if self.mode == "upsert" and not self.key:
+            raise ValueError(
+                "output.key is required when output.mode is upsert: name the columns that "
+                "identify a row"
+            )
+        if self.mode == "append" and self.key:
+            raise ValueError(
+                "output.key is only read when output.mode is upsert: remove it or set mode: upsert"
+            )
+        return self
+
+
+class Upgrade(ApiModel):
+    """What happens when a change alters the view's output."""
+
+    strategy: Literal["Reprocess", "InPlace", "Auto"] = Field(
+        default="Reprocess",
+        description="Reprocess: run the new revision from the start of the logs beside the old one "
+        "and switch readers when it has caught up. InPlace: restart from the checkpoint (only for "
+        "changes Spark's checkpoint accepts). Auto: InPlace when allowed, else Reprocess.",
+    )
+    allow_partial_history: bool = Field(
+        default=False,
+        description="Reprocess even when retention has removed part of an input's history.",
+    )
+    cutover_max_lag: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="A new revision has caught up when its lag is at most this."
+    )
+    cutover_window: Duration = Field(
+        default="10s", description="...and has stayed so for this long."
+    )
+    retire_after: Duration = Field(
+        default="1h", description="How long the old revision's topic is kept after cutover."
+    )
+
+
+class ViewSpec(ApiModel):
+    """A Spark SQL query over logs, and the log it writes."""
+
+    model_config = {"json_schema_extra": validations(
+        cel("self.inputs.all(i, self.inputs.exists_one(j, j.alias == i.alias))",
+            "each input needs its own alias", field_path=".inputs"),
+    )}
+
+    inputs: list[ViewInput] = Field(
+        min_length=1, max_length=16, description="The logs the SQL reads, each under an alias."
+    )
+    sql: Annotated[str, StringConstraints(min_length=1, max_length=65536)] = Field(
+        description="One Spark SQL query over the inputs' aliases."
+    )
+    output: ViewOutput = Field(default_factory=ViewOutput, description="The derived log.")
+    upgrade: Upgrade = Field(default_factory=Upgrade, description="How output-changing edits are "
+                             "rolled out.")
+    spark: SparkSettings = Field(default_factory=SparkSettings,
+                                 description="How the Spark application runs.")
+
+    @model_validator(mode="after")
+    def _check_aliases(self) -> ViewSpec:
+        seen: set[str] = set()
+        for item in self.inputs:
+            if item.alias.lower() in seen:
+                raise ValueError(f"inputs: alias {item.alias!r} is used twice; give each input "
+                                 "its own alias")
+            seen.add(item.alias.lower())
+        return self
+
+
+class Revision(StatusModel):
+    """One revision of the view: a run of the query from its inputs' start into its own topic."""
+
+    revision: int = Field(description="The revision number, from 1.")
+    spec_hash: str = Field(description="Hash of what determines the output.")
+    topic: str = Field(description="The topic this revision writes.")
+    consumer_group: str | None = Field(default=None, description="Its consumer group.")
+    phase: Literal["Pending", "CatchingUp", "Serving", "Retiring", "Retired", "Failed"] = Field(
+        description="Pending, CatchingUp, Serving, Retiring, Retired or Failed."
+    )
+    lag: int | None = Field(default=None, description="Records its inputs hold that it has not read.")
+    progress_percent: float | None = Field(default=None, description="Share of the inputs read.")
+    progress_message: str | None = Field(default=None, description="Progress for people.")
+    started_at: str | None = Field(default=None, json_schema_extra={"format": "date-time"},
+                                   description="When it started.")
+    caught_up_at: str | None = Field(default=None, json_schema_extra={"format": "date-time"},
+                                     description="When it caught up.")
+    retired_at: str | None = Field(default=None, json_schema_extra={"format": "date-time"},
+                                   description="When it stopped serving.")
+
+
+class ViewStatus(StatusModel):
+    """The view as last observed."""
+
+    conditions: Conditions
+    observed_generation: int | None = Field(default=None, description="The generation observed.")
+    serving_revision: int | None = Field(default=None, description="The revision readers follow.")
+    revisions: list[Revision] = Field(default_factory=list, description="Current and past "
+                                      "revisions.")
+    output_topic: str | None = Field(default=None, description="The serving revision's topic.")
+    inputs: list[InputPosition] = Field(default_factory=list,
+                                        description="The serving revision's position per input.")
+    lag: int | None = Field(default=None, description="The serving revision's total lag.")
+    last_progress: Progress | None = Field(default=None, description="The last micro-batch.")
+    spark_application: SparkApplicationRef | None = Field(default=None,
+                                                          description="The Spark application.")
+    last_change: Change | None = Field(default=None, description="How the last edit was "
+                                       "classified.")
+    pending_action: PendingAction | None = Field(default=None, description="What the operator is "
+                                                 "doing now.")
+
+
+class DerivedView(ApiModel):
+    """A log computed continuously from logs by one Spark SQL query."""
+
+    api_version: Literal["distributary.dev/v1alpha1"] = Field(default=GROUP_VERSION)
+    kind: Literal["DerivedView"] = "DerivedView"
+    metadata: ObjectMeta
+    spec: ViewSpec
+    status: ViewStatus | None = None
+
+    @property
+    def output_log(self) -> str:
+        """The name of the child Log this view writes."""
+        return self.spec.output.log or self.metadata.name
