@@ -18,8 +18,14 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("crds"), show_default=True, help="Where the CRD files are.")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("crds"),
+    show_default=True,
+    help="Where the CRD files are.",
+)
 @click.option("--check", is_flag=True, help="Exit 1 when the files differ from the models.")
 def crds(out_dir: Path, check: bool) -> None:
     """Write the CRDs generated from the API models, or check that they are current."""

@@ -71,8 +71,38 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
     return path
 
 
+# Pydantic tags an error from a union (int-or-string fields) with the member it tried; people know
+# only the field, and one mistake should read as one problem.
+_UNION_MEMBERS = ("constrained-str", "constrained-int", "str", "int")
+
+
+def _field_loc(error: Any) -> tuple[int | str, ...]:
+    return tuple(
+        part
+        for part in error["loc"]
+        if not str(part).startswith("function-after") and part not in _UNION_MEMBERS
+    )
+
+
+def _union_member_fits(error: Any) -> bool:
+    """Whether the error comes from the union member of the input's own type (int or str)."""
+    members = [str(part) for part in error["loc"] if part in _UNION_MEMBERS]
+    if not members:
+        return True
+    wanted = "int" if isinstance(error.get("input"), int) else "str"
+    return members[-1].endswith(wanted)
+
+
+def _first_per_field(errors: list[Any]) -> list[Any]:
+    firsts: dict[tuple[int | str, ...], Any] = {}
+    for error in sorted(errors, key=lambda e: not _union_member_fits(e)):
+        firsts.setdefault(_field_loc(error), error)
+    order = {_field_loc(e): i for i, e in reversed(list(enumerate(errors)))}
+    return sorted(firsts.values(), key=lambda e: order[_field_loc(e)])
+
+
 def _problem(error: Any) -> str:
-    loc = tuple(part for part in error["loc"] if not str(part).startswith("function-after"))
+    loc = _field_loc(error)
     path = _field_path(loc)
     message = str(error["msg"]).removeprefix("Value error, ")
     if error["type"] == "extra_forbidden":
@@ -101,11 +131,13 @@ def parse_resource(document: dict[str, Any]) -> Resource:
         raise ResourceError(label, [f"apiVersion: {api_version!r} is not {GROUP_VERSION!r}"])
     kind = KINDS.get(str(document.get("kind")))
     if kind is None:
-        raise ResourceError(label, [f"kind: {document.get('kind')!r} is not one of "
-                                    f"{', '.join(KINDS)}"])
+        raise ResourceError(
+            label, [f"kind: {document.get('kind')!r} is not one of {', '.join(KINDS)}"]
+        )
     try:
         resource = kind.model.model_validate(document)
     except ValidationError as exc:
-        raise ResourceError(label, [_problem(e) for e in exc.errors()]) from None
+        problems = [_problem(e) for e in _first_per_field(exc.errors())]
+        raise ResourceError(label, problems) from None
     assert isinstance(resource, Log | DerivedView | StreamJob)
     return resource

@@ -10,14 +10,14 @@ before `kubectl apply` does.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
 
 API_GROUP = "distributary.dev"
 API_VERSION = "v1alpha1"
-GROUP_VERSION = f"{API_GROUP}/{API_VERSION}"
+GROUP_VERSION: Final = "distributary.dev/v1alpha1"
 
 # A Kubernetes object name (RFC 1123 subdomain, as most kinds use).
 KUBE_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -32,27 +32,40 @@ SPARK_MEMORY_PATTERN = r"^[1-9][0-9]{0,6}[kmgt]$"
 # A condition reason, as metav1.Condition defines it.
 REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 
-KubeName = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=KUBE_NAME_PATTERN)]
-TopicName = Annotated[str, StringConstraints(min_length=1, max_length=249, pattern=TOPIC_NAME_PATTERN)]
+KubeName = Annotated[
+    str, StringConstraints(min_length=1, max_length=253, pattern=KUBE_NAME_PATTERN)
+]
+TopicName = Annotated[
+    str, StringConstraints(min_length=1, max_length=249, pattern=TOPIC_NAME_PATTERN)
+]
 SqlIdentifier = Annotated[str, StringConstraints(pattern=SQL_IDENTIFIER_PATTERN)]
 Duration = Annotated[str, StringConstraints(max_length=16, pattern=DURATION_PATTERN)]
 SparkMemory = Annotated[str, StringConstraints(max_length=8, pattern=SPARK_MEMORY_PATTERN)]
 ColumnName = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 
-_DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000,
-                      "w": 604_800_000}
+_DURATION_UNITS_MS = {
+    "ms": 1,
+    "s": 1000,
+    "m": 60_000,
+    "h": 3_600_000,
+    "d": 86_400_000,
+    "w": 604_800_000,
+}
 
 
 def duration_ms(value: str) -> int:
     """Milliseconds in a duration string such as `30s` or `7d` (validated by `Duration`)."""
     match = re.fullmatch(r"([0-9]+)(ms|s|m|h|d|w)", value)
     if match is None:
-        raise ValueError(f"{value!r} is not a duration: write a number and a unit (ms, s, m, h, d, w)")
+        raise ValueError(
+            f"{value!r} is not a duration: write a number and a unit (ms, s, m, h, d, w)"
+        )
     return int(match.group(1)) * _DURATION_UNITS_MS[match.group(2)]
 
 
-def cel(rule: str, message: str, *, field_path: str | None = None, reason: str | None = None
-        ) -> dict[str, Any]:
+def cel(
+    rule: str, message: str, *, field_path: str | None = None, reason: str | None = None
+) -> dict[str, Any]:
     """One `x-kubernetes-validations` rule, for `json_schema_extra`."""
     entry: dict[str, Any] = {"rule": rule, "message": message}
     if field_path is not None:
@@ -110,10 +123,9 @@ class Condition(StatusModel):
         description="When the status last changed (RFC 3339).",
         json_schema_extra={"format": "date-time"},
     )
-    reason: Annotated[str, StringConstraints(min_length=1, max_length=1024,
-                                             pattern=REASON_PATTERN)] = Field(
-        description="A CamelCase word for programs: why the condition is as it is."
-    )
+    reason: Annotated[
+        str, StringConstraints(min_length=1, max_length=1024, pattern=REASON_PATTERN)
+    ] = Field(description="A CamelCase word for programs: why the condition is as it is.")
     message: Annotated[str, StringConstraints(max_length=32768)] = Field(
         default="", description="A sentence for people: what is happening and what to do."
     )
@@ -151,18 +163,31 @@ class Position(ApiModel):
 
     model_config = ConfigDict(
         json_schema_extra=validations(
-            cel("self.from != 'Timestamp' || has(self.timestamp)",
+            cel(
+                "self.from != 'Timestamp' || has(self.timestamp)",
                 "startingPosition.timestamp is required when from is Timestamp",
-                field_path=".timestamp"),
-            cel("self.from != 'Offsets' || has(self.offsets)",
+                field_path=".timestamp",
+            ),
+            cel(
+                "self.from != 'Offsets' || has(self.offsets)",
                 "startingPosition.offsets is required when from is Offsets",
-                field_path=".offsets"),
-            cel("self.from == 'Timestamp' || !has(self.timestamp)",
+                field_path=".offsets",
+            ),
+            cel(
+                "self.from == 'Timestamp' || !has(self.timestamp)",
                 "startingPosition.timestamp is only read when from is Timestamp",
-                field_path=".timestamp"),
-            cel("self.from == 'Offsets' || !has(self.offsets)",
+                field_path=".timestamp",
+            ),
+            cel(
+                "self.from == 'Offsets' || !has(self.offsets)",
                 "startingPosition.offsets is only read when from is Offsets",
-                field_path=".offsets"),
+                field_path=".offsets",
+            ),
+            cel(
+                "!has(self.offsets) || self.offsets.all(k, k.matches('^[0-9]+$'))",
+                'startingPosition.offsets keys are partition numbers, e.g. "0"',
+                field_path=".offsets",
+            ),
         )
     )
 
@@ -204,8 +229,9 @@ class SparkPod(ApiModel):
     """Resources of the Spark driver or of each executor."""
 
     cores: Annotated[int, Field(ge=1, le=64)] = Field(default=1, description="CPU cores.")
-    memory: SparkMemory = Field(default="1g", description="Heap memory in Spark's units, e.g. "
-                                "512m or 2g.")
+    memory: SparkMemory = Field(
+        default="1g", description="Heap memory in Spark's units, e.g. 512m or 2g."
+    )
 
 
 class SparkExecutors(SparkPod):
@@ -243,8 +269,10 @@ class SparkSettings(ApiModel):
         max_length=256,
         description="Extra Spark configuration; keys start with 'spark.'.",
         json_schema_extra=validations(
-            cel("self.all(k, k.startsWith('spark.'))",
-                "sparkConf keys start with 'spark.' (e.g. spark.sql.shuffle.partitions)"),
+            cel(
+                "self.all(k, k.startsWith('spark.'))",
+                "sparkConf keys start with 'spark.' (e.g. spark.sql.shuffle.partitions)",
+            ),
         ),
     )
 
@@ -271,11 +299,15 @@ class Progress(StatusModel):
     """The last micro-batch of a streaming query."""
 
     batch_id: int | None = Field(default=None, description="The micro-batch number.")
-    records_per_second: float | None = Field(default=None, description="Records processed per "
-                                             "second in the last batch.")
+    records_per_second: float | None = Field(
+        default=None, description="Records processed per second in the last batch."
+    )
     batch_duration_ms: int | None = Field(default=None, description="How long the batch took.")
-    timestamp: str | None = Field(default=None, description="When the batch ended (RFC 3339).",
-                                  json_schema_extra={"format": "date-time"})
+    timestamp: str | None = Field(
+        default=None,
+        description="When the batch ended (RFC 3339).",
+        json_schema_extra={"format": "date-time"},
+    )
 
 
 class InputPosition(StatusModel):
@@ -306,5 +338,6 @@ class PendingAction(StatusModel):
     action: str = Field(description="What the operator is doing, e.g. StartRevision, Restart.")
     revision: int | None = Field(default=None, description="The revision it applies to.")
     generation: int = Field(description="The generation it was decided from.")
-    started_at: str = Field(description="When it was recorded (RFC 3339).",
-                            json_schema_extra={"format": "date-time"})
+    started_at: str = Field(
+        description="When it was recorded (RFC 3339).", json_schema_extra={"format": "date-time"}
+    )

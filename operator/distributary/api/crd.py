@@ -39,8 +39,12 @@ PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
     "DerivedView": [
         {"name": "Ready", "type": "string", "jsonPath": f"{_READY}.status"},
         {"name": "Reason", "type": "string", "jsonPath": f"{_READY}.reason"},
-        {"name": "Serving", "type": "integer", "jsonPath": ".status.servingRevision",
-         "description": "The revision readers follow."},
+        {
+            "name": "Serving",
+            "type": "integer",
+            "jsonPath": ".status.servingRevision",
+            "description": "The revision readers follow.",
+        },
         {"name": "Lag", "type": "integer", "jsonPath": ".status.lag"},
         {"name": "Output", "type": "string", "jsonPath": ".status.outputTopic", "priority": 1},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
@@ -50,8 +54,12 @@ PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
         {"name": "Reason", "type": "string", "jsonPath": f"{_READY}.reason"},
         {"name": "Revision", "type": "integer", "jsonPath": ".status.revision"},
         {"name": "Lag", "type": "integer", "jsonPath": ".status.lag"},
-        {"name": "State", "type": "string", "jsonPath": ".status.sparkApplication.state",
-         "priority": 1},
+        {
+            "name": "State",
+            "type": "string",
+            "jsonPath": ".status.sparkApplication.state",
+            "priority": 1,
+        },
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ],
 }
@@ -79,9 +87,14 @@ def _collapse_any_of(node: Schema) -> Schema:
     nullable = len(non_null) < len(branches)
     if node.get("x-kubernetes-int-or-string"):
         node.pop("type", None)
-        node["anyOf"] = [{k: v for k, v in b.items() if k in ("type", "pattern", "minimum",
-                                                                "maximum", "maxLength")}
-                         for b in non_null]
+        node["anyOf"] = [
+            {
+                k: v
+                for k, v in b.items()
+                if k in ("type", "pattern", "minimum", "maximum", "maxLength")
+            }
+            for b in non_null
+        ]
     elif len(non_null) == 1:
         # The outer node's keys (description, CEL rules) win over the branch's.
         node = {**non_null[0], **node}
@@ -136,15 +149,15 @@ def _kind_schema(kind: Kind) -> Schema:
     fields = kind.model.model_fields
     spec_model = fields["spec"].annotation
     status_model = fields["status"].annotation
-    assert isinstance(spec_model, type) and issubclass(spec_model, BaseModel)
+    assert isinstance(spec_model, type)
+    assert issubclass(spec_model, BaseModel)
     status_type = next(t for t in getattr(status_model, "__args__", ()) if t is not type(None))
     status = openapi_schema(status_type)
     status.pop("required", None)
     doc = (kind.model.__doc__ or "").strip()
-    return {
+    schema: Schema = {
         "type": "object",
         "description": doc,
-        "required": ["spec"],
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
@@ -153,6 +166,9 @@ def _kind_schema(kind: Kind) -> Schema:
             "status": status,
         },
     }
+    if fields["spec"].is_required():
+        schema["required"] = ["spec"]
+    return schema
 
 
 def crd(kind: Kind) -> Schema:
@@ -172,25 +188,29 @@ def crd(kind: Kind) -> Schema:
                 "shortNames": [kind.short_name],
                 "categories": ["distributary"],
             },
-            "versions": [{
-                "name": API_VERSION,
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "additionalPrinterColumns": PRINTER_COLUMNS[kind.kind],
-                "schema": {"openAPIV3Schema": _kind_schema(kind)},
-            }],
+            "versions": [
+                {
+                    "name": API_VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": PRINTER_COLUMNS[kind.kind],
+                    "schema": {"openAPIV3Schema": _kind_schema(kind)},
+                }
+            ],
         },
     }
 
 
 def crd_files() -> dict[str, str]:
     """Every CRD as YAML text, by file name."""
-    header = "# Generated from operator/distributary/api by `distributary crds --out crds/`. " \
-             "Do not edit.\n"
+    header = (
+        "# Generated from operator/distributary/api by `distributary crds --out crds/`. "
+        "Do not edit.\n"
+    )
     return {
-        f"{API_GROUP}_{kind.plural}.yaml": header + yaml.safe_dump(crd(kind), sort_keys=False,
-                                                                   width=100)
+        f"{API_GROUP}_{kind.plural}.yaml": header
+        + yaml.safe_dump(crd(kind), sort_keys=False, width=100)
         for kind in KINDS.values()
     }
 
@@ -218,8 +238,19 @@ def drift(out_dir: Path) -> list[str]:
     return problems
 
 
-_FORBIDDEN_KEYS = ("$ref", "$defs", "const", "definitions", "title", "$schema", "patternProperties",
-                   "dependencies", "additionalItems", "exclusiveMinimum", "exclusiveMaximum")
+_FORBIDDEN_KEYS = (
+    "$ref",
+    "$defs",
+    "const",
+    "definitions",
+    "title",
+    "$schema",
+    "patternProperties",
+    "dependencies",
+    "additionalItems",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+)
 
 
 def _walk(node: Schema, path: str) -> Iterator[tuple[str, Schema]]:
@@ -238,7 +269,8 @@ def structural_problems(schema: Schema) -> list[str]:
     for path, node in _walk(schema, ""):
         where = path or "."
         special = node.get("x-kubernetes-int-or-string") or node.get(
-            "x-kubernetes-preserve-unknown-fields")
+            "x-kubernetes-preserve-unknown-fields"
+        )
         if "type" not in node and not special:
             problems.append(f"{where}: no type")
         if node.get("type") == "null":
@@ -260,9 +292,11 @@ def structural_problems(schema: Schema) -> list[str]:
             items = node.get("items", {})
             for key in node.get("x-kubernetes-list-map-keys", []):
                 if key not in items.get("required", []) and "default" not in items.get(
-                        "properties", {}).get(key, {}):
-                    problems.append(f"{where}: list map key {key} is neither required nor "
-                                    "defaulted")
+                    "properties", {}
+                ).get(key, {}):
+                    problems.append(
+                        f"{where}: list map key {key} is neither required nor defaulted"
+                    )
         if "default" in node and node.get("nullable") is not True and node["default"] is None:
             problems.append(f"{where}: null default on a field that is not nullable")
     return problems

@@ -65,20 +65,23 @@ class JobSpec(ApiModel):
     image: Annotated[str, StringConstraints(min_length=1, max_length=512)] = Field(
         description="The container image with the application and its dependencies."
     )
-    main_application_file: Annotated[str, StringConstraints(min_length=1, max_length=2048)] = (
-        Field(description="The Python file to run, e.g. local:///app/job.py.")
+    main_application_file: Annotated[str, StringConstraints(min_length=1, max_length=2048)] = Field(
+        description="The Python file to run, e.g. local:///app/job.py."
     )
     arguments: list[Annotated[str, StringConstraints(max_length=4096)]] = Field(
         default_factory=list, max_length=128, description="Arguments passed to the application."
     )
     env: dict[str, Annotated[str, StringConstraints(max_length=4096)]] = Field(
-        default_factory=dict, max_length=128,
+        default_factory=dict,
+        max_length=128,
         description="Extra environment variables for the driver and executors.",
         json_schema_extra=validations(
-            cel("self.all(k, k.matches('^[A-Za-z_][A-Za-z0-9_]*$') && "
+            cel(
+                "self.all(k, k.matches('^[A-Za-z_][A-Za-z0-9_]*$') && "
                 "!k.startsWith('DISTRIBUTARY_'))",
                 "env names are letters, digits and '_', and may not start with DISTRIBUTARY_ "
-                "(the operator sets those)"),
+                "(the operator sets those)",
+            ),
         ),
     )
     inputs: list[JobInput] = Field(
@@ -88,13 +91,16 @@ class JobSpec(ApiModel):
         default_factory=list, max_length=16, description="The logs the job writes."
     )
     upgrade: JobUpgrade = Field(default_factory=JobUpgrade, description="How edits are rolled out.")
-    spark: SparkSettings = Field(default_factory=SparkSettings,
-                                 description="How the Spark application runs.")
+    spark: SparkSettings = Field(
+        default_factory=SparkSettings, description="How the Spark application runs."
+    )
 
     @model_validator(mode="after")
     def _check_logs(self) -> JobSpec:
-        for field, names in (("inputs", [i.log for i in self.inputs]),
-                             ("outputs", [o.log for o in self.outputs])):
+        for field, names in (
+            ("inputs", [i.log for i in self.inputs]),
+            ("outputs", [o.log for o in self.outputs]),
+        ):
             twice = sorted({n for n in names if names.count(n) > 1})
             if twice:
                 raise ValueError(f"{field}: log {twice[0]!r} is named twice; name it once")
@@ -116,17 +122,21 @@ class JobStatus(StatusModel):
     observed_generation: int | None = Field(default=None, description="The generation observed.")
     revision: int | None = Field(default=None, description="The running revision.")
     spec_hash: str | None = Field(default=None, description="Hash of the running revision's spec.")
-    consumer_group: str | None = Field(default=None, description="The consumer group it reports "
-                                       "its position in.")
+    consumer_group: str | None = Field(
+        default=None, description="The consumer group it reports its position in."
+    )
     inputs: list[InputPosition] = Field(default_factory=list, description="Position per input.")
     lag: int | None = Field(default=None, description="Total lag over the inputs.")
     last_progress: Progress | None = Field(default=None, description="The last micro-batch.")
-    spark_application: SparkApplicationRef | None = Field(default=None,
-                                                          description="The Spark application.")
-    last_change: Change | None = Field(default=None, description="How the last edit was "
-                                       "classified.")
-    pending_action: PendingAction | None = Field(default=None, description="What the operator is "
-                                                 "doing now.")
+    spark_application: SparkApplicationRef | None = Field(
+        default=None, description="The Spark application."
+    )
+    last_change: Change | None = Field(
+        default=None, description="How the last edit was classified."
+    )
+    pending_action: PendingAction | None = Field(
+        default=None, description="What the operator is doing now."
+    )
 
 
 class StreamJob(ApiModel):

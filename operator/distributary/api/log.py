@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StringConstraints, model_validator
+from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
 from distributary.api.common import (
     GROUP_VERSION,
@@ -28,31 +28,68 @@ from distributary.api.common import (
 )
 
 # Topic-level configs Kafka 4 accepts. Keys outside this set are refused with a suggestion.
-KAFKA_TOPIC_CONFIGS = frozenset({
-    "cleanup.policy", "compression.type", "compression.gzip.level", "compression.lz4.level",
-    "compression.zstd.level", "delete.retention.ms", "file.delete.delay.ms", "flush.messages",
-    "flush.ms", "follower.replication.throttled.replicas", "index.interval.bytes",
-    "leader.replication.throttled.replicas", "local.retention.bytes", "local.retention.ms",
-    "max.compaction.lag.ms", "max.message.bytes", "message.timestamp.after.max.ms",
-    "message.timestamp.before.max.ms", "message.timestamp.type", "min.cleanable.dirty.ratio",
-    "min.compaction.lag.ms", "min.insync.replicas", "preallocate", "remote.storage.enable",
-    "remote.log.copy.disable", "remote.log.delete.on.disable", "retention.bytes", "retention.ms",
-    "segment.bytes", "segment.index.bytes", "segment.jitter.ms", "segment.ms",
-    "unclean.leader.election.enable", "message.downconversion.enable",
-})
+KAFKA_TOPIC_CONFIGS = frozenset(
+    {
+        "cleanup.policy",
+        "compression.type",
+        "compression.gzip.level",
+        "compression.lz4.level",
+        "compression.zstd.level",
+        "delete.retention.ms",
+        "file.delete.delay.ms",
+        "flush.messages",
+        "flush.ms",
+        "follower.replication.throttled.replicas",
+        "index.interval.bytes",
+        "leader.replication.throttled.replicas",
+        "local.retention.bytes",
+        "local.retention.ms",
+        "max.compaction.lag.ms",
+        "max.message.bytes",
+        "message.timestamp.after.max.ms",
+        "message.timestamp.before.max.ms",
+        "message.timestamp.type",
+        "min.cleanable.dirty.ratio",
+        "min.compaction.lag.ms",
+        "min.insync.replicas",
+        "preallocate",
+        "remote.storage.enable",
+        "remote.log.copy.disable",
+        "remote.log.delete.on.disable",
+        "retention.bytes",
+        "retention.ms",
+        "segment.bytes",
+        "segment.index.bytes",
+        "segment.jitter.ms",
+        "segment.ms",
+        "unclean.leader.election.enable",
+        "message.downconversion.enable",
+    }
+)
 # Configs owned by dedicated spec fields.
 MANAGED_TOPIC_CONFIGS = ("cleanup.policy", "retention.ms", "retention.bytes")
 
 BYTES_PATTERN = r"^[0-9]{1,19}([KMGTP]i?)?$"
-_BYTE_UNITS = {"": 1, "K": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4, "P": 1000**5,
-               "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4, "Pi": 1024**5}
+_BYTE_UNITS = {
+    "": 1,
+    "K": 1000,
+    "M": 1000**2,
+    "G": 1000**3,
+    "T": 1000**4,
+    "P": 1000**5,
+    "Ki": 1024,
+    "Mi": 1024**2,
+    "Gi": 1024**3,
+    "Ti": 1024**4,
+    "Pi": 1024**5,
+}
 
 
 def quantity_bytes(value: int | str) -> int:
     """Bytes in a size such as 1073741824, `500Mi` or `10G` (Kubernetes quantity suffixes)."""
     text = str(value)
     digits = text.rstrip("KMGTPi")
-    unit = text[len(digits):]
+    unit = text[len(digits) :]
     if not digits.isdigit() or unit not in _BYTE_UNITS:
         raise ValueError(f"{value!r} is not a size: write bytes, or a number with Ki, Mi, Gi, Ti")
     return int(digits) * _BYTE_UNITS[unit]
@@ -61,21 +98,27 @@ def quantity_bytes(value: int | str) -> int:
 class Retention(ApiModel):
     """How long records are kept. Unset fields leave the broker's default in force."""
 
-    model_config = {"json_schema_extra": validations(
-        cel("!(has(self.forever) && self.forever) || (!has(self.time) && !has(self.bytes))",
-            "retention.forever keeps everything: remove retention.time and retention.bytes, "
-            "or set forever to false"),
-    )}
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "!(has(self.forever) && self.forever) || (!has(self.time) && !has(self.bytes))",
+                "retention.forever keeps everything: remove retention.time and retention.bytes, "
+                "or set forever to false",
+            ),
+        )
+    )
 
     time: Duration | None = Field(
         default=None, description="Keep records at least this long, e.g. 7d or 12h."
     )
-    bytes: Annotated[str, StringConstraints(max_length=24, pattern=BYTES_PATTERN)] | int | None = (
-        Field(
-            default=None,
-            description="Keep at most this much per partition, e.g. 10Gi or 1073741824.",
-            json_schema_extra={"x-kubernetes-int-or-string": True},
-        )
+    bytes: (
+        Annotated[str, StringConstraints(max_length=24, pattern=BYTES_PATTERN)]
+        | Annotated[int, Field(ge=0)]
+        | None
+    ) = Field(
+        default=None,
+        description="Keep at most this much per partition, e.g. 10Gi or 1073741824.",
+        json_schema_extra={"x-kubernetes-int-or-string": True},
     )
     forever: bool = Field(default=False, description="Never delete records by age or size.")
 
@@ -107,13 +150,16 @@ class Retention(ApiModel):
 class LogSpec(ApiModel):
     """What a log is: its topic, partitions, retention and record format."""
 
-    model_config = {"json_schema_extra": validations(
-        cel("has(self.topicName) == has(oldSelf.topicName)",
-            "topicName cannot be added or removed after creation: a Log's topic never changes; "
-            "create a new Log for a new topic", field_path=".topicName"),
-        cel("!has(self.key) || has(self.schema)",
-            "key names columns of the record schema: set schema too", field_path=".key"),
-    )}
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "has(self.topicName) == has(oldSelf.topicName)",
+                "topicName cannot be added or removed after creation: a Log's topic never changes; "
+                "create a new Log for a new topic",
+                field_path=".topicName",
+            ),
+        )
+    )
 
     topic_name: TopicName | None = Field(
         default=None,
@@ -126,8 +172,11 @@ class LogSpec(ApiModel):
         default=3,
         description="Partitions of the topic. May be increased, never decreased.",
         json_schema_extra=validations(
-            cel("self >= oldSelf", "partitions can only be increased: Kafka cannot remove "
-                "partitions; create a new Log to shrink"),
+            cel(
+                "self >= oldSelf",
+                "partitions can only be increased: Kafka cannot remove "
+                "partitions; create a new Log to shrink",
+            ),
         ),
     )
     replicas: Annotated[int, Field(ge=1, le=32)] | None = Field(
@@ -138,7 +187,7 @@ class LogSpec(ApiModel):
     retention: Retention | None = Field(default=None, description="How long records are kept.")
     compaction: bool = Field(
         default=False,
-        description="Keep the latest record per key (cleanup.policy=compact): a changelog or table.",
+        description="Keep the latest record per key (cleanup.policy=compact): a changelog, a table.",
     )
     config: dict[str, Annotated[str, StringConstraints(max_length=1024)] | int] = Field(
         default_factory=dict,
@@ -148,10 +197,12 @@ class LogSpec(ApiModel):
         json_schema_extra={
             "additionalProperties": {"x-kubernetes-int-or-string": True},
             **validations(
-                cel("self.all(k, k != 'cleanup.policy' && k != 'retention.ms' && "
+                cel(
+                    "self.all(k, k != 'cleanup.policy' && k != 'retention.ms' && "
                     "k != 'retention.bytes')",
                     "config may not set cleanup.policy, retention.ms or retention.bytes: use the "
-                    "compaction and retention fields"),
+                    "compaction and retention fields",
+                ),
             ),
         },
     )
@@ -184,8 +235,6 @@ class LogSpec(ApiModel):
                 near = difflib.get_close_matches(key, sorted(KAFKA_TOPIC_CONFIGS), n=1)
                 hint = f" (did you mean {near[0]!r}?)" if near else ""
                 raise ValueError(f"config key {key!r} is not a Kafka topic config{hint}")
-        if self.key is not None and self.record_schema is None:
-            raise ValueError("key names columns of the record schema: set schema too")
         return self
 
     def topic_configs(self) -> dict[str, str]:
@@ -195,8 +244,10 @@ class LogSpec(ApiModel):
             configs.update(self.retention.topic_configs())
         if self.compaction:
             retention = self.retention
-            deletes = retention is not None and not retention.forever and (
-                retention.time is not None or retention.bytes is not None
+            deletes = (
+                retention is not None
+                and not retention.forever
+                and (retention.time is not None or retention.bytes is not None)
             )
             configs["cleanup.policy"] = "compact,delete" if deletes else "compact"
         return configs
@@ -209,8 +260,9 @@ class Subscriber(StatusModel):
     name: str = Field(description="Its name.")
     revision: int | None = Field(default=None, description="The revision reading.")
     consumer_group: str | None = Field(default=None, description="Its Kafka consumer group.")
-    position: dict[str, int] = Field(default_factory=dict,
-                                     description="Next offset to read, per partition.")
+    position: dict[str, int] = Field(
+        default_factory=dict, description="Next offset to read, per partition."
+    )
     lag: int | None = Field(default=None, description="Records not yet read.")
 
 
@@ -220,17 +272,20 @@ class LogStatus(StatusModel):
     conditions: Conditions
     observed_generation: int | None = Field(default=None, description="The generation observed.")
     topic_name: str | None = Field(
-        default=None, description="The topic readers follow (for a view's output: the serving "
-        "revision's topic)."
+        default=None,
+        description="The topic readers follow (for a view's output: the serving revision's topic).",
     )
     partitions: int | None = Field(default=None, description="Partitions the topic has.")
-    start_offsets: dict[str, int] = Field(default_factory=dict,
-                                          description="First retained offset per partition.")
-    end_offsets: dict[str, int] = Field(default_factory=dict,
-                                        description="Next offset to be written per partition.")
+    start_offsets: dict[str, int] = Field(
+        default_factory=dict, description="First retained offset per partition."
+    )
+    end_offsets: dict[str, int] = Field(
+        default_factory=dict, description="Next offset to be written per partition."
+    )
     records: int | None = Field(default=None, description="Records retained (end - start).")
-    subscribers: list[Subscriber] = Field(default_factory=list,
-                                          description="Views and jobs reading this log.")
+    subscribers: list[Subscriber] = Field(
+        default_factory=list, description="Views and jobs reading this log."
+    )
     managed_configs: list[str] = Field(
         default_factory=list,
         description="Topic configs the operator set, so it can unset those the spec drops.",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, StringConstraints, model_validator
+from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
 from distributary.api.common import (
     GROUP_VERSION,
@@ -49,14 +49,21 @@ class ViewInput(ApiModel):
 class ViewOutput(ApiModel):
     """The derived log: an event stream (append) or a table (upsert, in a compacted topic)."""
 
-    model_config = {"json_schema_extra": validations(
-        cel("self.mode != 'upsert' || (has(self.key) && size(self.key) > 0)",
-            "output.key is required when output.mode is upsert: name the columns that identify "
-            "a row", field_path=".key"),
-        cel("self.mode != 'append' || !has(self.key) || size(self.key) == 0",
-            "output.key is only read when output.mode is upsert: remove it or set mode: upsert",
-            field_path=".key"),
-    )}
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "self.mode != 'upsert' || (has(self.key) && size(self.key) > 0)",
+                "output.key is required when output.mode is upsert: name the columns that identify "
+                "a row",
+                field_path=".key",
+            ),
+            cel(
+                "self.mode != 'append' || !has(self.key) || size(self.key) == 0",
+                "output.key is only read when output.mode is upsert: remove it or set mode: upsert",
+                field_path=".key",
+            ),
+        )
+    )
 
     log: KubeName | None = Field(
         default=None,
@@ -70,7 +77,9 @@ class ViewOutput(ApiModel):
         "latest per key wins, and the topic is compacted.",
     )
     key: list[ColumnName] | None = Field(
-        default=None, max_length=32, description="With mode: upsert, the columns that identify a row."
+        default=None,
+        max_length=32,
+        description="With mode: upsert, the columns that identify a row.",
     )
     partitions: Annotated[int, Field(ge=1, le=10000)] | None = Field(
         default=None, description="Partitions of the output topic; the inputs' most when unset."
@@ -125,10 +134,16 @@ class Upgrade(ApiModel):
 class ViewSpec(ApiModel):
     """A Spark SQL query over logs, and the log it writes."""
 
-    model_config = {"json_schema_extra": validations(
-        cel("self.inputs.all(i, self.inputs.exists_one(j, j.alias == i.alias))",
-            "each input needs its own alias", field_path=".inputs"),
-    )}
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "self.inputs.all(i, self.inputs.exists_one(j, "
+                "j.alias.lowerAscii() == i.alias.lowerAscii()))",
+                "each input needs its own alias",
+                field_path=".inputs",
+            ),
+        )
+    )
 
     inputs: list[ViewInput] = Field(
         min_length=1, max_length=16, description="The logs the SQL reads, each under an alias."
@@ -137,18 +152,21 @@ class ViewSpec(ApiModel):
         description="One Spark SQL query over the inputs' aliases."
     )
     output: ViewOutput = Field(default_factory=ViewOutput, description="The derived log.")
-    upgrade: Upgrade = Field(default_factory=Upgrade, description="How output-changing edits are "
-                             "rolled out.")
-    spark: SparkSettings = Field(default_factory=SparkSettings,
-                                 description="How the Spark application runs.")
+    upgrade: Upgrade = Field(
+        default_factory=Upgrade, description="How output-changing edits are rolled out."
+    )
+    spark: SparkSettings = Field(
+        default_factory=SparkSettings, description="How the Spark application runs."
+    )
 
     @model_validator(mode="after")
     def _check_aliases(self) -> ViewSpec:
         seen: set[str] = set()
         for item in self.inputs:
             if item.alias.lower() in seen:
-                raise ValueError(f"inputs: alias {item.alias!r} is used twice; give each input "
-                                 "its own alias")
+                raise ValueError(
+                    f"inputs: alias {item.alias!r} is used twice; give each input its own alias"
+                )
             seen.add(item.alias.lower())
         return self
 
@@ -163,15 +181,22 @@ class Revision(StatusModel):
     phase: Literal["Pending", "CatchingUp", "Serving", "Retiring", "Retired", "Failed"] = Field(
         description="Pending, CatchingUp, Serving, Retiring, Retired or Failed."
     )
-    lag: int | None = Field(default=None, description="Records its inputs hold that it has not read.")
+    lag: int | None = Field(
+        default=None, description="Records its inputs hold that it has not read."
+    )
     progress_percent: float | None = Field(default=None, description="Share of the inputs read.")
     progress_message: str | None = Field(default=None, description="Progress for people.")
-    started_at: str | None = Field(default=None, json_schema_extra={"format": "date-time"},
-                                   description="When it started.")
-    caught_up_at: str | None = Field(default=None, json_schema_extra={"format": "date-time"},
-                                     description="When it caught up.")
-    retired_at: str | None = Field(default=None, json_schema_extra={"format": "date-time"},
-                                   description="When it stopped serving.")
+    started_at: str | None = Field(
+        default=None, json_schema_extra={"format": "date-time"}, description="When it started."
+    )
+    caught_up_at: str | None = Field(
+        default=None, json_schema_extra={"format": "date-time"}, description="When it caught up."
+    )
+    retired_at: str | None = Field(
+        default=None,
+        json_schema_extra={"format": "date-time"},
+        description="When it stopped serving.",
+    )
 
 
 class ViewStatus(StatusModel):
@@ -180,19 +205,24 @@ class ViewStatus(StatusModel):
     conditions: Conditions
     observed_generation: int | None = Field(default=None, description="The generation observed.")
     serving_revision: int | None = Field(default=None, description="The revision readers follow.")
-    revisions: list[Revision] = Field(default_factory=list, description="Current and past "
-                                      "revisions.")
+    revisions: list[Revision] = Field(
+        default_factory=list, description="Current and past revisions."
+    )
     output_topic: str | None = Field(default=None, description="The serving revision's topic.")
-    inputs: list[InputPosition] = Field(default_factory=list,
-                                        description="The serving revision's position per input.")
+    inputs: list[InputPosition] = Field(
+        default_factory=list, description="The serving revision's position per input."
+    )
     lag: int | None = Field(default=None, description="The serving revision's total lag.")
     last_progress: Progress | None = Field(default=None, description="The last micro-batch.")
-    spark_application: SparkApplicationRef | None = Field(default=None,
-                                                          description="The Spark application.")
-    last_change: Change | None = Field(default=None, description="How the last edit was "
-                                       "classified.")
-    pending_action: PendingAction | None = Field(default=None, description="What the operator is "
-                                                 "doing now.")
+    spark_application: SparkApplicationRef | None = Field(
+        default=None, description="The Spark application."
+    )
+    last_change: Change | None = Field(
+        default=None, description="How the last edit was classified."
+    )
+    pending_action: PendingAction | None = Field(
+        default=None, description="What the operator is doing now."
+    )
 
 
 class DerivedView(ApiModel):

@@ -1,0 +1,582 @@
+"""The pipeline graph: logs, the views and jobs that read and write them, and what is wrong with it.
+
+Loading and checking never stop at the first mistake: every file, document and resource is taken
+as far as it goes, and each mistake becomes a `Problem` naming the resource, the field and the fix,
+so `distributary validate` reports them all at once. A view's output is a derived `Log` built here,
+so whoever reads it (a later view, the planners, the graph drawing) sees a log like any other. Views
+are checked in topological order because a view reading another view's output needs that output's
+schema, which only exists once the upstream query has been analysed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import heapq
+import os
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from distributary.api import (
+    API_GROUP,
+    DerivedView,
+    Log,
+    Resource,
+    ResourceError,
+    StreamJob,
+    parse_resource,
+)
+from distributary.sql import Column, QueryAnalysis, SqlError, analyze_query, parse_ddl, to_ddl
+
+_KIND_RANK = {"Log": 0, "DerivedView": 1, "StreamJob": 2}
+_FIELD_MESSAGE = re.compile(r"^([A-Za-z][\w.\[\]-]*): (.*)$", re.DOTALL)
+
+
+@dataclass(frozen=True, order=True)
+class Ref:
+    """A resource's identity in a pipeline: its kind, namespace and name."""
+
+    kind: str
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.namespace}/{self.name}"
+
+    @classmethod
+    def of(cls, resource: Resource | Ref) -> Ref:
+        """The reference of a resource (a `Ref` is returned as it is)."""
+        if isinstance(resource, Ref):
+            return resource
+        return cls(resource.kind, resource.metadata.namespace, resource.metadata.name)
+
+    @classmethod
+    def log(cls, name: str, namespace: str = "default") -> Ref:
+        """The reference of the Log with this name."""
+        return cls("Log", namespace, name)
+
+    def _rank(self) -> tuple[str, int, str]:
+        return self.namespace, _KIND_RANK.get(self.kind, 9), self.name
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a pipeline: where it is, what is wrong and what to do."""
+
+    resource: str
+    field: str
+    message: str
+    source: str | None = None
+
+    def __str__(self) -> str:
+        where = " ".join(part for part in (self.resource, self.field) if part)
+        text = f"{where}: {self.message}" if where else self.message
+        text = f"{self.source}: {text}" if self.source else text
+        return " ".join(text.split())
+
+
+@dataclass(frozen=True)
+class Declared:
+    """A resource read from a file, with the file it came from."""
+
+    resource: Resource
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What `load` found: resources, problems, and documents of other APIs it skipped."""
+
+    resources: tuple[Declared, ...]
+    problems: tuple[Problem, ...]
+    skipped: int
+
+
+def load(paths: Iterable[str | os.PathLike[str]]) -> Loaded:
+    """Read resources from YAML files and folders (searched recursively for *.yaml and *.yml)."""
+    resources: list[Declared] = []
+    problems: list[Problem] = []
+    skipped = 0
+    for path in _files(paths, problems):
+        for document in _documents(path, problems):
+            if not str(document.get("apiVersion", "")).startswith(f"{API_GROUP}/"):
+                skipped += 1
+                continue
+            try:
+                resources.append(Declared(parse_resource(document), str(path)))
+            except ResourceError as exc:
+                problems.extend(_resource_problems(document, exc, str(path)))
+    return Loaded(tuple(resources), tuple(problems), skipped)
+
+
+def _files(paths: Iterable[str | os.PathLike[str]], problems: list[Problem]) -> list[Path]:
+    files: list[Path] = []
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            files.extend(
+                sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in (".yaml", ".yml"))
+            )
+        elif path.is_file():
+            files.append(path)
+        else:
+            problems.append(Problem("", "", "no such file or folder: check the path", str(path)))
+    return files
+
+
+def _documents(path: Path, problems: list[Problem]) -> list[dict[str, Any]]:
+    documents: list[dict[str, Any]] = []
+    try:
+        for number, document in enumerate(yaml.safe_load_all(path.read_text("utf-8")), 1):
+            if isinstance(document, dict):
+                documents.append(document)
+            elif document is not None:
+                problems.append(
+                    Problem(
+                        "",
+                        "",
+                        f"document {number} is not a mapping: write a "
+                        "resource with apiVersion, kind, metadata and spec",
+                        str(path),
+                    )
+                )
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        problems.append(Problem("", "", f"is not valid YAML: {what}{where}", str(path)))
+    except (OSError, UnicodeDecodeError) as exc:
+        problems.append(Problem("", "", f"cannot be read: {exc}", str(path)))
+    return documents
+
+
+def _resource_problems(document: dict[str, Any], exc: ResourceError, source: str) -> list[Problem]:
+    metadata = document.get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
+    label = (
+        f"{document.get('kind', '?')}/{metadata.get('namespace') or 'default'}/"
+        f"{metadata.get('name', '?')}"
+    )
+    problems = []
+    for text in exc.problems:
+        match = _FIELD_MESSAGE.match(text)
+        path, message = (match.group(1), match.group(2)) if match else ("", text)
+        problems.append(Problem(label, path, message, source))
+    return problems
+
+
+def load_pipeline(paths: Iterable[str | os.PathLike[str]]) -> Pipeline:
+    """Load files and folders and build their pipeline; loading problems come first."""
+    loaded = load(paths)
+    pipeline = Pipeline.build(loaded.resources)
+    pipeline.problems = loaded.problems + pipeline.problems
+    pipeline.skipped = loaded.skipped
+    return pipeline
+
+
+@dataclass
+class Pipeline:
+    """Logs, views and jobs, the edges between them, their order, and what is wrong.
+
+    Logs include each view's derived output log. Edges run from a log to each view or job that
+    reads it, and from a view or job to each log it writes.
+    """
+
+    logs: dict[Ref, Log] = field(default_factory=dict)
+    views: dict[Ref, DerivedView] = field(default_factory=dict)
+    jobs: dict[Ref, StreamJob] = field(default_factory=dict)
+    problems: tuple[Problem, ...] = ()
+    order: tuple[Ref, ...] = ()
+    edges: tuple[tuple[Ref, Ref], ...] = ()
+    skipped: int = 0
+    _sources: dict[Ref, str | None] = field(default_factory=dict)
+    _writers: dict[Ref, Ref] = field(default_factory=dict)
+    _inputs: dict[Ref, dict[str, Log]] = field(default_factory=dict)
+    _analyses: dict[Ref, QueryAnalysis] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, resources: Iterable[Resource | Declared]) -> Pipeline:
+        """Resolve references within each namespace, derive view outputs, and check everything."""
+        return _Builder(resources).pipeline
+
+    @property
+    def ok(self) -> bool:
+        """Whether no problem was found."""
+        return not self.problems
+
+    def resource(self, ref: Ref | Resource) -> Resource:
+        """The resource (a derived log included) with this reference; KeyError when none."""
+        ref = Ref.of(ref)
+        found = self.logs.get(ref) or self.views.get(ref) or self.jobs.get(ref)
+        if found is None:
+            raise KeyError(str(ref))
+        return found
+
+    def source(self, ref: Ref | Resource) -> str | None:
+        """The file a resource was read from (a derived log: its view's file)."""
+        ref = Ref.of(ref)
+        return self._sources.get(ref, self._sources.get(self._writers.get(ref, ref)))
+
+    def writer(self, log: Ref | Resource) -> Ref | None:
+        """The view or job that writes a log; None for a primary log that no job writes."""
+        return self._writers.get(Ref.of(log))
+
+    def is_derived(self, log: Ref | Resource) -> bool:
+        """Whether the log is a view's output rather than a declared Log."""
+        return self.writer(log) in self.views
+
+    def readers(self, log: Ref | Resource) -> tuple[Ref, ...]:
+        """The views and jobs that read a log, in order."""
+        ref = Ref.of(log)
+        return tuple(sorted((b for a, b in self.edges if a == ref), key=Ref._rank))
+
+    def downstream(self, ref: Ref | Resource) -> frozenset[Ref]:
+        """Every view, job and log reached from this one by following the edges."""
+        start = Ref.of(ref)
+        nexts: dict[Ref, list[Ref]] = defaultdict(list)
+        for a, b in self.edges:
+            nexts[a].append(b)
+        seen: set[Ref] = set()
+        stack = list(nexts[start])
+        while stack:
+            node = stack.pop()
+            if node not in seen:
+                seen.add(node)
+                stack.extend(nexts[node])
+        return frozenset(seen - {start})
+
+    def inputs(self, view: Ref | Resource) -> dict[str, Log]:
+        """A view's input logs by alias (derived logs included); unresolved inputs are absent."""
+        return dict(self._inputs.get(Ref.of(view), {}))
+
+    def analysis(self, view: Ref | Resource) -> QueryAnalysis | None:
+        """What a view's query reads and outputs; None when its SQL has a problem."""
+        return self._analyses.get(Ref.of(view))
+
+    def output(self, view: Ref | Resource) -> Log | None:
+        """The Log a view writes, as derived from it; None when its output name is taken."""
+        ref = Ref.of(view)
+        if ref not in self.views:
+            return None
+        log = Ref.log(self.views[ref].output_log, ref.namespace)
+        return self.logs.get(log) if self._writers.get(log) == ref else None
+
+
+class _Builder:
+    """Builds a `Pipeline` in passes; each pass records problems and goes on."""
+
+    def __init__(self, resources: Iterable[Resource | Declared]) -> None:
+        self.pipeline = pipeline = Pipeline()
+        self.problems: list[Problem] = []
+        self.declared_logs: set[Ref] = set()
+        self.edges: set[tuple[Ref, Ref]] = set()
+        for item in resources:
+            self._register(item if isinstance(item, Declared) else Declared(item))
+        self._assign_writers()
+        self._connect()
+        order, cycles = _order(self._nodes(), self.edges)
+        for cycle in cycles:
+            self._report_cycle(cycle)
+        for ref in pipeline.logs:
+            self._check_log(ref)
+        for ref in order:
+            if ref in pipeline.views:
+                self._check_view(ref)
+        pipeline.order = tuple(order)
+        pipeline.edges = tuple(sorted(self.edges, key=lambda e: (e[0]._rank(), e[1]._rank())))
+        ranked = sorted(self.problems, key=lambda p: p.resource)
+        pipeline.problems = tuple(ranked)
+
+    def _problem(self, ref: Ref, path: str, message: str) -> None:
+        self.problems.append(Problem(str(ref), path, message, self.pipeline.source(ref)))
+
+    def _register(self, item: Declared) -> None:
+        ref, pipeline = Ref.of(item.resource), self.pipeline
+        if ref in pipeline._sources:
+            first = pipeline._sources[ref] or "an earlier document"
+            self.problems.append(
+                Problem(
+                    str(ref),
+                    "metadata.name",
+                    f"is declared twice (also in {first}): rename one or remove the copy",
+                    item.source,
+                )
+            )
+            return
+        pipeline._sources[ref] = item.source
+        resource = item.resource
+        if isinstance(resource, Log):
+            pipeline.logs[ref] = resource
+            self.declared_logs.add(ref)
+        elif isinstance(resource, DerivedView):
+            pipeline.views[ref] = resource
+        else:
+            pipeline.jobs[ref] = resource
+
+    def _assign_writers(self) -> None:
+        writers = self.pipeline._writers
+        for ref, view in sorted(self.pipeline.views.items()):
+            log = Ref.log(view.output_log, ref.namespace)
+            if log in self.declared_logs:
+                self._problem(
+                    ref,
+                    "spec.output.log",
+                    f"names Log {log.name!r}, which is "
+                    "declared as a Log too: a view creates its own output log; set "
+                    "spec.output.log to another name or remove the Log",
+                )
+            elif log in writers:
+                self._problem(
+                    ref,
+                    "spec.output.log",
+                    f"writes Log {log.name!r}, which "
+                    f"{writers[log]} writes too: a log has one writer; set "
+                    "spec.output.log to another name",
+                )
+            else:
+                writers[log] = ref
+        for ref, job in sorted(self.pipeline.jobs.items()):
+            for index, output in enumerate(job.spec.outputs):
+                self._assign_job_output(ref, index, Ref.log(output.log, ref.namespace))
+
+    def _assign_job_output(self, ref: Ref, index: int, log: Ref) -> None:
+        writers, path = self.pipeline._writers, f"spec.outputs[{index}].log"
+        if log in writers:
+            self._problem(
+                ref,
+                path,
+                f"writes Log {log.name!r}, which {writers[log]} writes "
+                "too: a log has one writer; write to a Log of the job's own",
+            )
+        elif log not in self.declared_logs:
+            self._problem(
+                ref,
+                path,
+                f"names no declared Log {log.name!r} in namespace "
+                f"{log.namespace!r}{self._near(log)}: declare a Log for the job to "
+                "write",
+            )
+        else:
+            writers[log] = ref
+        if log in self.declared_logs or log in writers:
+            self.edges.add((ref, log))
+
+    def _near(self, log: Ref) -> str:
+        names = [r.name for r in self._log_names() if r.namespace == log.namespace]
+        near = difflib.get_close_matches(log.name, names, n=1)
+        return f" (did you mean {near[0]!r}?)" if near else ""
+
+    def _log_names(self) -> set[Ref]:
+        return self.declared_logs | {
+            log for log, w in self.pipeline._writers.items() if w in self.pipeline.views
+        }
+
+    def _connect(self) -> None:
+        logs = self._log_names()
+        for log, writer in self.pipeline._writers.items():
+            self.edges.add((writer, log))
+        readers: list[tuple[Ref, list[str]]] = [
+            (ref, [i.log for i in view.spec.inputs]) for ref, view in self.pipeline.views.items()
+        ] + [(ref, [i.log for i in job.spec.inputs]) for ref, job in self.pipeline.jobs.items()]
+        for ref, names in sorted(readers):
+            for index, name in enumerate(names):
+                log = Ref.log(name, ref.namespace)
+                if log in logs:
+                    self.edges.add((log, ref))
+                    continue
+                self._problem(
+                    ref,
+                    f"spec.inputs[{index}].log",
+                    f"names no Log {name!r} in "
+                    f"namespace {ref.namespace!r}{self._near(log)}: declare a Log "
+                    "of that name or fix the name",
+                )
+
+    def _nodes(self) -> list[Ref]:
+        return [*self._log_names(), *self.pipeline.views, *self.pipeline.jobs]
+
+    def _report_cycle(self, cycle: list[Ref]) -> None:
+        ref = min((r for r in cycle if r.kind != "Log"), key=Ref._rank)
+        cycle = cycle[cycle.index(ref) :] + cycle[: cycle.index(ref)]
+        resource = self.pipeline.resource(ref)
+        assert isinstance(resource, DerivedView | StreamJob)
+        names = [item.log for item in resource.spec.inputs]
+        index = names.index(cycle[-1].name)
+        path = " -> ".join(str(r) for r in [*cycle, ref])
+        self._problem(
+            ref,
+            f"spec.inputs[{index}].log",
+            f"is on a cycle: {path}: a log cannot "
+            "be computed from itself; remove one of these inputs",
+        )
+
+    def _check_log(self, ref: Ref) -> None:
+        spec = self.pipeline.logs[ref].spec
+        if spec.record_schema is None:
+            return
+        try:
+            names = {c.name.lower() for c in parse_ddl(spec.record_schema)}
+        except SqlError as exc:
+            self._problem(
+                ref,
+                "spec.schema",
+                f"{exc}: write it as Spark DDL, e.g. 'user STRING, ts TIMESTAMP'",
+            )
+            return
+        for index, key in enumerate(spec.key or []):
+            if key.lower() not in names:
+                self._problem(
+                    ref,
+                    f"spec.key[{index}]",
+                    f"names column {key!r}, which "
+                    "spec.schema does not have: add it to the schema or fix the key",
+                )
+
+    def _check_view(self, ref: Ref) -> None:
+        pipeline, view = self.pipeline, self.pipeline.views[ref]
+        inputs = {
+            i.alias: pipeline.logs[log]
+            for i in view.spec.inputs
+            if (log := Ref.log(i.log, ref.namespace)) in pipeline.logs
+        }
+        pipeline._inputs[ref] = inputs
+        analysis = self._analyze(ref, view, inputs)
+        output = view.spec.output
+        if output.mode == "upsert" and not output.key:
+            self._problem(
+                ref,
+                "spec.output.key",
+                "is required when spec.output.mode is upsert: name the columns that identify a row",
+            )
+        for index, key in enumerate(output.key or []):
+            if analysis is not None and analysis.complete and not analysis.outputs(key):
+                self._problem(
+                    ref,
+                    f"spec.output.key[{index}]",
+                    f"names column {key!r}, which "
+                    f"the query does not output (it outputs {', '.join(analysis.names)})"
+                    ": add it to the SELECT list or fix the key",
+                )
+        log = Ref.log(view.output_log, ref.namespace)
+        if pipeline._writers.get(log) == ref:
+            pipeline.logs[log] = _derive(view, list(inputs.values()), analysis)
+
+    def _analyze(
+        self, ref: Ref, view: DerivedView, inputs: Mapping[str, Log]
+    ) -> QueryAnalysis | None:
+        tables = {i.alias: _columns(inputs.get(i.alias)) for i in view.spec.inputs}
+        try:
+            analysis = analyze_query(view.spec.sql, tables)
+        except SqlError as exc:
+            log = inputs.get(exc.table) if exc.table else None
+            declared = f" (as declared in {Ref.of(log)} spec.schema)" if log else ""
+            self._problem(ref, "spec.sql", f"{exc}{declared}")
+            return None
+        self.pipeline._analyses[ref] = analysis
+        return analysis
+
+
+def _columns(log: Log | None) -> list[Column]:
+    if log is None or log.spec.record_schema is None:
+        return []
+    try:
+        return parse_ddl(log.spec.record_schema)
+    except SqlError:
+        return []  # reported on the Log itself
+
+
+def _derive(view: DerivedView, inputs: list[Log], analysis: QueryAnalysis | None) -> Log:
+    """The Log a view writes: what readers of its output see."""
+    output = view.spec.output
+    columns = analysis.record_schema() if analysis is not None else None
+    upsert = output.mode == "upsert"
+    keyed = (
+        upsert
+        and bool(output.key)
+        and all(analysis is not None and analysis.outputs(k) for k in output.key or [])
+    )
+    partitions = output.partitions or max((log.spec.partitions for log in inputs), default=None)
+    spec: dict[str, Any] = {
+        "topicName": view.output_log,
+        "replicas": output.replicas,
+        "retention": output.retention,
+        "compaction": upsert,
+        "schema": to_ddl(columns) if columns else None,
+        "key": list(output.key or []) if keyed else None,
+        "deletionPolicy": output.deletion_policy,
+    }
+    if partitions is not None:
+        spec["partitions"] = partitions
+    return Log.model_validate(
+        {
+            "metadata": {"name": view.output_log, "namespace": view.metadata.namespace},
+            "spec": {k: v for k, v in spec.items() if v is not None},
+        }
+    )
+
+
+def _order(
+    nodes: Iterable[Ref], edges: Iterable[tuple[Ref, Ref]]
+) -> tuple[list[Ref], list[list[Ref]]]:
+    """Nodes in topological order (ties broken by namespace, kind, name), and the cycles.
+
+    Nodes on or after a cycle come last, in name order.
+    """
+    nexts: dict[Ref, set[Ref]] = defaultdict(set)
+    waiting: dict[Ref, int] = dict.fromkeys(nodes, 0)
+    for a, b in edges:
+        if b not in nexts[a]:
+            nexts[a].add(b)
+            waiting[b] = waiting.get(b, 0) + 1
+            waiting.setdefault(a, 0)
+    ready = [(ref._rank(), ref) for ref, count in waiting.items() if count == 0]
+    heapq.heapify(ready)
+    order: list[Ref] = []
+    while ready:
+        _, ref = heapq.heappop(ready)
+        order.append(ref)
+        for after in nexts[ref]:
+            waiting[after] -= 1
+            if waiting[after] == 0:
+                heapq.heappush(ready, (after._rank(), after))
+    stuck = sorted((ref for ref in waiting if ref not in set(order)), key=Ref._rank)
+    return order + stuck, _cycles(stuck, nexts)
+
+
+def _cycles(stuck: list[Ref], nexts: Mapping[Ref, set[Ref]]) -> list[list[Ref]]:
+    """One path around each cycle among the stuck nodes, each found once."""
+    cycles: list[list[Ref]] = []
+    covered: set[Ref] = set()
+    for start in stuck:
+        if start in covered:
+            continue
+        path = _path_back(start, nexts)
+        if path is not None:
+            cycles.append(path)
+            covered.update(path)
+    return cycles
+
+
+def _path_back(start: Ref, nexts: Mapping[Ref, set[Ref]]) -> list[Ref] | None:
+    """The shortest path from `start` back to itself, if there is one."""
+    previous: dict[Ref, Ref] = {}
+    frontier = [start]
+    while frontier:
+        following: list[Ref] = []
+        for node in frontier:
+            for after in sorted(nexts.get(node, ()), key=Ref._rank):
+                if after == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(previous[path[-1]])
+                    return path[::-1]
+                if after not in previous:
+                    previous[after] = node
+                    following.append(after)
+        frontier = following
+    return None

@@ -1,0 +1,1 @@
+"""The Kafka adapter: the only code that talks to Kafka (confluent-kafka)."""

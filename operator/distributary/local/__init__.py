@@ -1,0 +1,1 @@
+"""Running pipelines on one machine: cached jars, an embedded Kafka broker, the local loop."""

@@ -1,0 +1,274 @@
+"""An embedded single-node Kafka broker (KRaft) for `distributary run`, tests and benchmarks.
+
+One launcher serves all three so that what is tested is what people run. The broker is a real
+Apache Kafka process started from cached Maven jars: combined broker and controller roles, loopback
+listeners on free ports, data under a state folder that survives restarts (the cluster id and the
+ports are kept there, so a second start finds its data). It is stopped with SIGTERM, Kafka's
+controlled shutdown, and killed only if that hangs.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from types import TracebackType
+
+from distributary.kafka.cluster import cluster_ready
+from distributary.local.jars import KAFKA_BROKER, jars
+
+MIN_JAVA = 17
+
+
+class BrokerError(RuntimeError):
+    """The embedded broker could not start; the message says why and what to do."""
+
+
+def java_binary() -> str:
+    """The `java` to run: $JAVA_HOME/bin/java, else the one on PATH; at least Java 17."""
+    home = os.environ.get("JAVA_HOME")
+    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    if not java or not Path(java).exists():
+        raise BrokerError(
+            f"Java {MIN_JAVA} or newer is needed to run Kafka and Spark: install a "
+            "JDK (e.g. apt-get install openjdk-17-jdk) or set JAVA_HOME"
+        )
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
+    major = int(match.group(1)) if match else 0
+    if major == 1 and match and match.group(2):
+        major = int(match.group(2))
+    if major < MIN_JAVA:
+        raise BrokerError(
+            f"{java} is Java {major or 'of an unknown version'}; Kafka and Spark "
+            f"need Java {MIN_JAVA} or newer: install one or set JAVA_HOME"
+        )
+    return java
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        # As the broker itself binds: a port in TIME_WAIT from its last run counts as free.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+_LOG4J = """\
+status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+logger.kafka.name = kafka
+logger.kafka.level = WARN
+logger.apache.name = org.apache.kafka
+logger.apache.level = WARN
+logger.server.name = kafka.server.KafkaRaftServer
+logger.server.level = INFO
+"""
+
+
+class EmbeddedBroker:
+    """A single-node KRaft Kafka broker whose data lives under `state_dir`."""
+
+    def __init__(self, state_dir: Path, *, heap: str = "512m") -> None:
+        self.state_dir = state_dir.resolve()
+        self.heap = heap
+        self.port = 0
+        self.controller_port = 0
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """`host:port` for clients."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        """The broker's own log."""
+        return self.state_dir / "broker.log"
+
+    def _choose_ports(self) -> None:
+        saved = self.state_dir / "ports"
+        if saved.exists():
+            port, controller = (int(p) for p in saved.read_text().split())
+            if _port_free(port) and _port_free(controller):
+                self.port, self.controller_port = port, controller
+                return
+        self.port, self.controller_port = free_port(), free_port()
+        while self.controller_port == self.port:
+            self.controller_port = free_port()
+        saved.write_text(f"{self.port} {self.controller_port}\n")
+
+    def _write_config(self) -> Path:
+        data = self.state_dir / "data"
+        config = self.state_dir / "server.properties"
+        config.write_text(
+            "\n".join(
+                [
+                    "process.roles=broker,controller",
+                    "node.id=1",
+                    f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
+                    f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:"
+                    f"{self.controller_port}",
+                    f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                    "controller.listener.names=CONTROLLER",
+                    "inter.broker.listener.name=PLAINTEXT",
+                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                    f"log.dirs={data}",
+                    "num.partitions=1",
+                    "auto.create.topics.enable=false",
+                    "offsets.topic.replication.factor=1",
+                    "offsets.topic.num.partitions=4",
+                    "transaction.state.log.replication.factor=1",
+                    "transaction.state.log.min.isr=1",
+                    "share.coordinator.state.topic.replication.factor=1",
+                    "share.coordinator.state.topic.min.isr=1",
+                    "group.initial.rebalance.delay.ms=0",
+                    # Compaction and retention act within seconds, so tests can observe them.
+                    "log.retention.check.interval.ms=5000",
+                    "log.cleaner.backoff.ms=2000",
+                    "",
+                ]
+            )
+        )
+        (self.state_dir / "log4j2.properties").write_text(_LOG4J.format(log=self.log_file))
+        return config
+
+    def _java_command(self, java: str, main: str, *args: str) -> list[str]:
+        classpath = os.pathsep.join(str(j) for j in jars(KAFKA_BROKER))
+        return [
+            java,
+            f"-Xmx{self.heap}",
+            "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",
+            "-cp",
+            classpath,
+            main,
+            *args,
+        ]
+
+    def _format(self, java: str, config: Path) -> None:
+        if (self.state_dir / "data" / "meta.properties").exists():
+            return
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        result = subprocess.run(
+            self._java_command(
+                java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)
+            ),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise BrokerError(
+                f"formatting Kafka storage in {self.state_dir / 'data'} failed: "
+                f"{(result.stdout + result.stderr).strip()[-800:]}"
+            )
+
+    def start(self, timeout: float = 90.0) -> EmbeddedBroker:
+        """Start the broker and return once it accepts connections."""
+        java = java_binary()
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._choose_ports()
+        config = self._write_config()
+        self._format(java, config)
+        self._check_not_running()
+        with open(self.state_dir / "broker.out", "ab") as out:
+            self._process = subprocess.Popen(
+                self._java_command(java, "kafka.Kafka", str(config)),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        (self.state_dir / "broker.pid").write_text(f"{self._process.pid}\n")
+        atexit.register(self.stop)
+        self._wait_until_serving(timeout)
+        return self
+
+    def _check_not_running(self) -> None:
+        pid_file = self.state_dir / "broker.pid"
+        if not pid_file.exists():
+            return
+        pid = int(pid_file.read_text().strip() or 0)
+        cmdline = Path(f"/proc/{pid}/cmdline")
+        if pid and cmdline.exists() and b"kafka.Kafka" in cmdline.read_bytes():
+            raise BrokerError(
+                f"a Kafka broker (pid {pid}) is already using {self.state_dir}: "
+                f"stop it (kill {pid}) or choose another state folder"
+            )
+
+    def _wait_until_serving(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        assert self._process is not None
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise BrokerError(
+                    f"Kafka exited with code {self._process.returncode} while "
+                    f"starting; see {self.log_file} and "
+                    f"{self.state_dir / 'broker.out'}"
+                )
+            if self._serving():
+                return
+            time.sleep(0.2)
+        self.stop()
+        raise BrokerError(f"Kafka did not start within {timeout:.0f}s; see {self.log_file}")
+
+    def _serving(self) -> bool:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 0.5):
+            return cluster_ready(self.bootstrap_servers)
+        return False
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Shut the broker down cleanly (SIGTERM), killing it if that takes too long."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        atexit.unregister(self.stop)
+        (self.state_dir / "broker.pid").unlink(missing_ok=True)
+        if process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            print(f"Kafka did not stop within {timeout:.0f}s; killing it", file=sys.stderr)
+            process.kill()
+            process.wait()
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start() if self._process is None else self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

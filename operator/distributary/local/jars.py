@@ -1,0 +1,147 @@
+"""Java artifacts Distributary runs on one machine, resolved from Maven Central once and cached.
+
+Resolution goes through Maven itself (a throw-away POM and `dependency:copy-dependencies`), so the
+repository, mirrors and proxies configured for `mvn` apply, and transitive versions are exactly
+those the artifacts declare. Each bundle lands in its own folder under the cache, named for its
+coordinates, and is marked complete only after every jar is in place: an interrupted download is
+redone, a finished one is never fetched again, and later runs work offline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+KAFKA_VERSION = "4.1.1"
+SPARK_VERSION = "4.1.1"  # equal to the pinned pyspark
+SCALA_BINARY = "2.13"
+LOG4J_VERSION = "2.24.3"
+SLF4J_VERSION = "2.0.17"
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A named set of Maven artifacts resolved together with their runtime dependencies."""
+
+    name: str
+    artifacts: tuple[str, ...]  # group:artifact:version
+    exclusions: tuple[str, ...] = ()  # group:artifact left out (provided by the host, e.g. pyspark)
+
+    @property
+    def key(self) -> str:
+        """The bundle's cache folder name: its name and a digest of its coordinates."""
+        digest = hashlib.sha256("\n".join(self.artifacts + self.exclusions).encode()).hexdigest()
+        return f"{self.name}-{digest[:10]}"
+
+
+KAFKA_BROKER = Bundle(
+    "kafka",
+    (
+        f"org.apache.kafka:kafka_{SCALA_BINARY}:{KAFKA_VERSION}",
+        f"org.apache.kafka:kafka-tools:{KAFKA_VERSION}",
+        f"org.apache.logging.log4j:log4j-slf4j2-impl:{LOG4J_VERSION}",
+        # A direct pin, so Maven picks the slf4j 2 API that the log4j binding above needs.
+        f"org.slf4j:slf4j-api:{SLF4J_VERSION}",
+    ),
+)
+
+SPARK_KAFKA_CONNECTOR = Bundle(
+    "spark-sql-kafka",
+    (f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_BINARY}:{SPARK_VERSION}",),
+    # pyspark ships these already; two copies on one classpath would clash.
+    exclusions=(
+        "org.slf4j:slf4j-api",
+        "org.apache.hadoop:hadoop-client-api",
+        "org.apache.hadoop:hadoop-client-runtime",
+    ),
+)
+
+
+class ArtifactError(RuntimeError):
+    """Jars could not be resolved; the message says what to install or where to look."""
+
+
+def cache_root() -> Path:
+    """Where Distributary caches what it downloads: $DISTRIBUTARY_CACHE or ~/.cache/distributary."""
+    configured = os.environ.get("DISTRIBUTARY_CACHE")
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "distributary"
+
+
+def _pom(bundle: Bundle) -> str:
+    deps = []
+    for coordinate in bundle.artifacts:
+        group, artifact, version = coordinate.split(":")
+        exclusions = "".join(
+            f"<exclusion><groupId>{g}</groupId><artifactId>{a}</artifactId></exclusion>"
+            for g, a in (e.split(":") for e in bundle.exclusions)
+        )
+        deps.append(
+            f"<dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
+            f"<version>{version}</version><exclusions>{exclusions}</exclusions></dependency>"
+        )
+    return (
+        '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+        "<groupId>dev.distributary.cache</groupId><artifactId>bundle</artifactId>"
+        f"<version>1</version><dependencies>{''.join(deps)}</dependencies></project>"
+    )
+
+
+def resolve(bundle: Bundle, *, quiet: bool = False) -> Path:
+    """The folder holding the bundle's jars, downloading them on first use."""
+    target = cache_root() / "jars" / bundle.key
+    if (target / ".complete").exists():
+        return target
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise ArtifactError(
+            f"Maven (mvn) is needed once to fetch the {bundle.name} jars into {target}: "
+            "install it (e.g. apt-get install maven) and run again"
+        )
+    if not quiet:
+        print(
+            f"Fetching {bundle.name} jars ({', '.join(bundle.artifacts)}) from Maven Central "
+            f"into {target} (once) ...",
+            file=sys.stderr,
+            flush=True,
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{bundle.key}-") as work:
+        work_dir = Path(work)
+        (work_dir / "pom.xml").write_text(_pom(bundle))
+        staging = work_dir / "lib"
+        result = subprocess.run(
+            [
+                mvn,
+                "-B",
+                "-q",
+                "-f",
+                str(work_dir / "pom.xml"),
+                "dependency:copy-dependencies",
+                "-DincludeScope=runtime",
+                f"-DoutputDirectory={staging}",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
+            raise ArtifactError(f"mvn could not resolve the {bundle.name} jars:\n{tail}")
+        (staging / ".complete").write_text("\n".join(bundle.artifacts) + "\n")
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+    return target
+
+
+def jars(bundle: Bundle, *, quiet: bool = False) -> list[Path]:
+    """Every jar of the bundle, sorted, resolving it first when needed."""
+    return sorted(resolve(bundle, quiet=quiet).glob("*.jar"))

@@ -1,0 +1,271 @@
+"""The runner spec: the contract between the planners and the Spark-side runner.
+
+Everything the runner needs to read its inputs, run the SQL and write its output is decided here,
+where it can be unit-tested, so the runner (`python -m distributary.runner --spec FILE`) stays a
+thin loop. Names derived from a view or job (consumer group, checkpoint, dead-letter topic) are
+functions of the namespace, the name and the revision only, so every component computes them alike
+and a restarted operator finds what it started.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from distributary.api.common import Position, SparkSettings
+from distributary.api.log import Log
+from distributary.api.view import DerivedView
+
+SPEC_JSON_ARG = "--spec-json"  # the runner's argument for the spec inline, as JSON
+SPEC_FILE_ARG = "--spec"  # ...and for the spec in a file
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+MAX_TOPIC_NAME = 249
+
+
+class _Contract(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class StartingPosition(_Contract):
+    """Where a reader starts without a checkpoint: earliest, latest, the first record at or after
+    `timestamp_ms`, or explicit `offsets` per partition (partitions not named start earliest)."""
+
+    kind: Literal["earliest", "latest", "timestamp", "offsets"] = "earliest"
+    timestamp_ms: int | None = None
+    offsets: dict[int, int] | None = None
+
+
+class RunnerInput(_Contract):
+    """One log the runner reads. `alias` is the SQL table name (None for a job's inputs)."""
+
+    alias: str | None
+    log: str
+    topic: str
+    partitions: int
+    schema_ddl: str | None
+    format: Literal["json"] = "json"
+    starting_position: StartingPosition = StartingPosition()
+
+
+class RunnerOutput(_Contract):
+    """The log the runner writes: an event stream (append) or a keyed table (upsert)."""
+
+    log: str
+    topic: str
+    mode: Literal["append", "upsert"]
+    key: tuple[str, ...] | None = None
+    partitions: int
+
+
+class RunnerSpec(_Contract):
+    """Everything the Spark-side runner needs for one revision of a view (or a job's facts)."""
+
+    version: Literal[1] = 1
+    kind: Literal["DerivedView", "StreamJob"]
+    namespace: str
+    name: str
+    revision: int
+    spec_hash: str
+    inputs: tuple[RunnerInput, ...]
+    sql: str | None = None
+    output: RunnerOutput | None = None
+    dead_letter_topic: str
+    consumer_group: str
+    checkpoint_location: str
+    trigger: str = "5s"
+    max_offsets_per_trigger: int | None = None
+    fail_on_data_loss: bool = True
+    bootstrap_servers: str | None = None
+    spark_conf: dict[str, str] = {}
+
+
+def name_digest(text: str) -> str:
+    """Eight hex characters that tell apart names shortened to the same prefix."""
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def consumer_group(namespace: str, name: str, revision: int) -> str:
+    """The consumer group a revision's position is mirrored into: one per view or job revision."""
+    return f"distributary.{namespace}.{name}.r{revision}"
+
+
+def dead_letter_topic(namespace: str, name: str) -> str:
+    """The topic that receives records a view or job could not parse (shared by its revisions)."""
+    topic = f"distributary.{namespace}.{name}.dlq"
+    if len(topic) <= MAX_TOPIC_NAME:
+        return topic
+    head = f"distributary.{namespace}.{name}"[: MAX_TOPIC_NAME - len(".dlq") - 9].rstrip(".-")
+    return f"{head}-{name_digest(topic)}.dlq"
+
+
+def checkpoint_location(root: str, namespace: str, name: str, revision: int) -> str:
+    """Where a revision checkpoints: a fresh location per revision, so a reprocess never resumes
+    the old revision's state."""
+    return f"{root.rstrip('/')}/{namespace}/{name}/r{revision}"
+
+
+def starting_position(position: Position) -> StartingPosition:
+    """The runner's form of a spec's starting position (timestamps become epoch milliseconds)."""
+    if position.from_ == "Timestamp" and position.timestamp is not None:
+        try:
+            instant = datetime.fromisoformat(position.timestamp.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(
+                f"startingPosition.timestamp {position.timestamp!r} is not an "
+                "RFC 3339 instant; write e.g. 2024-05-01T00:00:00Z"
+            ) from None
+        if instant.tzinfo is None:
+            instant = instant.replace(tzinfo=UTC)
+        return StartingPosition(kind="timestamp", timestamp_ms=int(instant.timestamp() * 1000))
+    if position.from_ == "Offsets" and position.offsets is not None:
+        offsets = {int(partition): offset for partition, offset in position.offsets.items()}
+        return StartingPosition(kind="offsets", offsets=dict(sorted(offsets.items())))
+    return StartingPosition(kind="latest" if position.from_ == "Latest" else "earliest")
+
+
+def default_spark_conf(shuffle_partitions: int) -> dict[str, str]:
+    """Spark settings for a small, long-running streaming query; a user's sparkConf wins."""
+    return {
+        # One shuffle partition per input partition rather than Spark's 200: 200 mostly empty
+        # tasks per micro-batch dominate a small stream's latency, and a stateful query writes the
+        # number into its checkpoint, where it can never change afterwards.
+        "spark.sql.shuffle.partitions": str(shuffle_partitions),
+        # Aggregation and join state in RocksDB, off the JVM heap: an upsert view's table of keys
+        # grows on local disk instead of into garbage-collection pauses. The checkpoint records
+        # the provider, so it has to be right from a revision's first batch.
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        # Each commit uploads the state that changed, not a full snapshot of it.
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        # Timestamps parse and print in UTC whatever the pod's or laptop's zone, so a view's
+        # output does not depend on where it ran.
+        "spark.sql.session.timeZone": "UTC",
+        # Input rate, processing rate and latency of each query in Spark's metrics system.
+        "spark.sql.streaming.metricsEnabled": "true",
+    }
+
+
+def merged_conf(shuffle_partitions: int, settings: SparkSettings) -> dict[str, str]:
+    conf = default_spark_conf(shuffle_partitions)
+    conf.update(settings.spark_conf)
+    return dict(sorted(conf.items()))
+
+
+def reading_topic(log: Log) -> str:
+    # A view's output log points readers at its serving revision's topic through its status.
+    if log.status is not None and log.status.topic_name:
+        return log.status.topic_name
+    return log.topic
+
+
+def log_partitions(log: Log) -> int:
+    if log.status is not None and log.status.partitions:
+        return log.status.partitions
+    return log.spec.partitions
+
+
+def runner_input(alias: str | None, log: Log, position: StartingPosition) -> RunnerInput:
+    return RunnerInput(
+        alias=alias,
+        log=log.metadata.name,
+        topic=reading_topic(log),
+        partitions=log_partitions(log),
+        schema_ddl=log.spec.record_schema,
+        format=log.spec.format,
+        starting_position=position,
+    )
+
+
+def view_runner_spec(
+    view: DerivedView,
+    inputs: Mapping[str, Log],
+    output: Log,
+    *,
+    revision: int,
+    spec_hash: str,
+    output_topic: str,
+    checkpoint_root: str,
+    bootstrap_servers: str | None = None,
+    starting_positions: Mapping[str, StartingPosition] | None = None,
+) -> RunnerSpec:
+    """The runner spec of one revision of `view`. `inputs` maps each alias to its Log;
+    `starting_positions` overrides a spec's position per alias (e.g. a group's committed offsets
+    when a fresh checkpoint is made)."""
+    meta, spec = view.metadata, view.spec
+    sources = []
+    for item in spec.inputs:
+        log = inputs.get(item.alias)
+        if log is None:
+            raise ValueError(
+                f"DerivedView/{meta.namespace}/{meta.name}: spec.inputs: no Log given for alias "
+                f"{item.alias!r} (log {item.log!r}); create the Log or fix the input's log name"
+            )
+        position = (starting_positions or {}).get(item.alias) or starting_position(
+            item.starting_position
+        )
+        sources.append(runner_input(item.alias, log, position))
+    sink = RunnerOutput(
+        log=output.metadata.name,
+        topic=output_topic,
+        mode=spec.output.mode,
+        key=tuple(spec.output.key) if spec.output.key else None,
+        partitions=output.spec.partitions,
+    )
+    shuffle = max([s.partitions for s in sources] + [sink.partitions])
+    return RunnerSpec(
+        kind="DerivedView",
+        namespace=meta.namespace,
+        name=meta.name,
+        revision=revision,
+        spec_hash=spec_hash,
+        inputs=tuple(sources),
+        sql=spec.sql,
+        output=sink,
+        dead_letter_topic=dead_letter_topic(meta.namespace, meta.name),
+        consumer_group=consumer_group(meta.namespace, meta.name, revision),
+        checkpoint_location=checkpoint_location(
+            checkpoint_root, meta.namespace, meta.name, revision
+        ),
+        trigger=spec.spark.trigger,
+        max_offsets_per_trigger=spec.spark.max_offsets_per_trigger,
+        fail_on_data_loss=not spec.upgrade.allow_partial_history,
+        bootstrap_servers=bootstrap_servers,
+        spark_conf=merged_conf(shuffle, spec.spark),
+    )
+
+
+def kafka_source_options(spec: RunnerSpec, source: RunnerInput) -> dict[str, str]:
+    """The options of Spark's Kafka source for one input of `spec`."""
+    options = {"subscribe": source.topic}
+    if spec.bootstrap_servers:
+        options["kafka.bootstrap.servers"] = spec.bootstrap_servers
+    options.update(_starting_options(source))
+    # Fail rather than skip when records to read were deleted by retention: a derived log with a
+    # silent gap is worse than a stopped view. A view that allows partial history accepts gaps.
+    options["failOnDataLoss"] = "true" if spec.fail_on_data_loss else "false"
+    if spec.max_offsets_per_trigger is not None:
+        # Bounds a catching-up revision's batches so each one commits, and reports progress, soon.
+        options["maxOffsetsPerTrigger"] = str(spec.max_offsets_per_trigger)
+    # Spark's own consumers commit nothing; naming them after the mirrored group lets broker-side
+    # tools tell who they are (instead of spark-kafka-source-<uuid>).
+    options["groupIdPrefix"] = f"{spec.consumer_group}.spark"
+    return options
+
+
+def _starting_options(source: RunnerInput) -> dict[str, str]:
+    start = source.starting_position
+    if start.kind == "timestamp" and start.timestamp_ms is not None:
+        # A timestamp after the last record starts at the end instead of failing the query.
+        return {
+            "startingTimestamp": str(start.timestamp_ms),
+            "startingOffsetsByTimestampStrategy": "latest",
+        }
+    if start.kind == "offsets" and start.offsets is not None:
+        # Spark wants every partition named; -2 is its marker for "earliest".
+        offsets = {str(p): start.offsets.get(p, -2) for p in range(source.partitions)}
+        return {"startingOffsets": json.dumps({source.topic: offsets}, separators=(",", ":"))}
+    return {"startingOffsets": "latest" if start.kind == "latest" else "earliest"}

@@ -1,0 +1,339 @@
+"""The Spark planner: the Spark application that runs a view's or job's revision.
+
+The runner spec (`plan.runner_spec`) drives both runtimes:
+`spark_application` wraps it in a Kubeflow `SparkApplication` (as JSON in the arguments) and
+`local_submit` in a spark-submit command line (as a file). A user's `StreamJob` runs its own
+code instead, and gets the same facts (topics, checkpoint, consumer group) as environment variables.
+
+Names derived from a view or job (consumer group, checkpoint, dead-letter topic, application name)
+are functions of the namespace, the name and the revision only, so every component computes them
+alike and a restarted operator finds what it started.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from distributary.api.common import SparkSettings
+from distributary.api.job import StreamJob
+from distributary.api.log import Log
+from distributary.plan.runner_spec import (
+    SPEC_FILE_ARG,
+    SPEC_JSON_ARG,
+    RunnerOutput,
+    RunnerSpec,
+    checkpoint_location,
+    consumer_group,
+    log_partitions,
+    merged_conf,
+    name_digest,
+    reading_topic,
+    runner_input,
+    starting_position,
+)
+
+RUNNER_FILE = "local:///opt/distributary/runner.py"  # provided by the job image
+SPARK_VERSION = "4.1.1"
+SPARK_APPLICATION_API_VERSION = "sparkoperator.k8s.io/v1beta2"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "distributary"}
+# The operator names a Service `<app>-ui-svc` and a pod `<app>-driver`, and puts the name in
+# labels; all must fit in 63 characters, so an application name is at most 63 - 7.
+MAX_APPLICATION_NAME = 56
+MAX_LABEL_VALUE = 63
+
+
+@dataclass(frozen=True)
+class LocalCommand:
+    """A command for the local runtime: argv, and the variables to add to the environment."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+
+
+def application_name(name: str, revision: int) -> str:
+    """The SparkApplication's name, `<name>-r<revision>`, or when that is too long or not a DNS
+    label (a name with dots or a leading digit), a shortened form with a hash of the name."""
+    suffix = f"-r{revision}"
+    if re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name) and (
+        len(name) + len(suffix) <= MAX_APPLICATION_NAME
+    ):
+        return name + suffix
+    head = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    if not head[:1].isalpha():
+        head = f"app-{head}".rstrip("-")
+    digest = name_digest(name)
+    head = head[: MAX_APPLICATION_NAME - len(suffix) - len(digest) - 1].rstrip("-")
+    return f"{head}-{digest}{suffix}"
+
+
+def label_value(value: str) -> str:
+    """`value` as a label value: itself when it fits in 63 characters, else shortened and hashed."""
+    if len(value) <= MAX_LABEL_VALUE:
+        return value
+    return f"{value[: MAX_LABEL_VALUE - 9].rstrip('-._')}-{name_digest(value)}"
+
+
+def _owner_reference(owner: Mapping[str, str]) -> dict[str, Any]:
+    missing = [key for key in ("apiVersion", "kind", "name", "uid") if not owner.get(key)]
+    if missing:
+        raise ValueError(
+            f"owner is missing {', '.join(missing)}: an ownerReference needs "
+            "apiVersion, kind, name and uid"
+        )
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": owner["name"],
+        "uid": owner["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+@dataclass(frozen=True)
+class _Application:
+    kind: Literal["DerivedView", "StreamJob"]
+    namespace: str
+    name: str
+    revision: int
+    spec_hash: str
+    image: str
+    main_file: str
+    arguments: Sequence[str]
+    spark_conf: Mapping[str, str]
+    env: Mapping[str, str]
+
+
+def _spark_application(
+    app: _Application,
+    settings: SparkSettings,
+    service_account: str,
+    owner: Mapping[str, str] | None,
+) -> dict[str, Any]:
+    label_key = "distributary.dev/view" if app.kind == "DerivedView" else "distributary.dev/job"
+    labels = {
+        **MANAGED_BY,
+        label_key: label_value(app.name),
+        "distributary.dev/revision": str(app.revision),
+    }
+    env = [{"name": key, "value": value} for key, value in sorted(app.env.items())]
+    driver: dict[str, Any] = {
+        "cores": settings.driver.cores,
+        "memory": settings.driver.memory,
+        # Only the driver talks to the API server (to create executors).
+        "serviceAccount": service_account,
+        "labels": labels,
+    }
+    executor: dict[str, Any] = {
+        "cores": settings.executor.cores,
+        "memory": settings.executor.memory,
+        "instances": settings.executor.instances,
+        "labels": labels,
+    }
+    if env:
+        driver["env"] = env
+        executor["env"] = env
+    metadata: dict[str, Any] = {
+        "name": application_name(app.name, app.revision),
+        "namespace": app.namespace,
+        "labels": labels,
+        "annotations": {"distributary.dev/spec-hash": app.spec_hash},
+    }
+    if owner is not None:
+        metadata["ownerReferences"] = [_owner_reference(owner)]
+    return {
+        "apiVersion": SPARK_APPLICATION_API_VERSION,
+        "kind": "SparkApplication",
+        "metadata": metadata,
+        "spec": {
+            "type": "Python",
+            "pythonVersion": "3",
+            "mode": "cluster",
+            "sparkVersion": SPARK_VERSION,
+            "image": app.image,
+            "mainApplicationFile": app.main_file,
+            "arguments": list(app.arguments),
+            "sparkConf": dict(app.spark_conf),
+            # Never: the operator owns retries, with back-off, and records each attempt in the
+            # view's or job's status; a second retry loop inside the Spark operator would hide them.
+            "restartPolicy": {"type": "Never"},
+            "driver": driver,
+            "executor": executor,
+        },
+    }
+
+
+def spark_application(
+    spec: RunnerSpec,
+    settings: SparkSettings,
+    *,
+    image: str,
+    service_account: str = "distributary-spark",
+    owner: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The Kubeflow SparkApplication that runs the runner on `spec`. `image` is the operator's
+    default job image; `settings.image` wins when set. `owner` (apiVersion, kind, name, uid)
+    becomes the controlling ownerReference, so deleting the view deletes the application."""
+    app = _Application(
+        kind=spec.kind,
+        namespace=spec.namespace,
+        name=spec.name,
+        revision=spec.revision,
+        spec_hash=spec.spec_hash,
+        image=settings.image or image,
+        main_file=RUNNER_FILE,
+        arguments=(SPEC_JSON_ARG, spec.model_dump_json()),
+        spark_conf=spec.spark_conf,
+        env={},
+    )
+    return _spark_application(app, settings, service_account, owner)
+
+
+def env_name(direction: Literal["INPUT", "OUTPUT"], log: str) -> str:
+    """`DISTRIBUTARY_<direction>_<LOG>_TOPIC`, the log name upper-cased with '-' and '.' as '_'."""
+    return f"DISTRIBUTARY_{direction}_{re.sub(r'[-.]', '_', log.upper())}_TOPIC"
+
+
+def _job_logs(
+    job: StreamJob, logs: Mapping[str, Log], names: Sequence[str], field: str
+) -> list[Log]:
+    found = []
+    for name in names:
+        log = logs.get(name)
+        if log is None:
+            raise ValueError(
+                f"StreamJob/{job.metadata.namespace}/{job.metadata.name}: "
+                f"spec.{field}: no Log given for {name!r}; create the Log or fix "
+                "the name"
+            )
+        found.append(log)
+    return found
+
+
+def job_environment(
+    job: StreamJob,
+    inputs: Mapping[str, Log],
+    outputs: Mapping[str, Log],
+    *,
+    revision: int,
+    checkpoint_root: str,
+    bootstrap_servers: str | None = None,
+) -> dict[str, str]:
+    """The variables a job's driver and executors get: Distributary's (topics, checkpoint,
+    consumer group, inputs and outputs as JSON) and the user's `spec.env`. Logs are by name."""
+    meta = job.metadata
+    sources = [
+        runner_input(None, log, starting_position(item.starting_position))
+        for item, log in zip(
+            job.spec.inputs,
+            _job_logs(job, inputs, [i.log for i in job.spec.inputs], "inputs"),
+            strict=True,
+        )
+    ]
+    sinks = [
+        RunnerOutput(
+            log=log.metadata.name,
+            topic=reading_topic(log),
+            mode="upsert" if log.spec.compaction else "append",
+            key=tuple(log.spec.key) if log.spec.key else None,
+            partitions=log_partitions(log),
+        )
+        for log in _job_logs(job, outputs, [o.log for o in job.spec.outputs], "outputs")
+    ]
+    env = dict(job.spec.env)
+    topics = [(env_name("INPUT", s.log), s.log, s.topic) for s in sources]
+    topics += [(env_name("OUTPUT", s.log), s.log, s.topic) for s in sinks]
+    for name, log, topic in topics:
+        if name in env:
+            raise ValueError(
+                f"StreamJob/{meta.namespace}/{meta.name}: log {log!r} and another "
+                f"log both map to {name}; rename one of the Logs"
+            )
+        env[name] = topic
+    env["DISTRIBUTARY_INPUTS"] = json.dumps([s.model_dump(mode="json") for s in sources])
+    env["DISTRIBUTARY_OUTPUTS"] = json.dumps([s.model_dump(mode="json") for s in sinks])
+    env["DISTRIBUTARY_CHECKPOINT_LOCATION"] = checkpoint_location(
+        checkpoint_root, meta.namespace, meta.name, revision
+    )
+    env["DISTRIBUTARY_CONSUMER_GROUP"] = consumer_group(meta.namespace, meta.name, revision)
+    env["DISTRIBUTARY_REVISION"] = str(revision)
+    if bootstrap_servers:
+        env["DISTRIBUTARY_BOOTSTRAP_SERVERS"] = bootstrap_servers
+    return dict(sorted(env.items()))
+
+
+def job_application(
+    job: StreamJob,
+    inputs: Mapping[str, Log],
+    outputs: Mapping[str, Log],
+    *,
+    revision: int,
+    spec_hash: str,
+    checkpoint_root: str,
+    bootstrap_servers: str | None = None,
+    service_account: str = "distributary-spark",
+    owner: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The SparkApplication that runs a StreamJob's own main file with its arguments, with
+    `job_environment` set on the driver and executors. Logs are by name."""
+    env = job_environment(
+        job,
+        inputs,
+        outputs,
+        revision=revision,
+        checkpoint_root=checkpoint_root,
+        bootstrap_servers=bootstrap_servers,
+    )
+    partitions = [log_partitions(inputs[i.log]) for i in job.spec.inputs]
+    partitions += [log_partitions(outputs[o.log]) for o in job.spec.outputs]
+    app = _Application(
+        kind="StreamJob",
+        namespace=job.metadata.namespace,
+        name=job.metadata.name,
+        revision=revision,
+        spec_hash=spec_hash,
+        image=job.spec.spark.image or job.spec.image,
+        main_file=job.spec.main_application_file,
+        arguments=tuple(job.spec.arguments),
+        spark_conf=merged_conf(max(partitions, default=1), job.spec.spark),
+        env=env,
+    )
+    return _spark_application(app, job.spec.spark, service_account, owner)
+
+
+def local_submit(
+    spec: RunnerSpec,
+    settings: SparkSettings,
+    *,
+    spec_path: str,
+    runner_file: str,
+    python: str = "python3",
+    spark_submit: str = "spark-submit",
+    jars: Sequence[str] = (),
+    max_cores: int = 4,
+) -> LocalCommand:
+    """The spark-submit command that runs the runner on `spec` (written to `spec_path`) on this
+    machine: `local[N]` with N the executors' cores, at most `max_cores`, since several views
+    share one machine; `jars` are the Kafka connector's."""
+    threads = max(1, min(settings.executor.cores * settings.executor.instances, max_cores))
+    argv = [
+        spark_submit,
+        "--master",
+        f"local[{threads}]",
+        "--name",
+        application_name(spec.name, spec.revision),
+        "--driver-memory",
+        settings.driver.memory,
+    ]
+    for key, value in spec.spark_conf.items():
+        argv += ["--conf", f"{key}={value}"]
+    if jars:
+        argv += ["--jars", ",".join(jars)]
+    argv += [runner_file, SPEC_FILE_ARG, spec_path]
+    return LocalCommand(
+        argv=tuple(argv), env={"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python}
+    )
