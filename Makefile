@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test unit lint demo crds clean
+.PHONY: install test unit integration lint demo crds docs clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,9 @@ test: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit
 
+integration: $(STAMP)
+	$(BIN)/python -m pytest tests/integration
+
 lint: $(STAMP)
 	$(BIN)/ruff check operator tests
 	$(BIN)/ruff format --check operator tests
@@ -29,6 +32,9 @@ lint: $(STAMP)
 
 crds: $(STAMP)
 	$(BIN)/distributary crds --out crds
+
+docs: $(STAMP)
+	$(BIN)/python -c 'from pathlib import Path; from distributary.api.reference import reference_markdown as r; Path("docs/reference.md").write_text(r())'
 
 demo: $(STAMP)
 	@for ex in examples/clickstream examples/orders; do \

@@ -187,7 +187,9 @@ class LogSpec(ApiModel):
     retention: Retention | None = Field(default=None, description="How long records are kept.")
     compaction: bool = Field(
         default=False,
-        description="Keep the latest record per key (cleanup.policy=compact): a changelog, a table.",
+        description=(
+            "Keep the latest record per key (cleanup.policy=compact): a changelog, a table."
+        ),
     )
     config: dict[str, Annotated[str, StringConstraints(max_length=1024)] | int] = Field(
         default_factory=dict,

@@ -196,10 +196,10 @@ class EmbeddedBroker:
         """Start the broker and return once it accepts connections."""
         java = java_binary()
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._check_not_running()
         self._choose_ports()
         config = self._write_config()
         self._format(java, config)
-        self._check_not_running()
         with open(self.state_dir / "broker.out", "ab") as out:
             self._process = subprocess.Popen(
                 self._java_command(java, "kafka.Kafka", str(config)),
@@ -218,7 +218,8 @@ class EmbeddedBroker:
             return
         pid = int(pid_file.read_text().strip() or 0)
         cmdline = Path(f"/proc/{pid}/cmdline")
-        if pid and cmdline.exists() and b"kafka.Kafka" in cmdline.read_bytes():
+        own_config = str(self.state_dir / "server.properties").encode()
+        if pid and cmdline.exists() and own_config in cmdline.read_bytes():
             raise BrokerError(
                 f"a Kafka broker (pid {pid}) is already using {self.state_dir}: "
                 f"stop it (kill {pid}) or choose another state folder"

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from distributary.api.log import Log, log_manifest
+from distributary.api.log import Log, LogStatus, log_manifest
 from distributary.api.view import DerivedView
 from distributary.graph import Pipeline, Ref
 from distributary.plan.revisions import revision_hash, view_definition
@@ -121,20 +121,35 @@ def _owner(view: DerivedView) -> dict[str, str]:
     }
 
 
+def _serving(pipeline: Pipeline, log: Log) -> Log:
+    """The log as readers will find it: a view's output serves its revision 1 topic."""
+    ref = Ref.of(log)
+    if not pipeline.is_derived(ref):
+        return log
+    status = LogStatus(topic_name=revision_topic(log, 1), partitions=log.spec.partitions)
+    return log.model_copy(update={"status": status})
+
+
 def _plan_view(pipeline: Pipeline, ref: Ref, settings: PlanSettings) -> PlannedView | None:
     view = pipeline.views[ref]
     output = pipeline.output(ref)
-    inputs = pipeline.inputs(ref)
+    inputs = {alias: _serving(pipeline, log) for alias, log in pipeline.inputs(ref).items()}
     if output is None or len(inputs) != len(view.spec.inputs):
         return None
     spec_hash = revision_hash(view_definition(view, inputs))
     runner = view_runner_spec(
-        view, inputs, output, revision=1, spec_hash=spec_hash,
-        output_topic=revision_topic(output, 1), checkpoint_root=settings.checkpoint_root,
+        view,
+        inputs,
+        output,
+        revision=1,
+        spec_hash=spec_hash,
+        output_topic=revision_topic(output, 1),
+        checkpoint_root=settings.checkpoint_root,
         bootstrap_servers=settings.bootstrap_servers,
     )
-    application = spark_application(runner, view.spec.spark, image=settings.image,
-                                    owner=_owner(view))
+    application = spark_application(
+        runner, view.spec.spark, image=settings.image, owner=_owner(view)
+    )
     return PlannedView(ref, 1, spec_hash, runner, application)
 
 
@@ -150,13 +165,20 @@ def plan_pipeline(pipeline: Pipeline, settings: PlanSettings | None = None) -> P
             log = pipeline.logs[ref]
             writer = pipeline.writer(ref)
             if writer is not None and writer in pipeline.views:
-                topics.append(PlannedTopic(ref, desired_topic(log, topic=revision_topic(log, 1)),
-                                           writer, 1))
-                child_logs.append(log_manifest(
-                    log.metadata.name, ref.namespace, log.spec,
-                    labels={"app.kubernetes.io/managed-by": "distributary",
-                            "distributary.dev/view": writer.name},
-                ))
+                topics.append(
+                    PlannedTopic(ref, desired_topic(log, topic=revision_topic(log, 1)), writer, 1)
+                )
+                child_logs.append(
+                    log_manifest(
+                        log.metadata.name,
+                        ref.namespace,
+                        log.spec,
+                        labels={
+                            "app.kubernetes.io/managed-by": "distributary",
+                            "distributary.dev/view": writer.name,
+                        },
+                    )
+                )
             else:
                 topics.append(PlannedTopic(ref, desired_topic(log)))
         elif ref in pipeline.views:
@@ -165,24 +187,40 @@ def plan_pipeline(pipeline: Pipeline, settings: PlanSettings | None = None) -> P
                 views.append(planned)
         elif ref in pipeline.jobs:
             job = pipeline.jobs[ref]
-            logs = {log_ref.name: pipeline.logs[log_ref] for log_ref in pipeline.logs
-                    if log_ref.namespace == ref.namespace}
+            logs = {
+                log_ref.name: pipeline.logs[log_ref]
+                for log_ref in pipeline.logs
+                if log_ref.namespace == ref.namespace
+            }
             spec_hash = job_revision_hash(job.spec)
             application = job_application(
-                job, logs, logs, revision=1, spec_hash=spec_hash,
+                job,
+                logs,
+                logs,
+                revision=1,
+                spec_hash=spec_hash,
                 checkpoint_root=settings.checkpoint_root,
                 bootstrap_servers=settings.bootstrap_servers,
-                owner={"apiVersion": job.api_version, "kind": job.kind,
-                       "name": job.metadata.name, "uid": job.metadata.uid or "<uid of the job>"},
+                owner={
+                    "apiVersion": job.api_version,
+                    "kind": job.kind,
+                    "name": job.metadata.name,
+                    "uid": job.metadata.uid or "<uid of the job>",
+                },
             )
             jobs.append(PlannedJob(ref, 1, spec_hash, application))
     kafka_topics: list[dict[str, Any]] = []
     if settings.backend == "strimzi":
         for planned_topic in topics:
             log = pipeline.logs[planned_topic.log]
-            kafka_topics.append(kafka_topic_manifest(
-                log, cluster=settings.strimzi_cluster, namespace=planned_topic.log.namespace,
-                topic=planned_topic.topic.name,
-            ))
-    return PipelinePlan(tuple(topics), tuple(child_logs), tuple(views), tuple(jobs),
-                        tuple(kafka_topics))
+            kafka_topics.append(
+                kafka_topic_manifest(
+                    log,
+                    cluster=settings.strimzi_cluster,
+                    namespace=planned_topic.log.namespace,
+                    topic=planned_topic.topic.name,
+                )
+            )
+    return PipelinePlan(
+        tuple(topics), tuple(child_logs), tuple(views), tuple(jobs), tuple(kafka_topics)
+    )

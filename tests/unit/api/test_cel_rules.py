@@ -70,7 +70,8 @@ def _rule_texts(kind: str, path: str) -> list[str]:
         (
             "DerivedView",
             ".spec",
-            "self.inputs.all(i, self.inputs.exists_one(j, j.alias.lowerAscii() == i.alias.lowerAscii()))",
+            "self.inputs.all(i, self.inputs.exists_one("
+            "j, j.alias.lowerAscii() == i.alias.lowerAscii()))",
         ),
         ("DerivedView", ".spec.spark.sparkConf", "self.all(k, k.startsWith('spark.'))"),
         ("StreamJob", ".spec.spark.sparkConf", "self.all(k, k.startsWith('spark.'))"),

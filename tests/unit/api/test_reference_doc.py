@@ -11,11 +11,7 @@ from distributary.api import KINDS
 from distributary.api.reference import reference_markdown
 
 REFERENCE = Path(__file__).resolve().parents[3] / "docs" / "reference.md"
-REGENERATE = (
-    "regenerate it: .venv/bin/python -c 'from pathlib import Path; "
-    "from distributary.api.reference import reference_markdown as r; "
-    'Path("docs/reference.md").write_text(r())\''
-)
+REGENERATE = "regenerate it with 'make docs' and commit docs/reference.md"
 
 
 def _reachable(model: type[BaseModel], seen: set[type[BaseModel]]) -> None:

@@ -1,0 +1,28 @@
+"""Fixtures that start real parts: the embedded Kafka broker (from cached Maven jars).
+
+Each fixture starts the same launcher people use (`distributary.local.broker`), once per session,
+with its data in pytest's temporary folder; nothing here stands in for Kafka.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from distributary.local.broker import EmbeddedBroker
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/integration" in str(item.path):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+    """A running single-node KRaft broker for the whole session."""
+    state: Path = tmp_path_factory.mktemp("kafka")
+    with EmbeddedBroker(state) as running:
+        yield running

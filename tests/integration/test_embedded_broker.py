@@ -1,0 +1,57 @@
+"""The embedded broker: it serves, keeps its data across restarts, and refuses a second owner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from distributary.kafka.cluster import client_config, cluster_ready
+from distributary.local.broker import BrokerError, EmbeddedBroker
+
+
+def _create(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient(client_config(bootstrap))
+    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        future.result(timeout=30)
+
+
+def _end_offsets(bootstrap: str, topic: str, partitions: int) -> list[int]:
+    consumer = Consumer(client_config(bootstrap, **{"group.id": "probe"}))
+    try:
+        return [
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in range(partitions)
+        ]
+    finally:
+        consumer.close()
+
+
+def test_the_broker_serves_topics_and_records(broker: EmbeddedBroker) -> None:
+    assert cluster_ready(broker.bootstrap_servers)
+    _create(broker.bootstrap_servers, "serves", 2)
+    producer = Producer(client_config(broker.bootstrap_servers))
+    for i in range(10):
+        producer.produce("serves", value=f'{{"n": {i}}}'.encode(), partition=i % 2)
+    assert producer.flush(30) == 0
+    assert _end_offsets(broker.bootstrap_servers, "serves", 2) == [5, 5]
+
+
+def test_a_restarted_broker_keeps_its_records(tmp_path: Path) -> None:
+    broker = EmbeddedBroker(tmp_path / "state")
+    with broker:
+        _create(broker.bootstrap_servers, "kept", 1)
+        producer = Producer(client_config(broker.bootstrap_servers))
+        for i in range(3):
+            producer.produce("kept", value=str(i).encode())
+        assert producer.flush(30) == 0
+    assert not cluster_ready(broker.bootstrap_servers, timeout=1)
+    with broker:
+        assert _end_offsets(broker.bootstrap_servers, "kept", 1) == [3]
+
+
+def test_a_second_broker_on_the_same_state_is_refused(broker: EmbeddedBroker) -> None:
+    with pytest.raises(BrokerError, match="already using"):
+        EmbeddedBroker(broker.state_dir).start()
