@@ -17,6 +17,8 @@ import yaml
 
 from distributary import __version__
 from distributary.api.crd import drift, write_crds
+from distributary.cli_records import UserError, produce, tail
+from distributary.cli_run import run
 from distributary.diagram import draw
 from distributary.graph import Pipeline, load_pipeline
 from distributary.plan.pipeline import (
@@ -34,13 +36,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 PATHS = click.argument(
     "paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path)
 )
-
-
-class UserError(click.ClickException):
-    """A mistake in the user's input: printed as one line on stderr, exit status 1."""
-
-    def show(self, file: Any = None) -> None:
-        click.echo(f"error: {self.format_message()}", err=True)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -274,6 +269,11 @@ def crds(out_dir: Path, check: bool) -> None:
         return
     for path in write_crds(out_dir):
         click.echo(f"wrote {path}")
+
+
+main.add_command(run)
+main.add_command(produce)
+main.add_command(tail)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -490,11 +490,19 @@ def _columns(log: Log | None) -> list[Column]:
         return []  # reported on the Log itself
 
 
+DELETED_COLUMN = "__deleted"  # an upsert view's marker column: true writes a tombstone
+
+
 def _derive(view: DerivedView, inputs: list[Log], analysis: QueryAnalysis | None) -> Log:
     """The Log a view writes: what readers of its output see."""
     output = view.spec.output
-    columns = analysis.record_schema() if analysis is not None else None
     upsert = output.mode == "upsert"
+    # A column whose type is not known for certain is read downstream as STRING: Spark's from_json
+    # gives any JSON value's text for it, so nothing is lost or sent to the dead-letter topic.
+    columns = analysis.record_schema(unknown_as="STRING") if analysis is not None else None
+    if columns is not None and upsert:
+        # An upsert view's deletion marker becomes a tombstone; it is not a column of the rows.
+        columns = [c for c in columns if c.name.lower() != DELETED_COLUMN] or None
     keyed = (
         upsert
         and bool(output.key)

@@ -180,11 +180,13 @@ class QueryAnalysis:
         """Whether the query outputs a column of this name (compared as Spark does, case-blind)."""
         return name.lower() in {column.lower() for column in self.names}
 
-    def record_schema(self) -> list[Column] | None:
-        """The output as record columns, or None when a column or a type is not known."""
+    def record_schema(self, unknown_as: str | None = None) -> list[Column] | None:
+        """The output as record columns, or None when a column is not known, or a type is not
+        known and `unknown_as` gives none to use instead."""
         if not self.complete:
             return None
-        columns = [Column(c.name, c.type) for c in self.columns if c.type is not None]
+        types = [(c.name, c.type or unknown_as) for c in self.columns]
+        columns = [Column(name, kind) for name, kind in types if kind is not None]
         return columns if len(columns) == len(self.columns) and columns else None
 
 

@@ -1,12 +1,16 @@
-"""Reaching a Kafka cluster: client configuration and a readiness probe.
+"""Reaching a Kafka cluster: client configuration, a readiness probe, bounded waits.
 
 Every client Distributary makes starts from `client_config`, so connection settings (and later
-TLS and SASL) are decided in one place.
+TLS and SASL) are decided in one place. confluent-kafka answers admin requests with futures that
+wait forever unless told otherwise; `result_within` is how every adapter waits on them.
 """
 
 from __future__ import annotations
 
-from confluent_kafka import KafkaException
+import concurrent.futures
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 
@@ -14,7 +18,9 @@ def client_config(
     bootstrap_servers: str, **extra: str | int | float | bool
 ) -> dict[str, str | int | float | bool]:
     """The configuration shared by every client of one cluster."""
-    return {"bootstrap.servers": bootstrap_servers, "log_level": 3, **extra}
+    # librdkafka logs each refused connection (level 3) every 50 ms while a broker is down; the
+    # callers report unreachable brokers themselves, once, through the errors they get.
+    return {"bootstrap.servers": bootstrap_servers, "log_level": 2, **extra}
 
 
 def cluster_ready(bootstrap_servers: str, timeout: float = 2.0) -> bool:
@@ -25,3 +31,18 @@ def cluster_ready(bootstrap_servers: str, timeout: float = 2.0) -> bool:
     except KafkaException:
         return False
     return bool(metadata.brokers)
+
+
+def result_within(future: concurrent.futures.Future[Any], timeout: float) -> Any:
+    """The future's result; KafkaException(_TIMED_OUT) when none came within `timeout` seconds
+    plus a margin that lets the client's own request timeout fire first."""
+    try:
+        return future.result(timeout=timeout + 5.0)
+    except concurrent.futures.TimeoutError:
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "no answer")) from None
+
+
+def kafka_error(exc: KafkaException) -> KafkaError:
+    """The KafkaError a KafkaException carries (one made from its text if it carries none)."""
+    error = exc.args[0] if exc.args else None
+    return error if isinstance(error, KafkaError) else KafkaError(KafkaError._FAIL, str(exc))

@@ -180,7 +180,12 @@ class EmbeddedBroker:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         result = subprocess.run(
             self._java_command(
-                java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)
+                java,
+                "kafka.tools.StorageTool",
+                "format",
+                f"--cluster-id={cluster_id}",
+                "-c",
+                str(config),
             ),
             capture_output=True,
             text=True,

@@ -54,11 +54,17 @@ KAFKA_BROKER = Bundle(
 SPARK_KAFKA_CONNECTOR = Bundle(
     "spark-sql-kafka",
     (f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_BINARY}:{SPARK_VERSION}",),
-    # pyspark ships these already; two copies on one classpath would clash.
+    # pyspark ships these already (some in newer versions); two copies on one classpath clash.
     exclusions=(
         "org.slf4j:slf4j-api",
         "org.apache.hadoop:hadoop-client-api",
         "org.apache.hadoop:hadoop-client-runtime",
+        "org.scala-lang:scala-library",
+        "org.scala-lang.modules:scala-parallel-collections_2.13",
+        "org.apache.spark:spark-tags_2.13",
+        "org.xerial.snappy:snappy-java",
+        "org.lz4:lz4-java",
+        "com.google.code.findbugs:jsr305",
     ),
 )
 

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 from distributary.api.common import Position, SparkSettings
 from distributary.api.log import Log
 from distributary.api.view import DerivedView
+from distributary.plan.progress import PROGRESS_TOPIC
 
 SPEC_JSON_ARG = "--spec-json"  # the runner's argument for the spec inline, as JSON
 SPEC_FILE_ARG = "--spec"  # ...and for the spec in a file
@@ -82,6 +83,7 @@ class RunnerSpec(_Contract):
     fail_on_data_loss: bool = True
     bootstrap_servers: str | None = None
     spark_conf: dict[str, str] = {}
+    progress_topic: str | None = PROGRESS_TOPIC
 
 
 def name_digest(text: str) -> str:

@@ -67,7 +67,7 @@ def test_output_partitions_win_over_the_inputs() -> None:
     assert log.spec.partitions == 12
 
 
-def test_a_log_with_an_unknown_type_has_no_schema_but_keeps_its_key(tmp_path: Path) -> None:
+def test_a_column_of_unknown_type_is_read_as_string_and_the_key_is_kept(tmp_path: Path) -> None:
     (tmp_path / "p.yaml").write_text(
         (DATA / "pipeline" / "logs.yaml").read_text()
         + "\n---\n"
@@ -80,7 +80,8 @@ def test_a_log_with_an_unknown_type_has_no_schema_but_keeps_its_key(tmp_path: Pa
     log = built.output(Ref("DerivedView", "default", "hosts"))
     assert built.ok
     assert log is not None
-    assert log.spec.record_schema is None
+    # Spark's from_json gives the JSON text of any value for a STRING column: nothing is lost.
+    assert log.spec.record_schema == "user_id STRING, host STRING"
     assert log.spec.key == ["user_id"]
     assert log.spec.compaction
 
@@ -109,3 +110,20 @@ def test_a_derived_log_is_a_resource_of_the_pipeline_with_its_views_file() -> No
     assert built.resource(Ref.log("plan-counts")) is built.output(PLAN)
     assert str(built.source(Ref.log("plan-counts"))).endswith("tables.yml")
     assert built.output(Ref.log("users")) is None
+
+
+def test_the_deletion_marker_of_an_upsert_view_is_not_a_column_of_its_log(tmp_path: Path) -> None:
+    (tmp_path / "p.yaml").write_text(
+        (DATA / "pipeline" / "logs.yaml").read_text()
+        + "\n---\n"
+        + "apiVersion: distributary.dev/v1alpha1\nkind: DerivedView\nmetadata: {name: live}\n"
+        "spec:\n  inputs: [{log: page-views, alias: v}]\n"
+        "  sql: SELECT user_id, max(duration_ms) AS longest, max(duration_ms) < 0 AS __deleted\n"
+        "    FROM v GROUP BY user_id\n"
+        "  output: {mode: upsert, key: [user_id]}\n"
+    )
+    built = load_pipeline([tmp_path])
+    log = built.output(Ref("DerivedView", "default", "live"))
+    assert built.ok, built.problems
+    assert log is not None
+    assert log.spec.record_schema == "user_id STRING, longest INT"

@@ -1,0 +1,178 @@
+"""`distributary run`: the command around `local.run`, with the live table and the summary.
+
+The table goes to stderr (refreshed in place on a terminal, a status line every few seconds
+otherwise) so that stdout carries only what a script wants: with `--until-caught-up`, one JSON
+object summarising every log and view as the last line. Ctrl-C and SIGTERM stop the runner
+gracefully (its queries checkpoint) and then the broker; a second run resumes from there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+
+import click
+from rich.console import Console
+from rich.live import Live
+
+from distributary.cli_records import UserError, append_file
+from distributary.graph import Pipeline, load_pipeline
+from distributary.kafka.admin import KafkaAdminError
+from distributary.local.broker import BrokerError
+from distributary.local.jars import ArtifactError
+from distributary.local.run import LocalRun, RunError, watch
+from distributary.local.state import DEFAULT_STATE_DIR
+from distributary.local.status import Snapshot, one_line, render
+
+STATUS_EVERY = 5.0  # seconds between status lines when stderr is not a terminal
+
+
+def load_checked(paths: Sequence[Path], doing: str) -> Pipeline:
+    """The pipeline in `paths`, or a UserError after printing every problem on stderr."""
+    pipeline = load_pipeline(paths)
+    for problem in pipeline.problems:
+        click.echo(str(problem), err=True)
+    if not pipeline.ok:
+        count = len(pipeline.problems)
+        raise UserError(f"{count} problem{'s' if count != 1 else ''} found; nothing was {doing}")
+    if not pipeline.order:
+        raise UserError(f"no Distributary resources found in {', '.join(map(str, paths))}")
+    return pipeline
+
+
+def _produce_pairs(values: Sequence[str]) -> list[tuple[str, Path]]:
+    pairs = []
+    for value in values:
+        log, sep, file = value.partition("=")
+        if not sep or not log or not file:
+            raise UserError(f"--produce {value!r}: write LOG=FILE, e.g. page-views=data.jsonl")
+        if not Path(file).is_file():
+            raise UserError(f"--produce {value!r}: {file} is not a file")
+        pairs.append((log, Path(file)))
+    return pairs
+
+
+class _Signals:
+    """Turns Ctrl-C and SIGTERM into a request to stop, checked by the watch loop."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def __call__(self, _signum: int, _frame: FrameType | None) -> None:
+        self.requested = True
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        previous = {s: signal.signal(s, self) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def _display(console: Console) -> tuple[Callable[[Snapshot], None], Live | None]:
+    if console.is_terminal:
+        live = Live(console=console, refresh_per_second=2, transient=False)
+        return lambda snapshot: live.update(render(snapshot)), live
+    shown: dict[str, float] = {}
+
+    def show(snapshot: Snapshot) -> None:
+        line = one_line(snapshot)
+        if time.monotonic() - shown.get(line, 0.0) >= STATUS_EVERY:
+            console.print(line, soft_wrap=True)
+            shown.clear()
+            shown[line] = time.monotonic()
+
+    return show, None
+
+
+def _run(run: LocalRun, produce: list[tuple[str, Path]], until_caught_up: bool) -> Snapshot:
+    bootstrap = run.start_kafka()
+    run.prepare(bootstrap)
+    for log, file in produce:
+        topic = (
+            next((t.topic.name for t in run.plan.topics if t.log.name == log), None)
+            if run.plan
+            else None
+        )
+        click.echo(append_file(run.pipeline, log, file, bootstrap, topic), err=True)
+    for job in run.pipeline.jobs:
+        click.echo(
+            f"note: StreamJob {job.name} is not run locally; run it with spark-submit", err=True
+        )
+    run.start_runner()
+    signals = _Signals()
+    console = Console(stderr=True)
+    show, live = _display(console)
+    with signals.installed():
+        if live is not None:
+            with live:
+                return watch(run, bootstrap, show, until_caught_up, lambda: signals.requested)
+        return watch(run, bootstrap, show, until_caught_up, lambda: signals.requested)
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--bootstrap-servers", help="Use this Kafka instead of starting the embedded one.")
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEFAULT_STATE_DIR,
+    show_default=True,
+    help="Where the broker's data, checkpoints and logs live; a second run resumes from it.",
+)
+@click.option("--until-caught-up", is_flag=True, help="Exit once every view has caught up.")
+@click.option(
+    "--produce",
+    "produce",
+    multiple=True,
+    metavar="LOG=FILE",
+    help="Append a JSON Lines file to a log once its topic exists (repeatable).",
+)
+@click.option(
+    "--cores",
+    type=click.IntRange(1, 64),
+    default=min(os.cpu_count() or 2, 4),
+    show_default=True,
+    help="Spark's local threads.",
+)
+def run(
+    paths: tuple[Path, ...],
+    bootstrap_servers: str | None,
+    state_dir: Path,
+    until_caught_up: bool,
+    produce: tuple[str, ...],
+    cores: int,
+) -> None:
+    """Run a pipeline on this machine: Kafka (embedded unless given), topics, every view on
+    local Spark, and a live table of positions and lag. Ctrl-C stops it; running again resumes."""
+    pipeline = load_checked(paths, "run")
+    pairs = _produce_pairs(produce)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    local = LocalRun(
+        pipeline,
+        tuple(p.resolve() for p in paths),
+        state_dir,
+        bootstrap_servers=bootstrap_servers,
+        cores=cores,
+        say=lambda text: click.echo(text, err=True),
+    )
+    try:
+        snapshot = _run(local, pairs, until_caught_up)
+    except (RunError, BrokerError, ArtifactError, KafkaAdminError) as exc:
+        raise UserError(str(exc)) from None
+    finally:
+        local.stop()
+    if until_caught_up:
+        click.echo(json.dumps(snapshot.to_json(), separators=(",", ":")))
+    else:
+        click.echo("stopped; run again to resume", err=True)
+    sys.stdout.flush()

@@ -1,0 +1,204 @@
+"""`distributary run`: a whole pipeline on one machine, no Kubernetes.
+
+The same planners the operator uses decide the topics and the runner specs; the `direct` backend
+creates the topics; one runner process runs every view on local Spark (one Spark application is
+kinder to a small machine than one per view). Everything lives under the state folder: the
+embedded broker's data, the checkpoints and the runner's log, so a second run resumes where the
+first stopped. Positions are read the way any Kafka tool reads them, from the revisions' consumer
+groups, and records/s from the progress topic the runner publishes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from distributary.backends.direct import DirectTopics
+from distributary.graph import Pipeline
+from distributary.kafka.admin import KafkaAdmin
+from distributary.kafka.progress import ProgressReader
+from distributary.local.broker import EmbeddedBroker
+from distributary.local.jars import SPARK_KAFKA_CONNECTOR, jars
+from distributary.local.state import RunState, ServedLog, write_run_state
+from distributary.local.status import Snapshot, observe
+from distributary.plan.pipeline import PipelinePlan, PlanSettings, plan_pipeline
+from distributary.plan.progress import PROGRESS_TOPIC
+from distributary.plan.runner_spec import RunnerSpec
+from distributary.plan.topics import DesiredTopic
+
+IDLE_SECONDS = 3.0  # inputs unchanged this long, and no lag: caught up
+POLL_SECONDS = 1.0
+
+
+class RunError(RuntimeError):
+    """The pipeline could not be run; the message says why and what to do."""
+
+
+@dataclass
+class LocalRun:
+    """One `distributary run` of a validated pipeline."""
+
+    pipeline: Pipeline
+    paths: Sequence[Path]
+    state_dir: Path
+    bootstrap_servers: str | None = None
+    cores: int = 2
+    say: Callable[[str], None] = lambda text: print(text, file=sys.stderr, flush=True)
+    broker: EmbeddedBroker | None = None
+    runner: subprocess.Popen[bytes] | None = None
+    plan: PipelinePlan | None = None
+    specs: list[RunnerSpec] = field(default_factory=list)
+
+    @property
+    def runner_log(self) -> Path:
+        """Where the runner's (Spark's) output goes."""
+        return self.state_dir / "runner.log"
+
+    def start_kafka(self) -> str:
+        """The bootstrap servers: given, or the embedded broker's once it serves."""
+        if self.bootstrap_servers:
+            return self.bootstrap_servers
+        self.say(f"Starting the embedded Kafka broker in {self.state_dir / 'kafka'} ...")
+        self.broker = EmbeddedBroker(self.state_dir / "kafka").start()
+        self.say(f"Kafka serves on {self.broker.bootstrap_servers}")
+        return self.broker.bootstrap_servers
+
+    def prepare(self, bootstrap: str) -> None:
+        """Plan the pipeline and create or update its topics."""
+        checkpoints = (self.state_dir / "checkpoints").resolve()
+        settings = PlanSettings(
+            backend="direct", checkpoint_root=checkpoints.as_uri(), bootstrap_servers=bootstrap
+        )
+        self.plan = plan_pipeline(self.pipeline, settings)
+        topics = DirectTopics(KafkaAdmin(bootstrap))
+        for desired in self._topics():
+            result = topics.apply(desired)
+            for refusal in result.refusals:
+                self.say(f"warning: topic {desired.name}: {refusal.message}")
+        self.specs = [self._local(v.runner) for v in self.plan.views]
+        served = {t.log.name: ServedLog(t.topic.name, t.log.namespace) for t in self.plan.topics}
+        write_run_state(
+            self.state_dir,
+            RunState(bootstrap_servers=bootstrap, paths=tuple(map(str, self.paths)), logs=served),
+        )
+
+    def _topics(self) -> list[DesiredTopic]:
+        assert self.plan is not None
+        desired = [t.topic for t in self.plan.topics]
+        compacted = {"cleanup.policy": "compact"}
+        desired.append(DesiredTopic(PROGRESS_TOPIC, 1, None, compacted))
+        for view in self.plan.views:
+            partitions = max(i.partitions for i in view.runner.inputs)
+            desired.append(DesiredTopic(view.runner.dead_letter_topic, partitions, None, {}))
+        return desired
+
+    def _local(self, spec: RunnerSpec) -> RunnerSpec:
+        conf = {
+            **spec.spark_conf,
+            "spark.master": f"local[{self.cores}]",
+            "spark.jars": ",".join(str(j) for j in jars(SPARK_KAFKA_CONNECTOR)),
+            "spark.ui.showConsoleProgress": "false",
+            "spark.driver.memory": "2g",
+        }
+        return spec.model_copy(update={"spark_conf": conf})
+
+    def start_runner(self) -> None:
+        """Start the runner on every view's spec, its output in the runner log."""
+        spec_file = self.state_dir / "runner-specs.json"
+        spec_file.write_text(json.dumps([s.model_dump(mode="json") for s in self.specs], indent=1))
+        if not self.specs:
+            return
+        names = ", ".join(s.name for s in self.specs)
+        self.say(f"Starting Spark for {len(self.specs)} view(s) ({names}); log: {self.runner_log}")
+        with open(self.runner_log, "ab") as log:
+            self.runner = subprocess.Popen(
+                [sys.executable, "-m", "distributary.runner", "--spec", str(spec_file)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+            )
+
+    def runner_failed(self) -> str | None:
+        """Why the runner exited before it was asked to, or None while it runs."""
+        if self.runner is None or self.runner.poll() is None:
+            return None
+        lines = self.runner_log.read_text(errors="replace").splitlines()[-12:]
+        tail = "\n".join(f"  {line}" for line in lines)
+        code = self.runner.returncode
+        return f"Spark stopped (exit code {code}); the end of {self.runner_log}:\n{tail}"
+
+    def stop(self) -> None:
+        """Stop the runner (gracefully, then by force) and the embedded broker."""
+        runner, self.runner = self.runner, None
+        if runner is not None and runner.poll() is None:
+            self.say("Stopping Spark (the queries finish their batch and checkpoint) ...")
+            runner.send_signal(signal.SIGTERM)
+            try:
+                runner.wait(60)
+            except subprocess.TimeoutExpired:
+                runner.kill()
+                runner.wait()
+        if self.broker is not None:
+            self.say("Stopping Kafka ...")
+            self.broker.stop()
+            self.broker = None
+
+
+class CaughtUp:
+    """Decides when a pipeline has caught up: no view lags and no input moved for a while."""
+
+    def __init__(self, idle_seconds: float = IDLE_SECONDS) -> None:
+        self.idle_seconds = idle_seconds
+        self._ends: dict[str, dict[int, int]] | None = None
+        self._since = time.monotonic()
+
+    def __call__(self, snapshot: Snapshot) -> bool:
+        """True when every view is running with no lag and the logs have been still long enough."""
+        ends = snapshot.all_end_offsets()
+        if ends != self._ends:
+            self._ends, self._since = ends, time.monotonic()
+            return False
+        still = time.monotonic() - self._since >= self.idle_seconds
+        return still and all(v.state == "Running" and v.lag == 0 for v in snapshot.views)
+
+
+def watch(
+    run: LocalRun,
+    bootstrap: str,
+    show: Callable[[Snapshot], None],
+    until_caught_up: bool,
+    stopping: Callable[[], bool],
+) -> Snapshot:
+    """Refresh the snapshot until asked to stop, the runner fails, or (optionally) caught up."""
+    admin = KafkaAdmin(bootstrap)
+    reader = ProgressReader(bootstrap, PROGRESS_TOPIC)
+    caught_up = CaughtUp()
+    try:
+        while True:
+            assert run.plan is not None
+            snapshot = observe(run.plan, run.specs, admin, reader.poll())
+            show(snapshot)
+            failure = run.runner_failed() or (until_caught_up and _failed_view(snapshot, run))
+            if failure:
+                raise RunError(failure)
+            if stopping() or (until_caught_up and caught_up(snapshot)):
+                return snapshot
+            time.sleep(POLL_SECONDS)
+    finally:
+        reader.close()
+
+
+def _failed_view(snapshot: Snapshot, run: LocalRun) -> str | None:
+    """Why a view failed (it can never catch up), or None."""
+    for view in snapshot.views:
+        if view.state == "Failed":
+            return f"view {view.name} failed: {view.error}; the whole story is in {run.runner_log}"
+    return None

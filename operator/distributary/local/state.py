@@ -1,0 +1,158 @@
+"""The run-state file: what a running `distributary run` tells the other commands.
+
+`distributary run` writes `<state dir>/run.json` while it runs, and rewrites it when a log's
+serving topic moves to a new revision; `produce` and `tail` read it to find the broker, the
+pipeline files and each log's serving topic without being told again. The file is replaced
+atomically (a temporary file renamed over it), so a reader never sees half of it. A run that has
+ended leaves the file behind with a pid that no longer runs: `alive()` tells the two apart, and
+the serving topics it names are still where the data is.
+
+    {"bootstrapServers": "127.0.0.1:9092", "paths": ["/abs/examples/clickstream"], "pid": 4242,
+     "logs": {"page-views": {"topic": "page-views", "namespace": "default"}}}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_STATE_DIR = Path(".distributary")
+RUN_STATE_FILE = "run.json"
+
+
+class RunStateError(RuntimeError):
+    """The run-state file is missing or cannot be read; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class ServedLog:
+    """Where a log is read from while the pipeline runs."""
+
+    topic: str
+    namespace: str = "default"
+
+
+@dataclass(frozen=True)
+class RunState:
+    """The contents of `run.json`: the broker, the pipeline files, the run's pid, the logs."""
+
+    bootstrap_servers: str
+    paths: tuple[str, ...] = ()
+    pid: int = field(default_factory=os.getpid)
+    logs: Mapping[str, ServedLog] = field(default_factory=dict)
+
+    def alive(self) -> bool:
+        """Whether the process that wrote this state still runs."""
+        return pid_alive(self.pid)
+
+    def serving_topic(self, log: str, namespace: str = "default") -> str | None:
+        """The topic a log is served from, or None when the run did not record it."""
+        served = self.logs.get(log)
+        return served.topic if served is not None and served.namespace == namespace else None
+
+    def to_json(self) -> dict[str, Any]:
+        """The state as the JSON object written to `run.json`."""
+        return {
+            "bootstrapServers": self.bootstrap_servers,
+            "paths": list(self.paths),
+            "pid": self.pid,
+            "logs": {
+                name: {"topic": served.topic, "namespace": served.namespace}
+                for name, served in sorted(self.logs.items())
+            },
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> RunState:
+        """The state from a parsed `run.json`; ValueError naming the field when it is wrong."""
+        if not isinstance(data, dict):
+            raise ValueError("is not a JSON object")
+        servers, paths, pid = data.get("bootstrapServers"), data.get("paths", []), data.get("pid")
+        if not isinstance(servers, str) or not servers:
+            raise ValueError("bootstrapServers: is missing or not a string")
+        if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+            raise ValueError("paths: is not a list of file names")
+        if not isinstance(pid, int) or isinstance(pid, bool):
+            raise ValueError("pid: is missing or not a number")
+        return cls(servers, tuple(paths), pid, _served_logs(data.get("logs", {})))
+
+
+def _served_logs(logs: object) -> dict[str, ServedLog]:
+    if not isinstance(logs, dict):
+        raise ValueError("logs: is not an object of log names")
+    served: dict[str, ServedLog] = {}
+    for name, entry in logs.items():
+        topic = entry.get("topic") if isinstance(entry, dict) else None
+        namespace = entry.get("namespace", "default") if isinstance(entry, dict) else None
+        if not isinstance(topic, str) or not isinstance(namespace, str):
+            raise ValueError(f"logs.{name}: needs a topic and a namespace (strings)")
+        served[name] = ServedLog(topic, namespace)
+    return served
+
+
+def run_state_path(state_dir: Path) -> Path:
+    """Where the run-state file of a state folder is."""
+    return state_dir / RUN_STATE_FILE
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid runs (and may be signalled by someone)."""
+    if pid <= 0:
+        return False  # 0 and negatives name process groups, not a process
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def write_run_state(state_dir: Path, state: RunState) -> Path:
+    """Write `run.json` atomically (a temporary file renamed over it); return its path."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path = run_state_path(state_dir)
+    fd, temporary = tempfile.mkstemp(dir=state_dir, prefix=f".{RUN_STATE_FILE}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(state.to_json(), out, indent=2)
+            out.write("\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_run_state(state_dir: Path) -> RunState:
+    """The state in `run.json`, or RunStateError saying it is missing or what is wrong with it."""
+    path = run_state_path(state_dir)
+    try:
+        text = path.read_text("utf-8")
+    except FileNotFoundError:
+        raise RunStateError(
+            f"{path} does not exist: no `distributary run` has used the state folder "
+            f"{state_dir}; start one, or pass --state-dir for the folder it uses"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RunStateError(f"{path} cannot be read: {exc}") from None
+    try:
+        return RunState.from_json(json.loads(text))
+    except ValueError as exc:  # json.JSONDecodeError is a ValueError
+        raise RunStateError(
+            f"{path} is corrupt ({exc}): delete it and start `distributary run` again"
+        ) from None
+
+
+def find_run_state(state_dir: Path) -> RunState | None:
+    """The state in `run.json`, None when there is none; RunStateError when it is corrupt."""
+    if not run_state_path(state_dir).exists():
+        return None
+    return read_run_state(state_dir)

@@ -1,0 +1,151 @@
+"""Positions in logs as plain data: offsets per partition, lag, and Spark's JSON form of offsets.
+
+A consumer's position is its logical clock in a log, and everything the operator reports about
+it (lag, progress, record counts) is arithmetic on three maps of the same shape: where each
+partition starts, where it ends and where the consumer is. That arithmetic lives here, free of
+any client, so it is tested without a broker and shared by the adapter, the runner's progress
+records and the status writers.
+
+Spark writes offsets as JSON objects whose partition keys are strings (`{"clicks": {"0": 12}}`,
+with -2 meaning earliest and -1 latest in starting offsets); `parse_offsets` and
+`render_offsets` convert between that form and `Offsets`, whose partitions are ints.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+Offsets = dict[str, dict[int, int]]
+"""Topic -> partition -> offset (the next record to read, or a watermark)."""
+
+Watermarks = dict[str, dict[int, tuple[int, int]]]
+"""Topic -> partition -> (start, end): the first retained offset and the next offset to write."""
+
+EARLIEST = -2
+LATEST = -1
+
+
+class OffsetsError(ValueError):
+    """Offsets in Spark's JSON form could not be read; the message names the part that is wrong."""
+
+
+def total_lag(lag: Mapping[str, Mapping[int, int]]) -> int:
+    """The records still to read, summed over every topic and partition of `lag`."""
+    return sum(sum(partitions.values()) for partitions in lag.values())
+
+
+def lag_per_topic(lag: Mapping[str, Mapping[int, int]]) -> dict[str, int]:
+    """The records still to read in each topic, summed over its partitions."""
+    return {topic: sum(partitions.values()) for topic, partitions in sorted(lag.items())}
+
+
+def partition_lag(
+    start: Mapping[str, Mapping[int, int]],
+    end: Mapping[str, Mapping[int, int]],
+    committed: Mapping[str, Mapping[int, int]],
+) -> Offsets:
+    """The records a consumer at `committed` still has to read, per partition of `end`.
+
+    A partition with no committed offset, or one behind the start of retained history (records
+    it never read were deleted by retention), counts from `start`: those retained records are
+    what is left to read. A position past the end counts as caught up, never as negative lag.
+    """
+    lag: Offsets = {}
+    for topic, ends in sorted(end.items()):
+        starts, positions = start.get(topic, {}), committed.get(topic, {})
+        lag[topic] = {}
+        for partition, end_offset in sorted(ends.items()):
+            first = starts.get(partition, 0)
+            position = max(positions.get(partition, first), first)
+            lag[topic][partition] = max(end_offset - position, 0)
+    return lag
+
+
+def retained_records(
+    start: Mapping[str, Mapping[int, int]], end: Mapping[str, Mapping[int, int]]
+) -> int:
+    """The records a log holds now: end minus start, summed over its partitions (on a compacted
+    topic an upper bound, as compaction leaves gaps in the offsets)."""
+    return sum(
+        max(end_offset - start.get(topic, {}).get(partition, 0), 0)
+        for topic, ends in end.items()
+        for partition, end_offset in ends.items()
+    )
+
+
+def split_watermarks(
+    watermarks: Mapping[str, Mapping[int, tuple[int, int]]],
+) -> tuple[Offsets, Offsets]:
+    """The start offsets and the end offsets of `watermarks`."""
+    start = {t: {p: first for p, (first, _) in parts.items()} for t, parts in watermarks.items()}
+    end = {t: {p: last for p, (_, last) in parts.items()} for t, parts in watermarks.items()}
+    return start, end
+
+
+def parse_offsets(value: str | Mapping[str, Any]) -> Offsets:
+    """Offsets from Spark's JSON form, given as text or as the decoded object.
+
+    `{"clicks": {"0": 12, "1": 7}}` becomes `{"clicks": {0: 12, 1: 7}}`. Offsets may be -2
+    (earliest) or -1 (latest), as in Spark's `startingOffsets`; anything else that is not a
+    partition number mapped to a whole number raises `OffsetsError`.
+    """
+    decoded: Any = value
+    if isinstance(value, str):
+        try:
+            decoded = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise OffsetsError(
+                f"offsets {value[:80]!r} are not JSON ({exc.msg}): write them as "
+                '{"<topic>": {"<partition>": <offset>}}'
+            ) from None
+    if not isinstance(decoded, Mapping):
+        raise OffsetsError(
+            'offsets must be a JSON object {"<topic>": {"<partition>": <offset>}}, '
+            f"not {type(decoded).__name__}"
+        )
+    return {str(topic): _partitions(str(topic), parts) for topic, parts in decoded.items()}
+
+
+def _partitions(topic: str, partitions: Any) -> dict[int, int]:
+    if not isinstance(partitions, Mapping):
+        raise OffsetsError(
+            f"offsets of topic {topic!r} must be an object of partition to offset, "
+            f'e.g. {{"0": 12}}, not {type(partitions).__name__}'
+        )
+    parsed: dict[int, int] = {}
+    for key, offset in partitions.items():
+        partition = _partition_number(topic, key)
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < EARLIEST:
+            raise OffsetsError(
+                f"offset of topic {topic!r} partition {partition} is {offset!r}: an offset is "
+                f"a whole number, {LATEST} (latest) or {EARLIEST} (earliest)"
+            )
+        parsed[partition] = offset
+    return dict(sorted(parsed.items()))
+
+
+def _partition_number(topic: str, key: Any) -> int:
+    text = str(key)
+    if not text.isascii() or not text.isdigit():
+        raise OffsetsError(
+            f"partition {key!r} of topic {topic!r} is not a partition number: "
+            'partitions are written as "0", "1", ...'
+        )
+    return int(text)
+
+
+def offsets_json(offsets: Mapping[str, Mapping[int, int]]) -> dict[str, dict[str, int]]:
+    """`offsets` as Spark's JSON object (string partition keys), topics and partitions in order,
+    ready to embed in another JSON document."""
+    return {
+        topic: {str(partition): offset for partition, offset in sorted(partitions.items())}
+        for topic, partitions in sorted(offsets.items())
+    }
+
+
+def render_offsets(offsets: Mapping[str, Mapping[int, int]]) -> str:
+    """`offsets` as compact JSON text in Spark's form, e.g. `{"clicks":{"0":12}}`; the inverse of
+    `parse_offsets`."""
+    return json.dumps(offsets_json(offsets), separators=(",", ":"))

@@ -1,0 +1,289 @@
+"""The runner's loop: start every revision's query, follow its batches, stop on a signal.
+
+Each micro-batch report is turned by `plan.progress.step` into what to do, in this order: send the
+range's unparseable records to the dead-letter topic, commit the batch's end offsets to the
+revision's consumer group, publish progress. Because the group is committed last, a crash at any
+point leaves it at or behind Spark's checkpoint, and the next run rescans the difference: dead
+letters are sent at least once and the group never claims more than was processed.
+
+A revision with no checkpoint yet starts from its group's committed offsets when the group has
+some (a rewind, or a fresh checkpoint after a lost one), else from the spec's starting position.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from pyspark.errors import PySparkException
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+
+from distributary.kafka.admin import KafkaAdmin
+from distributary.kafka.progress import ProgressPublisher
+from distributary.plan.positions import Offsets
+from distributary.plan.progress import (
+    Batch,
+    batch_of,
+    progress_key,
+    progress_record,
+    step,
+)
+from distributary.plan.runner_spec import (
+    SPEC_FILE_ARG,
+    SPEC_JSON_ARG,
+    RunnerInput,
+    RunnerSpec,
+    StartingPosition,
+)
+from distributary.runner.dead_letters import send_dead_letters
+from distributary.runner.query import revision_session, start_query
+
+POLL_SECONDS = 0.5
+MAX_RESTARTS = 3  # per revision and run; then the revision is Failed
+
+
+def _log(message: str) -> None:
+    print(f"runner: {message}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Revision:
+    """One running revision: its query and what the runner has done for its batches."""
+
+    spec: RunnerSpec
+    session: SparkSession
+    admin: KafkaAdmin
+    publisher: ProgressPublisher | None
+    query: StreamingQuery | None = None
+    committed: Offsets | None = None
+    dead_letters: int = 0
+    seen: set[tuple[int, str]] = field(default_factory=set)
+    last: Batch | None = None
+    state: str = "Starting"
+    error: str | None = None
+    restarts: int = 0
+
+    @property
+    def label(self) -> str:
+        """`namespace/name rN`, for log lines."""
+        return f"{self.spec.namespace}/{self.spec.name} r{self.spec.revision}"
+
+    def start(self) -> None:
+        """Start the query, from the group's committed offsets when there is no checkpoint."""
+        group = self.admin.committed(self.spec.consumer_group)
+        self.committed = group or None
+        starting = (
+            {} if has_checkpoint(self.session, self.spec) else resumed_inputs(self.spec, group)
+        )
+        for alias, source in starting.items():
+            offsets = source.starting_position.offsets
+            _log(f"{self.label}: no checkpoint; {alias} starts at the group's offsets {offsets}")
+        self.query = start_query(self.session, self.spec, starting)
+        self.state = "Running"
+        self.publish()
+        _log(
+            f"{self.label}: started, writing {self.spec.output.topic if self.spec.output else '-'}"
+        )
+
+    def poll(self) -> None:
+        """Act on every batch reported since the last poll."""
+        if self.query is None:
+            return
+        for progress in self.query.recentProgress:
+            report: dict[str, Any] = json.loads(progress.json)
+            marker = (int(report.get("batchId", -1)), str(report.get("timestamp")))
+            if marker in self.seen:
+                continue
+            self.seen.add(marker)
+            self.handle(batch_of(report))
+        if not self.query.isActive and self.state == "Running":
+            self.finish()
+
+    def handle(self, batch: Batch) -> None:
+        """Dead letters, then the group's offsets, then progress: in that order (see above)."""
+        plan = step(self.committed, batch)
+        if plan.scan_from is not None:
+            sent = send_dead_letters(self.session, self.spec, plan.scan_from, plan.end)
+            self.dead_letters += sent
+            if sent:
+                topic = self.spec.dead_letter_topic
+                _log(f"{self.label}: {sent} record(s) did not parse; sent to {topic}")
+        if plan.commit:
+            self.admin.commit(self.spec.consumer_group, plan.end)
+            self.committed = {**(self.committed or {}), **plan.end}
+        self.last = batch if batch.end else self.last
+        self.publish(batch)
+
+    def finish(self) -> None:
+        """Record how the query ended."""
+        assert self.query is not None
+        failure = self.query.exception()
+        if failure is not None and self.restarts < MAX_RESTARTS:
+            # A query that fails while running (not one whose SQL is wrong: that fails in start)
+            # resumes from its checkpoint; some failures pass, e.g. Spark 4.1.1's report of a
+            # batch replayed after a crash (SPARK-55271). Each attempt is logged and published.
+            self.restarts += 1
+            _log(f"{self.label}: failed ({_first_line(str(failure))}); restart {self.restarts}")
+            time.sleep(min(2.0**self.restarts, 30.0))
+            self.seen.clear()
+            self.start()
+        elif failure is not None:
+            self.state, self.error = "Failed", _first_line(str(failure))
+            _log(f"{self.label}: failed after {self.restarts} restart(s): {self.error}")
+        else:
+            self.state = "Stopped"
+            _log(f"{self.label}: stopped")
+        self.publish(self.last)
+
+    def publish(self, batch: Batch | None = None) -> None:
+        """Publish this revision's progress record."""
+        if self.publisher is None:
+            return
+        identity = {
+            "kind": self.spec.kind,
+            "namespace": self.spec.namespace,
+            "name": self.spec.name,
+            "revision": self.spec.revision,
+            "consumerGroup": self.spec.consumer_group,
+            "restarts": self.restarts,
+        }
+        record = progress_record(
+            identity,
+            state=self.state,
+            batch=batch or self.last,
+            position=self.committed,
+            dead_letters=self.dead_letters,
+            error=self.error,
+        )
+        key = progress_key(self.spec.kind, self.spec.namespace, self.spec.name, self.spec.revision)
+        self.publisher.publish(key, record)
+
+
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0][:500] if lines else "unknown error"
+
+
+def has_checkpoint(session: SparkSession, spec: RunnerSpec) -> bool:
+    """Whether the revision's checkpoint has offsets (any Hadoop file system: file, s3a, ...)."""
+    jvm = session.sparkContext._jvm
+    assert jvm is not None
+    path = jvm.org.apache.hadoop.fs.Path(spec.checkpoint_location.rstrip("/") + "/offsets")
+    fs = path.getFileSystem(session.sparkContext._jsc.hadoopConfiguration())
+    return bool(fs.exists(path) and len(fs.listStatus(path)) > 0)
+
+
+def resumed_inputs(spec: RunnerSpec, committed: Offsets) -> dict[str, RunnerInput]:
+    """Inputs that start from the group's committed offsets instead of their spec position."""
+    resumed = {}
+    for source in spec.inputs:
+        offsets = committed.get(source.topic)
+        if offsets:
+            start = StartingPosition(kind="offsets", offsets=dict(sorted(offsets.items())))
+            resumed[source.alias or source.log] = source.model_copy(
+                update={"starting_position": start}
+            )
+    return resumed
+
+
+def load_specs(args: argparse.Namespace) -> list[RunnerSpec]:
+    """The specs named on the command line."""
+    specs = [RunnerSpec.model_validate_json(text) for text in args.spec_json or []]
+    for path in args.spec or []:
+        text = Path(path).read_text()
+        decoded = json.loads(text)
+        items = decoded if isinstance(decoded, list) else [decoded]
+        specs.extend(RunnerSpec.model_validate(item) for item in items)
+    if not specs:
+        raise SystemExit(
+            f"runner: no spec given: pass {SPEC_FILE_ARG} FILE or {SPEC_JSON_ARG} JSON"
+        )
+    return specs
+
+
+def build_session(specs: list[RunnerSpec]) -> SparkSession:
+    """The application's Spark session: settings that are not per-session SQL settings come from
+    the specs (the first to name a key wins), e.g. the local runtime's master and jars."""
+    builder = SparkSession.builder.appName(
+        f"distributary-{specs[0].name}-r{specs[0].revision}" if len(specs) == 1 else "distributary"
+    )
+    chosen: dict[str, str] = {}
+    for spec in specs:
+        for key, value in spec.spark_conf.items():
+            chosen.setdefault(key, value)
+    for key, value in chosen.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+class _Stop:
+    requested = False
+
+    def __call__(self, signum: int, _frame: FrameType | None) -> None:
+        if not self.requested:
+            _log(f"{signal.Signals(signum).name}: stopping the queries")
+        self.requested = True
+
+
+def run(specs: list[RunnerSpec], stop: _Stop) -> int:
+    """Run every spec until all queries end or a stop is requested; 1 when any failed."""
+    bootstrap = next((s.bootstrap_servers for s in specs if s.bootstrap_servers), None)
+    if bootstrap is None:
+        raise SystemExit("runner: the specs name no bootstrap servers (spec.bootstrap_servers)")
+    spark = build_session(specs)
+    admin = KafkaAdmin(bootstrap)
+    topic = next((s.progress_topic for s in specs if s.progress_topic), None)
+    publisher = ProgressPublisher(bootstrap, topic) if topic else None
+    revisions = [Revision(spec, revision_session(spark, spec), admin, publisher) for spec in specs]
+    try:
+        for revision in revisions:
+            try:
+                revision.start()
+            except (PySparkException, ValueError) as exc:
+                revision.state, revision.error = "Failed", _first_line(str(exc))
+                _log(f"{revision.label}: could not start: {revision.error}")
+                revision.publish()
+        while not stop.requested and any(r.state == "Running" for r in revisions):
+            for revision in revisions:
+                revision.poll()
+            time.sleep(POLL_SECONDS)
+    finally:
+        for revision in revisions:
+            if revision.query is not None and revision.query.isActive:
+                revision.query.stop()
+            revision.poll()
+            if revision.state == "Running":
+                revision.finish()
+        if publisher is not None:
+            publisher.flush()
+        spark.stop()
+    return 1 if any(r.state == "Failed" for r in revisions) else 0
+
+
+def main(argv: list[str]) -> int:
+    """Parse the command line and run."""
+    parser = argparse.ArgumentParser(prog="python -m distributary.runner")
+    parser.add_argument(
+        SPEC_FILE_ARG,
+        dest="spec",
+        action="append",
+        help="a runner spec file (JSON: one spec or a list)",
+    )
+    parser.add_argument(
+        SPEC_JSON_ARG, dest="spec_json", action="append", help="a runner spec as JSON"
+    )
+    specs = load_specs(parser.parse_args(argv))
+    stop = _Stop()
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    return run(specs, stop)

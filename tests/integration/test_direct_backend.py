@@ -1,0 +1,118 @@
+"""The direct topic backend on a real broker: it does what the plan says, refuses what it must,
+and one refusal never blocks the rest of a spec."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from distributary.backends.direct import DirectTopics
+from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
+from distributary.local.broker import EmbeddedBroker
+from distributary.plan.topics import (
+    AddPartitions,
+    AlterConfigs,
+    CreateTopic,
+    DesiredTopic,
+    ObservedTopic,
+)
+
+HOUR, TWO_HOURS = "3600000", "7200000"
+
+
+@pytest.fixture(scope="module")
+def admin(broker: EmbeddedBroker) -> KafkaAdmin:
+    return KafkaAdmin(broker.bootstrap_servers, timeout=30)
+
+
+@pytest.fixture
+def topics(admin: KafkaAdmin) -> DirectTopics:
+    return DirectTopics(admin)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def test_creates_a_missing_topic_then_finds_it_in_sync(
+    topics: DirectTopics, admin: KafkaAdmin
+) -> None:
+    desired = DesiredTopic(unique("orders"), 3, 1, {"retention.ms": HOUR})
+    plan = topics.apply(desired)
+    assert plan.actions == (CreateTopic(desired.name, 3, 1, {"retention.ms": HOUR}),)
+    assert plan.managed_configs == {"retention.ms"}
+    assert admin.describe_topic(desired.name) == ObservedTopic(
+        desired.name, 3, 1, {"retention.ms": HOUR}
+    )
+    again = topics.apply(desired, plan.managed_configs)
+    assert again.in_sync
+
+
+def test_refuses_fewer_partitions_and_still_applies_the_retention_change(
+    topics: DirectTopics, admin: KafkaAdmin
+) -> None:
+    name = unique("shrink")
+    topics.apply(DesiredTopic(name, 4, None, {"retention.ms": HOUR}))
+    plan = topics.apply(
+        DesiredTopic(name, 2, None, {"retention.ms": TWO_HOURS}), frozenset({"retention.ms"})
+    )
+    assert [refusal.reason for refusal in plan.refusals] == ["FewerPartitions"]
+    assert plan.actions == (AlterConfigs(set={"retention.ms": TWO_HOURS}),)
+    assert admin.describe_topic(name) == ObservedTopic(name, 4, 1, {"retention.ms": TWO_HOURS})
+
+
+def test_grows_partitions_and_unsets_only_the_keys_it_managed(
+    topics: DirectTopics, admin: KafkaAdmin
+) -> None:
+    name = unique("grow")
+    created = topics.apply(
+        DesiredTopic(name, 2, None, {"retention.ms": HOUR, "cleanup.policy": "compact"})
+    )
+    # Someone sets a key by hand; the spec never named it, so the operator must leave it.
+    admin.alter_configs(name, AlterConfigs(set={"max.message.bytes": "2000"}))
+    plan = topics.apply(
+        DesiredTopic(name, 5, None, {"retention.ms": HOUR}), created.managed_configs
+    )
+    assert plan.actions == (AlterConfigs(set={}, delete=("cleanup.policy",)), AddPartitions(5))
+    assert plan.managed_configs == {"retention.ms"}
+    assert admin.describe_topic(name) == ObservedTopic(
+        name, 5, 1, {"max.message.bytes": "2000", "retention.ms": HOUR}
+    )
+
+
+def test_a_replica_change_is_refused_not_attempted(topics: DirectTopics) -> None:
+    name = unique("replicas")
+    topics.apply(DesiredTopic(name, 1, 1, {}))
+    plan = topics.apply(DesiredTopic(name, 1, 2, {}))
+    assert plan.actions == ()
+    assert [refusal.reason for refusal in plan.refusals] == ["ReplicasImmutable"]
+
+
+def test_a_value_kafka_refuses_raises_naming_the_topic(topics: DirectTopics) -> None:
+    name = unique("invalid")
+    topics.apply(DesiredTopic(name, 1, None, {}))
+    with pytest.raises(KafkaAdminError, match=rf"topic '{name}'.*spec\.config"):
+        topics.apply(DesiredTopic(name, 1, None, {"retention.ms": "a week"}))
+
+
+def test_ensure_creates_or_updates_each_topic(topics: DirectTopics, admin: KafkaAdmin) -> None:
+    existing, new = unique("existing"), unique("new")
+    topics.apply(DesiredTopic(existing, 1, None, {}))
+    plans = topics.ensure(
+        [
+            DesiredTopic(existing, 2, None, {"cleanup.policy": "compact"}),
+            DesiredTopic(new, 1, None, {}),
+        ]
+    )
+    assert list(plans) == [existing, new]
+    assert plans[existing].actions == (
+        AlterConfigs(set={"cleanup.policy": "compact"}),
+        AddPartitions(2),
+    )
+    assert plans[new].actions == (CreateTopic(new, 1, None, {}),)
+    assert admin.describe_topic(existing) == ObservedTopic(
+        existing, 2, 1, {"cleanup.policy": "compact"}
+    )
+    assert admin.describe_topic(new) == ObservedTopic(new, 1, 1, {})
+    assert all(plan.in_sync for plan in topics.ensure([DesiredTopic(new, 1, None, {})]).values())

@@ -1,0 +1,123 @@
+"""Positions as data: lag arithmetic, record counts, and Spark's JSON form of offsets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from distributary.plan.positions import (
+    OffsetsError,
+    lag_per_topic,
+    offsets_json,
+    parse_offsets,
+    partition_lag,
+    render_offsets,
+    retained_records,
+    split_watermarks,
+    total_lag,
+)
+
+
+def test_total_lag_sums_every_partition_of_every_topic() -> None:
+    assert total_lag({"clicks": {0: 3, 1: 4}, "users": {0: 10}}) == 17
+    assert total_lag({}) == 0
+
+
+def test_lag_per_topic_sums_partitions_and_orders_topics() -> None:
+    lag = lag_per_topic({"users": {0: 10}, "clicks": {0: 3, 1: 4}, "empty": {}})
+    assert lag == {"clicks": 7, "empty": 0, "users": 10}
+    assert list(lag) == ["clicks", "empty", "users"]
+
+
+def test_lag_is_end_minus_committed() -> None:
+    lag = partition_lag(
+        start={"clicks": {0: 0, 1: 0}},
+        end={"clicks": {0: 10, 1: 8}},
+        committed={"clicks": {0: 4, 1: 8}},
+    )
+    assert lag == {"clicks": {0: 6, 1: 0}}
+
+
+def test_a_partition_without_a_committed_offset_lags_by_its_retained_records() -> None:
+    lag = partition_lag(start={"clicks": {0: 2, 1: 5}}, end={"clicks": {0: 10, 1: 5}}, committed={})
+    assert lag == {"clicks": {0: 8, 1: 0}}
+
+
+def test_a_position_behind_retention_counts_from_the_start_of_history() -> None:
+    lag = partition_lag(
+        start={"clicks": {0: 100}}, end={"clicks": {0: 150}}, committed={"clicks": {0: 40}}
+    )
+    assert lag == {"clicks": {0: 50}}
+
+
+def test_a_position_past_the_end_is_caught_up_not_negative() -> None:
+    lag = partition_lag(start={"t": {0: 0}}, end={"t": {0: 5}}, committed={"t": {0: 9}})
+    assert lag == {"t": {0: 0}}
+
+
+def test_lag_covers_the_partitions_of_end_only() -> None:
+    lag = partition_lag(
+        start={"t": {0: 0}},
+        end={"t": {0: 5}},
+        committed={"t": {0: 1, 7: 3}, "other": {0: 1}},
+    )
+    assert lag == {"t": {0: 4}}
+
+
+def test_retained_records_are_end_minus_start() -> None:
+    start = {"a": {0: 2, 1: 0}, "b": {0: 0}}
+    end = {"a": {0: 10, 1: 3}, "b": {0: 0}}
+    assert retained_records(start, end) == 11
+    assert retained_records({}, {"a": {0: 4}}) == 4
+
+
+def test_parses_sparks_json_with_string_partitions() -> None:
+    assert parse_offsets('{"clicks": {"1": 7, "0": 12}, "users": {"0": 0}}') == {
+        "clicks": {0: 12, 1: 7},
+        "users": {0: 0},
+    }
+
+
+def test_parses_a_decoded_object_and_keeps_earliest_and_latest_markers() -> None:
+    assert parse_offsets({"clicks": {"0": -2, "1": -1}}) == {"clicks": {0: -2, 1: -1}}
+
+
+@pytest.mark.parametrize(
+    ("value", "names"),
+    [
+        ("not json", "not JSON"),
+        ("[1, 2]", "JSON object"),
+        ('{"clicks": [12]}', "topic 'clicks'"),
+        ('{"clicks": {"zero": 12}}', "partition 'zero' of topic 'clicks'"),
+        ('{"clicks": {"-1": 12}}', "partition '-1'"),
+        ('{"clicks": {"0": "12"}}', "topic 'clicks' partition 0"),
+        ('{"clicks": {"0": 1.5}}', "topic 'clicks' partition 0"),
+        ('{"clicks": {"0": true}}', "topic 'clicks' partition 0"),
+        ('{"clicks": {"0": -3}}', "topic 'clicks' partition 0"),
+    ],
+)
+def test_malformed_offsets_are_refused_naming_the_part(value: str, names: str) -> None:
+    with pytest.raises(OffsetsError, match=names):
+        parse_offsets(value)
+
+
+def test_renders_compact_sorted_json_with_string_partitions() -> None:
+    text = render_offsets({"users": {0: 3}, "clicks": {10: 1, 2: 5}})
+    assert text == '{"clicks":{"2":5,"10":1},"users":{"0":3}}'
+
+
+@pytest.mark.parametrize(
+    "offsets",
+    [{}, {"clicks": {}}, {"clicks": {0: 12, 1: 7}, "users": {3: 0}}, {"t": {0: -2, 1: -1}}],
+)
+def test_render_and_parse_are_inverse(offsets: dict[str, dict[int, int]]) -> None:
+    assert parse_offsets(render_offsets(offsets)) == offsets
+    embedded: Any = offsets_json(offsets)
+    assert parse_offsets(embedded) == offsets
+
+
+def test_watermarks_split_into_start_and_end_offsets() -> None:
+    start, end = split_watermarks({"clicks": {0: (3, 10), 1: (0, 0)}})
+    assert start == {"clicks": {0: 3, 1: 0}}
+    assert end == {"clicks": {0: 10, 1: 0}}
