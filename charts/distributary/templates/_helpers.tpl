@@ -1,0 +1,103 @@
+{{/*
+Names, labels and the settings more than one template derives from values.
+*/}}
+
+{{- define "distributary.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "distributary.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "distributary.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "distributary.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "distributary.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "distributary.labels" -}}
+helm.sh/chart: {{ include "distributary.chart" . }}
+{{ include "distributary.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: operator
+app.kubernetes.io/part-of: distributary
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "distributary.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "distributary.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "distributary.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{- define "distributary.jobImage" -}}
+{{- default (printf "distributary-spark:%s" .Chart.AppVersion) .Values.spark.jobImage }}
+{{- end }}
+
+{{/* The namespace the Strimzi topic operator watches: where KafkaTopics are made. */}}
+{{- define "distributary.strimziNamespace" -}}
+{{- default .Release.Namespace .Values.strimzi.namespace }}
+{{- end }}
+
+{{- define "distributary.bootstrapServers" -}}
+{{- if .Values.kafka.bootstrapServers }}
+{{- .Values.kafka.bootstrapServers }}
+{{- else if eq .Values.topicBackend "strimzi" }}
+{{- printf "%s-kafka-bootstrap.%s.svc:9092" .Values.strimzi.cluster (include "distributary.strimziNamespace" .) }}
+{{- else }}
+{{- fail "kafka.bootstrapServers: the direct topic backend talks to Kafka itself; set it to the brokers' host:port list (e.g. --set kafka.bootstrapServers=kafka.kafka.svc:9092)" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The rules on Distributary's own kinds and their children, granted cluster-wide or in each watched
+namespace. Each rule is what the operator does, nothing more:
+- kopf watches the three kinds and patches them (finalizers, its progress annotations);
+- the operator applies a view's output Log server-side (create + patch);
+- status is patched through the /status subresource;
+- children carry ownerReferences with blockOwnerDeletion, which needs update on the owner's
+  /finalizers (the OwnerReferencesPermissionEnforcement admission plugin);
+- events about notable transitions (core v1, as kopf posts them);
+- the spark-operator runtime applies, watches and deletes (stops) SparkApplications.
+*/}}
+{{- define "distributary.resourceRules" -}}
+- apiGroups: ["distributary.dev"]
+  resources: ["logs"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+- apiGroups: ["distributary.dev"]
+  resources: ["derivedviews", "streamjobs"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["distributary.dev"]
+  resources: ["logs/status", "derivedviews/status", "streamjobs/status"]
+  verbs: ["get", "patch"]
+- apiGroups: ["distributary.dev"]
+  resources: ["logs/finalizers", "derivedviews/finalizers", "streamjobs/finalizers"]
+  verbs: ["update"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- if eq .Values.sparkRuntime "spark-operator" }}
+- apiGroups: ["sparkoperator.k8s.io"]
+  resources: ["sparkapplications"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+{{- end }}
+{{- end }}

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Helm for the chart's tests and for people, built from the project's own files.
+#
+# Helm is built once from its Go module (through the Go module proxy, the only network this needs)
+# into the same cache the jars use, `distributary.local.jars.cache_root()`:
+# $DISTRIBUTARY_CACHE, else ${XDG_CACHE_HOME:-~/.cache}/distributary, then bin/helm-<version>.
+# The binary is moved into place only when the build succeeded, so an interrupted build is redone
+# and a finished one is reused offline.
+#
+#   tools/helm.sh              print the path of the cached helm (building it first if needed)
+#   tools/helm.sh ARGS...      run that helm with ARGS (e.g. tools/helm.sh lint charts/distributary)
+set -euo pipefail
+
+HELM_VERSION="${DISTRIBUTARY_HELM_VERSION:-v3.21.4}"
+
+cache="${DISTRIBUTARY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/distributary}"
+bin_dir="$cache/bin"
+helm="$bin_dir/helm-$HELM_VERSION"
+
+build() {
+  if ! command -v go >/dev/null 2>&1; then
+    echo "tools/helm.sh: Go is needed once to build helm $HELM_VERSION into $helm:" \
+      "install Go 1.26 or newer (https://go.dev/dl/) and run again" >&2
+    exit 1
+  fi
+  mkdir -p "$bin_dir"
+  local work
+  work="$(mktemp -d "$bin_dir/.helm-$HELM_VERSION.XXXXXX")"
+  trap 'rm -rf "$work"' EXIT
+  echo "Building helm $HELM_VERSION from the Go module proxy into $helm (once; a few minutes) ..." >&2
+  local started=$SECONDS
+  # Static and reproducible; helm reports its version from these variables (its Makefile sets them).
+  CGO_ENABLED=0 GOBIN="$work" go install -trimpath \
+    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
+    "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >&2
+  mv -f "$work/helm" "$helm"
+  echo "Built helm $HELM_VERSION in $((SECONDS - started)) s: $helm" >&2
+}
+
+if [[ ! -x "$helm" ]]; then
+  build
+fi
+
+if [[ $# -eq 0 ]]; then
+  echo "$helm"
+else
+  exec "$helm" "$@"
+fi
