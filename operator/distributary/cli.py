@@ -8,7 +8,7 @@ a traceback is kept for Distributary's own bugs.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,9 +18,9 @@ import yaml
 from distributary import __version__
 from distributary.api.crd import drift, write_crds
 from distributary.cli_records import UserError, produce, tail
-from distributary.cli_run import run
+from distributary.cli_run import load_checked, run
 from distributary.diagram import draw
-from distributary.graph import Pipeline, load_pipeline
+from distributary.graph import Pipeline
 from distributary.plan.pipeline import (
     DEFAULT_CHECKPOINT_ROOT,
     DEFAULT_IMAGE,
@@ -49,17 +49,6 @@ def main() -> None:
     """
 
 
-def _load_checked(paths: Sequence[Path]) -> Pipeline:
-    """The pipeline in `paths`, or exit 1 after printing every problem."""
-    pipeline = load_pipeline(paths)
-    if not pipeline.ok:
-        for problem in pipeline.problems:
-            click.echo(str(problem), err=True)
-        count = len(pipeline.problems)
-        raise UserError(f"{count} problem{'s' if count != 1 else ''} found; nothing was planned")
-    return pipeline
-
-
 def _summary(pipeline: Pipeline) -> str:
     declared = [r for r in pipeline.logs if not pipeline.is_derived(r)]
     return (
@@ -76,14 +65,7 @@ def validate(paths: tuple[Path, ...]) -> None:
 
     Exits 0 when the pipeline is valid; otherwise prints one line per problem and exits 1.
     """
-    pipeline = load_pipeline(paths)
-    for problem in pipeline.problems:
-        click.echo(str(problem), err=True)
-    if not pipeline.ok:
-        count = len(pipeline.problems)
-        raise UserError(f"{count} problem{'s' if count != 1 else ''} found")
-    if not pipeline.order:
-        raise UserError(f"no Distributary resources found in {', '.join(map(str, paths))}")
+    pipeline = load_checked(paths)
     skipped = f"; {pipeline.skipped} other document(s) skipped" if pipeline.skipped else ""
     click.echo(f"valid: {_summary(pipeline)}{skipped}")
 
@@ -213,7 +195,7 @@ def plan(
     bootstrap_servers: str | None,
 ) -> None:
     """Show what the pipeline would create: topics with their configs, Spark applications."""
-    pipeline = _load_checked(paths)
+    pipeline = load_checked(paths, "planned")
     settings = PlanSettings(
         backend="strimzi" if backend == "strimzi" else "direct",
         strimzi_cluster=strimzi_cluster,
@@ -243,7 +225,7 @@ def plan(
 )
 def graph(paths: tuple[Path, ...], fmt: str) -> None:
     """Draw the pipeline: logs, the views and jobs that read and write them."""
-    pipeline = _load_checked(paths)
+    pipeline = load_checked(paths, "planned")
     click.echo(draw(pipeline, "dot" if fmt == "dot" else "mermaid"), nl=False)
 
 

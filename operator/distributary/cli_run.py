@@ -34,14 +34,16 @@ from distributary.local.status import Snapshot, one_line, render
 STATUS_EVERY = 5.0  # seconds between status lines when stderr is not a terminal
 
 
-def load_checked(paths: Sequence[Path], doing: str) -> Pipeline:
-    """The pipeline in `paths`, or a UserError after printing every problem on stderr."""
+def load_checked(paths: Sequence[Path], doing: str | None = None) -> Pipeline:
+    """The pipeline in `paths`, or a UserError after printing every problem on stderr (and, as
+    `doing` says, that nothing was planned or run)."""
     pipeline = load_pipeline(paths)
     for problem in pipeline.problems:
         click.echo(str(problem), err=True)
     if not pipeline.ok:
         count = len(pipeline.problems)
-        raise UserError(f"{count} problem{'s' if count != 1 else ''} found; nothing was {doing}")
+        nothing = f"; nothing was {doing}" if doing else ""
+        raise UserError(f"{count} problem{'s' if count != 1 else ''} found{nothing}")
     if not pipeline.order:
         raise UserError(f"no Distributary resources found in {', '.join(map(str, paths))}")
     return pipeline
