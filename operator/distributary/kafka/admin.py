@@ -87,12 +87,14 @@ class _RefusedError(Exception):
 
 class KafkaAdmin:
     """Topics, watermarks and group offsets of the cluster at `bootstrap_servers`; each call
-    gives up after `timeout` seconds."""
+    gives up after `timeout` seconds. `client` adds librdkafka settings (TLS, SASL)."""
 
-    def __init__(self, bootstrap_servers: str, timeout: float = 30.0) -> None:
+    def __init__(
+        self, bootstrap_servers: str, timeout: float = 30.0, client: Mapping[str, str] | None = None
+    ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.timeout = timeout
-        self._client = AdminClient(client_config(bootstrap_servers))
+        self._client = AdminClient(client_config(bootstrap_servers, **(client or {})))
 
     def describe_topic(self, topic: str) -> ObservedTopic | None:
         """The topic as Kafka reports it (configs: its own overrides only), None if absent."""

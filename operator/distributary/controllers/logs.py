@@ -1,0 +1,139 @@
+"""The Log controller: a Log's topic made and kept as its spec says, and its offsets in status.
+
+On every change (and on the operator's start, for Logs it already knew) the topic backend
+carries out the topic plan; a timer reads the watermarks into status between changes. Status is
+replaced whole from `plan.log_status`, so a field never outlives the reason it was written. A spec
+the operator cannot use, or a Kafka it cannot reach, becomes a condition, never a crash: the
+handler retries an unreachable Kafka with kopf's back-off.
+
+Deleting a Log never deletes its topic unless `deletionPolicy: Delete` says so; only such Logs
+carry a finalizer, and its handler gives up after a bounded time (with an event saying the topic
+was left behind) so that a Kafka outage cannot block a namespace's deletion forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import kopf
+
+from distributary.api import ResourceError, parse_resource
+from distributary.api.log import Log
+from distributary.controllers.settings import OperatorSettings
+from distributary.kafka.admin import KafkaAdminError
+from distributary.plan.log_status import LogReconcile, log_status, offsets_status
+from distributary.plan.topics import desired_topic
+
+GROUP, VERSION, PLURAL = "distributary.dev", "v1alpha1", "logs"
+# Read when the module is imported: `distributary operator` sets it from --observe-interval.
+OBSERVE_INTERVAL = float(os.environ.get("DISTRIBUTARY_OBSERVE_INTERVAL", "30"))
+RETRY_SECONDS = 15
+DELETE_TIMEOUT = 300  # seconds a Delete-policy Log may wait for Kafka before it is let go
+
+
+def _log(body: kopf.Body) -> Log | str:
+    """The Log, or the message saying why its spec cannot be used."""
+    document = {k: body.get(k) for k in ("apiVersion", "kind", "metadata", "spec")}
+    document["metadata"] = {
+        "name": body.meta.get("name"),
+        "namespace": body.meta.get("namespace"),
+        "labels": dict(body.meta.get("labels") or {}),
+    }
+    try:
+        resource = parse_resource(document)
+    except ResourceError as exc:
+        return str(exc)
+    return resource if isinstance(resource, Log) else "not a Log"
+
+
+async def _apply(
+    settings: OperatorSettings, log: Log, generation: int, managed: Any
+) -> LogReconcile:
+    desired = desired_topic(log)
+    try:
+        plan = await asyncio.to_thread(settings.topics.apply, desired, frozenset(managed or []))
+        observed = await asyncio.to_thread(settings.admin.describe_topic, desired.name)
+        marks = await asyncio.to_thread(settings.admin.watermarks, [desired.name])
+    except KafkaAdminError as exc:
+        return LogReconcile(generation, desired.name, unreachable=str(exc))
+    return LogReconcile(
+        generation,
+        desired.name,
+        plan=plan,
+        partitions=observed.partitions if observed else desired.partitions,
+        watermarks=marks,
+    )
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+async def reconcile(
+    body: kopf.Body, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo, **_: Any
+) -> None:
+    """Make the topic as the spec says and record the outcome."""
+    settings: OperatorSettings = memo.settings
+    generation = int(body.meta.get("generation") or 0)
+    found = _log(body)
+    if isinstance(found, str):
+        topic = (body.get("spec") or {}).get("topicName") or body.meta.get("name")
+        result = LogReconcile(generation, str(topic), invalid=found)
+    else:
+        result = await _apply(settings, found, generation, status.get("managedConfigs"))
+    patch.status.update(log_status(result, status, datetime.now(UTC)))
+    if result.plan is not None:
+        for action in result.plan.actions:
+            kopf.info(body, reason=type(action).__name__, message=f"Topic {result.topic}: {action}")
+        for refusal in result.plan.refusals:
+            kopf.warn(body, reason=refusal.reason, message=refusal.message)
+    if result.unreachable is not None:
+        raise kopf.TemporaryError(result.unreachable, delay=RETRY_SECONDS)
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=OBSERVE_INTERVAL, initial_delay=5, idle=5)
+async def observe(
+    body: kopf.Body, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo, **_: Any
+) -> None:
+    """Read the topic's watermarks into status between changes."""
+    settings: OperatorSettings = memo.settings
+    topic = status.get("topicName")
+    if not topic:
+        return
+    try:
+        marks = await asyncio.to_thread(settings.admin.watermarks, [topic])
+    except KafkaAdminError:
+        return  # the next reconcile says so; an observation never changes conditions
+    update = offsets_status(topic, marks)
+    if any(status.get(key) != value for key, value in update.items()):
+        patch.status.update(update)
+
+
+@kopf.on.delete(
+    GROUP,
+    VERSION,
+    PLURAL,
+    when=lambda spec, **_: spec.get("deletionPolicy") == "Delete",
+    backoff=RETRY_SECONDS,
+)
+async def delete_topic(
+    body: kopf.Body, status: kopf.Status, memo: kopf.Memo, runtime: timedelta, **_: Any
+) -> None:
+    """With `deletionPolicy: Delete`, delete the topic (the user asked for it)."""
+    settings: OperatorSettings = memo.settings
+    spec = body.get("spec") or {}
+    topic = status.get("topicName") or spec.get("topicName") or body.meta["name"]
+    try:
+        await asyncio.to_thread(settings.admin.delete_topic, topic)
+    except KafkaAdminError as exc:
+        if runtime.total_seconds() < DELETE_TIMEOUT:
+            message = f"topic {topic} not deleted yet: {exc}"
+            raise kopf.TemporaryError(message, delay=RETRY_SECONDS) from exc
+        # Let the Log go rather than block its namespace's deletion forever; say so loudly.
+        kopf.warn(body, reason="TopicLeftBehind", message=f"Topic {topic} was not deleted: {exc}")
+        return
+    kopf.info(
+        body, reason="TopicDeleted", message=f"Topic {topic} deleted (deletionPolicy: Delete)."
+    )

@@ -1,0 +1,120 @@
+"""`distributary operator`: run the controllers against the cluster of the current kubeconfig
+(or the pod's service account), with settings from flags and the environment."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import os
+from typing import Any
+
+import click
+import kopf
+
+from distributary.controllers.settings import OperatorSettings
+
+FINALIZER = "distributary.dev/finalizer"
+CONTROLLERS = ("distributary.controllers.logs",)
+
+
+def _configure(settings: kopf.OperatorSettings) -> None:
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
+        prefix="distributary.dev"
+    )
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="distributary.dev", key="last-handled-configuration"
+    )
+    settings.posting.level = logging.WARNING  # events for notable transitions, not every log line
+    settings.watching.server_timeout = 300
+
+
+@click.command()
+@click.option(
+    "--bootstrap-servers",
+    required=True,
+    envvar="DISTRIBUTARY_BOOTSTRAP_SERVERS",
+    help="Kafka bootstrap servers (host:port,...).",
+)
+@click.option(
+    "--topic-backend",
+    type=click.Choice(["direct", "strimzi"]),
+    default="direct",
+    show_default=True,
+    envvar="DISTRIBUTARY_TOPIC_BACKEND",
+    help="direct: the Kafka Admin API; strimzi: KafkaTopic resources.",
+)
+@click.option(
+    "--strimzi-cluster",
+    default="my-cluster",
+    show_default=True,
+    envvar="DISTRIBUTARY_STRIMZI_CLUSTER",
+    help="The strimzi.io/cluster label.",
+)
+@click.option(
+    "--namespace",
+    "namespaces",
+    multiple=True,
+    envvar="DISTRIBUTARY_NAMESPACES",
+    help="A namespace to watch (repeatable); none: every namespace.",
+)
+@click.option(
+    "--observe-interval",
+    type=click.FloatRange(min=1),
+    default=30.0,
+    show_default=True,
+    envvar="DISTRIBUTARY_OBSERVE_INTERVAL",
+    help="Seconds between reads of offsets into status.",
+)
+@click.option(
+    "--health-port",
+    type=int,
+    default=8080,
+    show_default=True,
+    help="Port of the liveness endpoint /healthz.",
+)
+@click.option("--verbose", is_flag=True, help="Log every handler call.")
+def operator(
+    bootstrap_servers: str,
+    topic_backend: str,
+    strimzi_cluster: str,
+    namespaces: tuple[str, ...],
+    observe_interval: float,
+    health_port: int,
+    verbose: bool,
+) -> None:
+    """Run the Distributary operator: reconcile Logs, DerivedViews and StreamJobs."""
+    if topic_backend != "direct":
+        raise click.UsageError("--topic-backend strimzi is not available yet; use direct")
+    # The handlers' timers read their interval when their module is imported, below.
+    os.environ["DISTRIBUTARY_OBSERVE_INTERVAL"] = str(observe_interval)
+    for module in CONTROLLERS:
+        importlib.import_module(module)
+    settings = OperatorSettings(
+        bootstrap_servers=bootstrap_servers,
+        topic_backend="direct",
+        strimzi_cluster=strimzi_cluster,
+        observe_interval=observe_interval,
+        namespaces=namespaces,
+    )
+
+    @kopf.on.startup()
+    def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+        _configure(settings)
+
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    watched = f"namespaces {', '.join(namespaces)}" if namespaces else "all namespaces"
+    click.echo(f"distributary operator: {watched}; Kafka {bootstrap_servers}", err=True)
+    asyncio.run(
+        kopf.operator(
+            clusterwide=not namespaces,
+            namespaces=namespaces,
+            standalone=True,
+            liveness_endpoint=f"http://0.0.0.0:{health_port}/healthz",
+            memo=kopf.Memo(settings=settings),
+        )
+    )

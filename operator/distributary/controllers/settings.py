@@ -1,0 +1,55 @@
+"""The operator's settings, from flags and environment, shared with every handler through kopf's
+memo: one place decides how Kafka is reached and which backend makes topics."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Literal
+
+from distributary.backends.direct import DirectTopics
+from distributary.kafka.admin import KafkaAdmin
+
+TopicBackend = Literal["strimzi", "direct"]
+SparkRuntime = Literal["spark-operator", "local"]
+
+# Kafka client settings the operator takes from its environment (e.g. a Secret in the chart).
+KAFKA_ENVIRONMENT = {
+    "DISTRIBUTARY_KAFKA_SECURITY_PROTOCOL": "security.protocol",
+    "DISTRIBUTARY_KAFKA_SASL_MECHANISM": "sasl.mechanism",
+    "DISTRIBUTARY_KAFKA_SASL_USERNAME": "sasl.username",
+    "DISTRIBUTARY_KAFKA_SASL_PASSWORD": "sasl.password",
+    "DISTRIBUTARY_KAFKA_SSL_CA_LOCATION": "ssl.ca.location",
+}
+
+
+def kafka_security() -> dict[str, str]:
+    """Kafka client settings from DISTRIBUTARY_KAFKA_* environment variables that are set."""
+    return {
+        key: os.environ[name] for name, key in KAFKA_ENVIRONMENT.items() if os.environ.get(name)
+    }
+
+
+@dataclass
+class OperatorSettings:
+    """How the operator reaches Kafka and Spark, and how often it looks."""
+
+    bootstrap_servers: str
+    topic_backend: TopicBackend = "direct"
+    strimzi_cluster: str = "my-cluster"
+    spark_runtime: SparkRuntime = "spark-operator"
+    observe_interval: float = 30.0
+    namespaces: tuple[str, ...] = ()
+    _admin: KafkaAdmin | None = field(default=None, repr=False)
+
+    @property
+    def admin(self) -> KafkaAdmin:
+        """The one Kafka admin client of the operator."""
+        if self._admin is None:
+            self._admin = KafkaAdmin(self.bootstrap_servers, client=kafka_security())
+        return self._admin
+
+    @property
+    def topics(self) -> DirectTopics:
+        """The direct topic backend, on the shared admin client."""
+        return DirectTopics(self.admin)

@@ -1,0 +1,87 @@
+"""A Log's status from what its reconcile did and saw: the pure half of the Log controller.
+
+The controller observes the topic, has the topic backend carry out the plan, reads the
+watermarks, and hands all of it here; what comes back is the complete status to write. Refused
+changes (fewer partitions, a replica change) make the Log Stalled with the refusal's message while
+the rest of the spec is applied, and a Kafka that cannot be reached makes it Reconciling, so a
+dashboard tells "fix your spec" from "wait".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from distributary.api.common import Condition
+from distributary.plan.conditions import Observation, Problem, Work, conditions
+from distributary.plan.positions import Watermarks
+from distributary.plan.topics import TopicPlan
+
+
+@dataclass(frozen=True)
+class LogReconcile:
+    """What one reconcile of a Log did and saw. `plan` is None when Kafka was not reached
+    (`unreachable` says why) or the spec is invalid (`invalid` says what to fix)."""
+
+    generation: int
+    topic: str
+    plan: TopicPlan | None = None
+    partitions: int | None = None
+    watermarks: Watermarks | None = None
+    unreachable: str | None = None
+    invalid: str | None = None
+
+
+def _observation(result: LogReconcile, first_sight: bool) -> Observation:
+    if result.invalid is not None:
+        return Observation(result.generation, problems=(Problem("InvalidSpec", result.invalid),))
+    if result.plan is None:
+        message = f"Kafka cannot be reached to manage topic {result.topic}: {result.unreachable}"
+        return Observation(result.generation, work=(Work("KafkaUnreachable", message),))
+    refusals = tuple(Problem(r.reason, r.message) for r in result.plan.refusals)
+    return Observation(
+        result.generation,
+        first_sight=first_sight and not result.plan.actions and not refusals,
+        problems=refusals,
+        ready_reason="TopicReady",
+        ready_message=f"Topic {result.topic} has {result.partitions} partition(s).",
+    )
+
+
+def log_status(
+    result: LogReconcile, previous: Mapping[str, Any] | None, now: datetime
+) -> dict[str, Any]:
+    """The status to write for a Log (camelCase, as the API stores it)."""
+    before = previous or {}
+    old_conditions: Sequence[Condition] = [
+        Condition.model_validate(c) for c in before.get("conditions") or []
+    ]
+    observation = _observation(result, first_sight=False)
+    status: dict[str, Any] = {
+        "observedGeneration": result.generation,
+        "topicName": result.topic,
+        "conditions": [
+            c.model_dump(by_alias=True, exclude_none=True)
+            for c in conditions(observation, old_conditions, now)
+        ],
+    }
+    if result.plan is not None:
+        status["managedConfigs"] = sorted(result.plan.managed_configs)
+    if result.partitions is not None:
+        status["partitions"] = result.partitions
+    status.update(offsets_status(result.topic, result.watermarks))
+    return status
+
+
+def offsets_status(topic: str, watermarks: Watermarks | None) -> dict[str, Any]:
+    """`startOffsets`, `endOffsets` and `records` of a Log's status, from its topic's marks."""
+    marks = (watermarks or {}).get(topic)
+    if not marks:
+        return {}
+    return {
+        "startOffsets": {str(p): start for p, (start, _) in sorted(marks.items())},
+        "endOffsets": {str(p): end for p, (_, end) in sorted(marks.items())},
+        "records": sum(end - start for start, end in marks.values()),
+    }
