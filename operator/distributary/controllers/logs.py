@@ -22,6 +22,7 @@ import kopf
 
 from distributary.api import ResourceError, parse_resource
 from distributary.api.log import Log
+from distributary.controllers import metrics
 from distributary.controllers.settings import OperatorSettings
 from distributary.kafka.admin import KafkaAdminError
 from distributary.plan.log_status import LogReconcile, log_status, offsets_status
@@ -75,7 +76,13 @@ async def reconcile(
     body: kopf.Body, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo, **_: Any
 ) -> None:
     """Make the topic as the spec says and record the outcome."""
-    settings: OperatorSettings = memo.settings
+    with metrics.reconciling("Log"):
+        await _reconcile(body, status, patch, memo.settings)
+
+
+async def _reconcile(
+    body: kopf.Body, status: kopf.Status, patch: kopf.Patch, settings: OperatorSettings
+) -> None:
     generation = int(body.meta.get("generation") or 0)
     found = _log(body)
     if isinstance(found, str):
@@ -83,7 +90,9 @@ async def reconcile(
         result = LogReconcile(generation, str(topic), invalid=found)
     else:
         result = await _apply(settings, found, generation, status.get("managedConfigs"))
-    patch.status.update(log_status(result, status, datetime.now(UTC)))
+    written = log_status(result, status, datetime.now(UTC))
+    patch.status.update(written)
+    _publish(body, written)
     if result.plan is not None:
         for action in result.plan.actions:
             kopf.info(body, reason=type(action).__name__, message=f"Topic {result.topic}: {action}")
@@ -107,8 +116,21 @@ async def observe(
     except KafkaAdminError:
         return  # the next reconcile says so; an observation never changes conditions
     update = offsets_status(topic, marks)
+    _publish(body, update)
     if any(status.get(key) != value for key, value in update.items()):
         patch.status.update(update)
+
+
+def _publish(body: kopf.Body, status: dict[str, Any]) -> None:
+    if "endOffsets" in status:
+        namespace, name = str(body.meta.get("namespace")), str(body.meta.get("name"))
+        metrics.record_log_offsets(namespace, name, status["endOffsets"], status.get("records"))
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
+async def forget(body: kopf.Body, **_: Any) -> None:
+    """Drop a deleted Log's metrics (no finalizer: this never delays a deletion)."""
+    metrics.forget_log(str(body.meta.get("namespace")), str(body.meta.get("name")))
 
 
 @kopf.on.delete(

@@ -12,6 +12,7 @@ from typing import Any
 import click
 import kopf
 
+from distributary.controllers import metrics
 from distributary.controllers.settings import OperatorSettings
 
 FINALIZER = "distributary.dev/finalizer"
@@ -74,6 +75,13 @@ def _configure(settings: kopf.OperatorSettings) -> None:
     show_default=True,
     help="Port of the liveness endpoint /healthz.",
 )
+@click.option(
+    "--metrics-port",
+    type=int,
+    default=9090,
+    show_default=True,
+    help="Port of the Prometheus endpoint /metrics; 0 turns it off.",
+)
 @click.option("--verbose", is_flag=True, help="Log every handler call.")
 def operator(
     bootstrap_servers: str,
@@ -82,6 +90,7 @@ def operator(
     namespaces: tuple[str, ...],
     observe_interval: float,
     health_port: int,
+    metrics_port: int,
     verbose: bool,
 ) -> None:
     """Run the Distributary operator: reconcile Logs, DerivedViews and StreamJobs."""
@@ -107,6 +116,8 @@ def operator(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if metrics_port:
+        metrics.serve(metrics_port)
     watched = f"namespaces {', '.join(namespaces)}" if namespaces else "all namespaces"
     click.echo(f"distributary operator: {watched}; Kafka {bootstrap_servers}", err=True)
     asyncio.run(

@@ -1,0 +1,79 @@
+"""The operator's Prometheus metrics: reconciles, their durations and errors, and every log's
+records, served on `--metrics-port` at /metrics.
+
+Names follow Prometheus' conventions (a `distributary_` prefix, base units, `_total` counters).
+Labels are bounded by the resources that exist, never by record contents.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+RECONCILES = Counter(
+    "distributary_reconciles_total",
+    "Reconciles by kind and outcome (ok, error, temporary).",
+    ["kind", "outcome"],
+)
+RECONCILE_SECONDS = Histogram(
+    "distributary_reconcile_duration_seconds",
+    "How long a reconcile took, by kind.",
+    ["kind"],
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+LOG_RECORDS = Gauge(
+    "distributary_log_records",
+    "Records retained in a log's topic (end offsets minus start offsets).",
+    ["namespace", "log"],
+)
+LOG_END_OFFSET = Gauge(
+    "distributary_log_end_offset",
+    "A log's end offset per partition: the next offset to be written.",
+    ["namespace", "log", "partition"],
+)
+
+
+@contextmanager
+def reconciling(kind: str) -> Iterator[None]:
+    """Count and time one reconcile of `kind`; an exception counts as its outcome."""
+    started = time.perf_counter()
+    outcome = "error"
+    try:
+        yield
+        outcome = "ok"
+    except Exception as exc:
+        outcome = "temporary" if type(exc).__name__ == "TemporaryError" else "error"
+        raise
+    finally:
+        RECONCILE_SECONDS.labels(kind).observe(time.perf_counter() - started)
+        RECONCILES.labels(kind, outcome).inc()
+
+
+_PARTITIONS: dict[tuple[str, str], set[str]] = {}  # the partitions published per log
+
+
+def record_log_offsets(
+    namespace: str, log: str, ends: Mapping[str, int], records: int | None
+) -> None:
+    """Publish a log's end offsets and record count as last observed."""
+    for partition, offset in ends.items():
+        LOG_END_OFFSET.labels(namespace, log, partition).set(offset)
+    _PARTITIONS.setdefault((namespace, log), set()).update(ends)
+    if records is not None:
+        LOG_RECORDS.labels(namespace, log).set(records)
+
+
+def forget_log(namespace: str, log: str) -> None:
+    """Drop a deleted log's series."""
+    for partition in _PARTITIONS.pop((namespace, log), set()):
+        LOG_END_OFFSET.remove(namespace, log, partition)
+    with suppress(KeyError):
+        LOG_RECORDS.remove(namespace, log)
+
+
+def serve(port: int) -> None:
+    """Serve /metrics on `port` (all interfaces), in a background thread."""
+    start_http_server(port)
