@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test unit integration lint demo crds docs clean
+.PHONY: install test unit integration lint demo crds docs clean helm chart-lint
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,13 @@ lint: $(STAMP)
 
 crds: $(STAMP)
 	$(BIN)/distributary crds --out crds
+	cp crds/*.yaml charts/distributary/crds/
+
+helm:
+	tools/helm.sh version --short
+
+chart-lint:
+	tools/helm.sh lint --strict charts/distributary
 
 docs: $(STAMP)
 	$(BIN)/python -c 'from pathlib import Path; from distributary.api.reference import reference_markdown as r; Path("docs/reference.md").write_text(r())'

@@ -16,6 +16,7 @@ HELM_VERSION="${DISTRIBUTARY_HELM_VERSION:-v3.21.4}"
 cache="${DISTRIBUTARY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/distributary}"
 bin_dir="$cache/bin"
 helm="$bin_dir/helm-$HELM_VERSION"
+work=""
 
 build() {
   if ! command -v go >/dev/null 2>&1; then
@@ -24,7 +25,7 @@ build() {
     exit 1
   fi
   mkdir -p "$bin_dir"
-  local work
+  # A scratch folder beside the target, so the final move is a rename on one file system.
   work="$(mktemp -d "$bin_dir/.helm-$HELM_VERSION.XXXXXX")"
   trap 'rm -rf "$work"' EXIT
   echo "Building helm $HELM_VERSION from the Go module proxy into $helm (once; a few minutes) ..." >&2

@@ -14,6 +14,7 @@ import kopf
 
 from distributary.controllers import metrics
 from distributary.controllers.settings import OperatorSettings
+from distributary.plan.pipeline import DEFAULT_CHECKPOINT_ROOT, DEFAULT_IMAGE
 
 FINALIZER = "distributary.dev/finalizer"
 CONTROLLERS = ("distributary.controllers.logs",)
@@ -54,6 +55,28 @@ def _configure(settings: kopf.OperatorSettings) -> None:
     help="The strimzi.io/cluster label.",
 )
 @click.option(
+    "--spark-runtime",
+    type=click.Choice(["spark-operator", "local"]),
+    default="spark-operator",
+    show_default=True,
+    envvar="DISTRIBUTARY_SPARK_RUNTIME",
+    help="spark-operator: SparkApplications; local: spark-submit on the operator's machine.",
+)
+@click.option(
+    "--image",
+    default=DEFAULT_IMAGE,
+    show_default=True,
+    envvar="DISTRIBUTARY_IMAGE",
+    help="The default job image of views (a spec's spark.image wins).",
+)
+@click.option(
+    "--checkpoint-root",
+    default=DEFAULT_CHECKPOINT_ROOT,
+    show_default=True,
+    envvar="DISTRIBUTARY_CHECKPOINT_ROOT",
+    help="Where revisions checkpoint: storage every driver reaches (s3a://, a shared volume).",
+)
+@click.option(
     "--namespace",
     "namespaces",
     multiple=True,
@@ -82,16 +105,26 @@ def _configure(settings: kopf.OperatorSettings) -> None:
     show_default=True,
     help="Port of the Prometheus endpoint /metrics; 0 turns it off.",
 )
-@click.option("--verbose", is_flag=True, help="Log every handler call.")
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    show_default=True,
+    envvar="DISTRIBUTARY_LOG_LEVEL",
+    help="How much the operator logs.",
+)
 def operator(
     bootstrap_servers: str,
     topic_backend: str,
     strimzi_cluster: str,
+    spark_runtime: str,
+    image: str,
+    checkpoint_root: str,
     namespaces: tuple[str, ...],
     observe_interval: float,
     health_port: int,
     metrics_port: int,
-    verbose: bool,
+    log_level: str,
 ) -> None:
     """Run the Distributary operator: reconcile Logs, DerivedViews and StreamJobs."""
     if topic_backend != "direct":
@@ -104,6 +137,9 @@ def operator(
         bootstrap_servers=bootstrap_servers,
         topic_backend="direct",
         strimzi_cluster=strimzi_cluster,
+        spark_runtime="local" if spark_runtime == "local" else "spark-operator",
+        image=image,
+        checkpoint_root=checkpoint_root,
         observe_interval=observe_interval,
         namespaces=namespaces,
     )
@@ -113,7 +149,7 @@ def operator(
         _configure(settings)
 
     logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
+        level=getattr(logging, log_level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     if metrics_port:

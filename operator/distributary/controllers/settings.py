@@ -9,6 +9,7 @@ from typing import Literal
 
 from distributary.backends.direct import DirectTopics
 from distributary.kafka.admin import KafkaAdmin
+from distributary.plan.pipeline import DEFAULT_CHECKPOINT_ROOT, DEFAULT_IMAGE
 
 TopicBackend = Literal["strimzi", "direct"]
 SparkRuntime = Literal["spark-operator", "local"]
@@ -20,6 +21,8 @@ KAFKA_ENVIRONMENT = {
     "DISTRIBUTARY_KAFKA_SASL_USERNAME": "sasl.username",
     "DISTRIBUTARY_KAFKA_SASL_PASSWORD": "sasl.password",
     "DISTRIBUTARY_KAFKA_SSL_CA_LOCATION": "ssl.ca.location",
+    "DISTRIBUTARY_KAFKA_SSL_CERTIFICATE_LOCATION": "ssl.certificate.location",
+    "DISTRIBUTARY_KAFKA_SSL_KEY_LOCATION": "ssl.key.location",
 }
 
 
@@ -38,6 +41,8 @@ class OperatorSettings:
     topic_backend: TopicBackend = "direct"
     strimzi_cluster: str = "my-cluster"
     spark_runtime: SparkRuntime = "spark-operator"
+    image: str = DEFAULT_IMAGE
+    checkpoint_root: str = DEFAULT_CHECKPOINT_ROOT
     observe_interval: float = 30.0
     namespaces: tuple[str, ...] = ()
     _admin: KafkaAdmin | None = field(default=None, repr=False)

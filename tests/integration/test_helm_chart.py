@@ -1,0 +1,413 @@
+"""The Helm chart, checked by the real helm: lint, render, and the schema refusing bad values.
+
+helm comes from `tools/helm.sh`, which builds it once from the Go module proxy into the cache, so a
+fresh machine needs only Go. Each variant's values are written to a file and rendered with
+`helm template`; the objects are then read back as YAML and held to what the operator needs: one
+replica replaced with Recreate, probes on kopf's health endpoint, the CLI flags and Kafka
+credentials from Secrets, and RBAC that grants exactly the operator's verbs, never a wildcard.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "distributary"
+HELM_SCRIPT = ROOT / "tools" / "helm.sh"
+RELEASE, NAMESPACE = "pipelines", "distributary-system"
+FULLNAME = f"{RELEASE}-distributary"
+
+Rule = tuple[str, str, str]  # (apiGroup, resource, verb)
+Manifest = dict[str, Any]
+
+OWN_KINDS = ("logs", "derivedviews", "streamjobs")
+# What the operator does, stated independently of the chart's templates.
+RESOURCE_RULES: frozenset[Rule] = frozenset(
+    {("distributary.dev", kind, verb) for kind in OWN_KINDS for verb in ("get", "list", "watch")}
+    | {("distributary.dev", kind, "patch") for kind in OWN_KINDS}  # kopf: finalizers, annotations
+    | {("distributary.dev", "logs", "create")}  # a view's output Log, applied server-side
+    | {
+        ("distributary.dev", f"{kind}/status", verb)
+        for kind in OWN_KINDS
+        for verb in ("get", "patch")
+    }
+    | {("distributary.dev", f"{kind}/finalizers", "update") for kind in OWN_KINDS}  # ownerRefs
+    | {("", "events", "create"), ("", "events", "patch")}
+)
+SPARK_RULES: frozenset[Rule] = frozenset(
+    ("sparkoperator.k8s.io", "sparkapplications", verb)
+    for verb in ("get", "list", "watch", "create", "patch", "delete")
+)
+KAFKATOPIC_RULES: frozenset[Rule] = frozenset(
+    ("kafka.strimzi.io", "kafkatopics", verb)
+    for verb in ("get", "list", "watch", "create", "patch", "delete")
+)
+CRD_RULES: frozenset[Rule] = frozenset(
+    ("apiextensions.k8s.io", "customresourcedefinitions", verb) for verb in ("get", "list", "watch")
+)
+NAMESPACE_RULES: frozenset[Rule] = frozenset(
+    {("", "namespaces", "list"), ("", "namespaces", "watch")}
+)
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    """The cached helm binary, built on first use (progress on stderr)."""
+    result = subprocess.run(
+        [str(HELM_SCRIPT)], capture_output=True, text=True, check=False, timeout=1800
+    )
+    assert result.returncode == 0, f"tools/helm.sh failed:\n{result.stderr[-3000:]}"
+    return result.stdout.strip().splitlines()[-1]
+
+
+def run_helm(helm: str, args: Iterable[str], values: Manifest, tmp_path: Path) -> Any:
+    values_file = tmp_path / "values.yaml"
+    values_file.write_text(yaml.safe_dump(values))
+    return subprocess.run(
+        [helm, *args, "-f", str(values_file)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+
+def render(helm: str, tmp_path: Path, values: Manifest | None = None) -> list[Manifest]:
+    """Every object `helm template` renders for `values`."""
+    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+    result = run_helm(helm, args, values or {}, tmp_path)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def refusal(helm: str, tmp_path: Path, values: Manifest) -> str:
+    """helm's error when it refuses to render `values`."""
+    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+    result = run_helm(helm, args, values, tmp_path)
+    assert result.returncode != 0, f"helm accepted {values}"
+    return str(result.stderr)
+
+
+def one(objects: list[Manifest], kind: str, name: str | None = None) -> Manifest:
+    found = [o for o in objects if o["kind"] == kind and name in (None, o["metadata"]["name"])]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def container(objects: list[Manifest]) -> Manifest:
+    (operator,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    return dict(operator)
+
+
+def flags(objects: list[Manifest]) -> dict[str, list[str]]:
+    args = container(objects)["args"]
+    assert args[0] == "operator"
+    parsed: dict[str, list[str]] = {}
+    for arg in args[1:]:
+        name, _, value = arg.partition("=")
+        parsed.setdefault(name, []).append(value)
+    return parsed
+
+
+def plain_env(objects: list[Manifest]) -> dict[str, str]:
+    """The container's environment variables that have a value (not from a Secret)."""
+    return {item["name"]: item["value"] for item in container(objects)["env"] if "value" in item}
+
+
+def rules_of(role: Manifest) -> set[Rule]:
+    triples = set()
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                triples.update((group, resource, verb) for verb in rule["verbs"])
+    return triples
+
+
+def granted(objects: list[Manifest]) -> dict[tuple[str, str | None], set[Rule]]:
+    """What the operator's service account may do, by scope: ("cluster", None) or
+    ("namespace", ns). Follows each binding to its role, so an unbound role grants nothing."""
+    roles = {
+        (o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o
+        for o in objects
+        if o["kind"] in ("ClusterRole", "Role")
+    }
+    scopes: dict[tuple[str, str | None], set[Rule]] = {}
+    for binding in (o for o in objects if o["kind"] in ("ClusterRoleBinding", "RoleBinding")):
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}
+        ]
+        ref = binding["roleRef"]
+        namespace = binding["metadata"].get("namespace")
+        role = roles[(ref["kind"], namespace if ref["kind"] == "Role" else None, ref["name"])]
+        scope = (
+            ("cluster", None)
+            if binding["kind"] == "ClusterRoleBinding"
+            else ("namespace", namespace)
+        )
+        scopes.setdefault(scope, set()).update(rules_of(role))
+    return scopes
+
+
+VARIANTS = [
+    pytest.param({}, id="defaults"),
+    pytest.param(
+        {"topicBackend": "direct", "kafka": {"bootstrapServers": "kafka.kafka.svc:9092"}},
+        id="direct+spark-operator",
+    ),
+    pytest.param(
+        {"sparkRuntime": "local", "strimzi": {"cluster": "events", "namespace": "kafka"}},
+        id="strimzi+local",
+    ),
+    pytest.param(
+        {
+            "topicBackend": "direct",
+            "sparkRuntime": "local",
+            "kafka": {"bootstrapServers": "b1:9092,b2:9092"},
+            "watchNamespaces": ["team-a", "team-b"],
+        },
+        id="direct+local+namespaces",
+    ),
+    pytest.param(
+        {"watchNamespaces": ["team-a"], "strimzi": {"namespace": "kafka"}},
+        id="strimzi+spark-operator+namespace",
+    ),
+]
+
+
+def test_lint_passes_strictly_without_warnings(helm: str, tmp_path: Path) -> None:
+    result = run_helm(helm, ["lint", "--strict", str(CHART)], {}, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[WARNING]" not in result.stdout
+    assert "[ERROR]" not in result.stdout
+
+
+@pytest.mark.parametrize("values", VARIANTS)
+def test_lint_passes_for_each_variant(helm: str, tmp_path: Path, values: Manifest) -> None:
+    result = run_helm(helm, ["lint", "--strict", str(CHART)], values, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("values", VARIANTS)
+def test_one_replica_replaced_by_recreate_with_probes(
+    helm: str, tmp_path: Path, values: Manifest
+) -> None:
+    objects = render(helm, tmp_path, values)
+    deployment = one(objects, "Deployment", FULLNAME)
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == one(objects, "ServiceAccount")["metadata"]["name"]
+    operator = container(objects)
+    ports = {port["name"]: port["containerPort"] for port in operator["ports"]}
+    assert ports == {"health": 8080, "metrics": 9090}
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert operator[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert operator["image"] == "distributary-operator:0.1.0"
+
+
+@pytest.mark.parametrize("values", VARIANTS)
+def test_rbac_grants_exactly_what_the_operator_needs(
+    helm: str, tmp_path: Path, values: Manifest
+) -> None:
+    objects = render(helm, tmp_path, values)
+    backend = values.get("topicBackend", "strimzi")
+    runtime_rules = (
+        SPARK_RULES if values.get("sparkRuntime", "spark-operator") == "spark-operator" else set()
+    )
+    watched = values.get("watchNamespaces", [])
+    expected: dict[tuple[str, str | None], set[Rule]] = {}
+    if watched:
+        expected[("cluster", None)] = set(CRD_RULES | NAMESPACE_RULES)
+        for namespace in watched:
+            expected[("namespace", namespace)] = set(RESOURCE_RULES | runtime_rules)
+    else:
+        expected[("cluster", None)] = set(CRD_RULES | RESOURCE_RULES | runtime_rules)
+    if backend == "strimzi":
+        strimzi_namespace = values.get("strimzi", {}).get("namespace") or NAMESPACE
+        expected.setdefault(("namespace", strimzi_namespace), set()).update(KAFKATOPIC_RULES)
+    assert granted(objects) == expected
+
+
+@pytest.mark.parametrize("values", VARIANTS)
+def test_rbac_has_no_wildcards(helm: str, tmp_path: Path, values: Manifest) -> None:
+    for role in render(helm, tmp_path, values):
+        if role["kind"] not in ("ClusterRole", "Role"):
+            continue
+        for rule in role["rules"]:
+            for field in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[field], f"{role['metadata']['name']}: {rule}"
+            assert "nonResourceURLs" not in rule
+            assert "resourceNames" not in rule
+
+
+def test_defaults_render_the_cli_contract(helm: str, tmp_path: Path) -> None:
+    objects = render(helm, tmp_path)
+    assert flags(objects) == {
+        "--topic-backend": ["strimzi"],
+        "--strimzi-cluster": ["my-cluster"],
+        "--bootstrap-servers": [f"my-cluster-kafka-bootstrap.{NAMESPACE}.svc:9092"],
+        "--spark-runtime": ["spark-operator"],
+        "--image": ["distributary-spark:0.1.0"],
+        "--checkpoint-root": ["file:///var/lib/distributary/checkpoints"],
+        "--observe-interval": ["30"],
+        "--metrics-port": ["9090"],
+        "--health-port": ["8080"],
+    }
+    assert plain_env(objects) == {
+        "DISTRIBUTARY_STRIMZI_NAMESPACE": NAMESPACE,
+        "DISTRIBUTARY_RECONCILE_INTERVAL": "60",
+        "DISTRIBUTARY_LOG_LEVEL": "info",
+        "DISTRIBUTARY_KAFKA_SECURITY_PROTOCOL": "PLAINTEXT",
+    }
+
+
+def test_direct_local_and_namespaces_become_flags(helm: str, tmp_path: Path) -> None:
+    values = {
+        "topicBackend": "direct",
+        "sparkRuntime": "local",
+        "kafka": {"bootstrapServers": "b1:9092,b2:9092"},
+        "watchNamespaces": ["team-a", "team-b"],
+        "spark": {"jobImage": "registry.example/spark:1", "driverServiceAccount": "spark"},
+        "checkpointRoot": "s3a://bucket/checkpoints",
+        "intervals": {"observeSeconds": 2.5, "reconcileSeconds": 30},
+        "logLevel": "debug",
+    }
+    objects = render(helm, tmp_path, values)
+    parsed = flags(objects)
+    assert "--strimzi-cluster" not in parsed
+    assert parsed["--topic-backend"] == ["direct"]
+    assert parsed["--bootstrap-servers"] == ["b1:9092,b2:9092"]
+    assert parsed["--spark-runtime"] == ["local"]
+    assert parsed["--namespace"] == ["team-a", "team-b"]
+    assert parsed["--image"] == ["registry.example/spark:1"]
+    assert parsed["--checkpoint-root"] == ["s3a://bucket/checkpoints"]
+    assert parsed["--observe-interval"] == ["2.5"]
+    env = plain_env(objects)
+    assert "DISTRIBUTARY_STRIMZI_NAMESPACE" not in env
+    assert env["DISTRIBUTARY_SPARK_SERVICE_ACCOUNT"] == "spark"
+    assert env["DISTRIBUTARY_RECONCILE_INTERVAL"] == "30"
+    assert env["DISTRIBUTARY_LOG_LEVEL"] == "debug"
+
+
+def test_kafka_credentials_come_from_secret_references(helm: str, tmp_path: Path) -> None:
+    values = {
+        "kafka": {
+            "securityProtocol": "SASL_SSL",
+            "sasl": {
+                "mechanism": "SCRAM-SHA-512",
+                "usernameSecret": {"name": "alice", "key": "user"},
+                "passwordSecret": {"name": "alice", "key": "password"},
+            },
+            "tls": {
+                "caSecret": {"name": "my-cluster-cluster-ca-cert", "key": "ca.crt"},
+                "clientSecret": {"name": "alice-tls"},
+            },
+        }
+    }
+    objects = render(helm, tmp_path, values)
+    operator = container(objects)
+    env = {item["name"]: item for item in operator["env"]}
+    assert env["DISTRIBUTARY_KAFKA_SECURITY_PROTOCOL"]["value"] == "SASL_SSL"
+    assert env["DISTRIBUTARY_KAFKA_SASL_MECHANISM"]["value"] == "SCRAM-SHA-512"
+    assert env["DISTRIBUTARY_KAFKA_SASL_USERNAME"]["valueFrom"] == {
+        "secretKeyRef": {"name": "alice", "key": "user"}
+    }
+    assert env["DISTRIBUTARY_KAFKA_SASL_PASSWORD"]["valueFrom"] == {
+        "secretKeyRef": {"name": "alice", "key": "password"}
+    }
+    assert not any("value" in item and "PASSWORD" in name for name, item in env.items())
+    # Each file location in the environment is a key of a Secret mounted at that folder.
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    mounts = {mount["mountPath"]: mount["name"] for mount in operator["volumeMounts"]}
+    locations = {
+        "DISTRIBUTARY_KAFKA_SSL_CA_LOCATION": ("my-cluster-cluster-ca-cert", "ca.crt"),
+        "DISTRIBUTARY_KAFKA_SSL_CERTIFICATE_LOCATION": ("alice-tls", "user.crt"),
+        "DISTRIBUTARY_KAFKA_SSL_KEY_LOCATION": ("alice-tls", "user.key"),
+    }
+    for name, (secret, key) in locations.items():
+        folder, _, file = env[name]["value"].rpartition("/")
+        volume = volumes[mounts[folder]]["secret"]
+        assert volume["secretName"] == secret
+        assert {"key": key, "path": file} in volume["items"]
+
+
+def test_no_credentials_no_secret_volumes(helm: str, tmp_path: Path) -> None:
+    objects = render(helm, tmp_path)
+    env = container(objects)["env"]
+    assert not [item for item in env if "valueFrom" in item or "_SASL_" in item["name"]]
+    assert not [item for item in env if "_SSL_" in item["name"]]
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert not any("secret" in volume for volume in pod["volumes"])
+
+
+def test_metrics_service_and_optional_service_monitor(helm: str, tmp_path: Path) -> None:
+    objects = render(helm, tmp_path)
+    service = one(objects, "Service", f"{FULLNAME}-metrics")
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+    pod_labels = one(objects, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert not [o for o in objects if o["kind"] == "ServiceMonitor"]
+    monitored = render(helm, tmp_path, {"metrics": {"serviceMonitor": {"enabled": True}}})
+    monitor = one(monitored, "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+
+
+def test_template_leaves_the_crds_to_helm_install(helm: str, tmp_path: Path) -> None:
+    # Helm installs crds/ itself before the templates; `template` shows them only when asked.
+    assert not [o for o in render(helm, tmp_path) if o["kind"] == "CustomResourceDefinition"]
+    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--include-crds"]
+    result = run_helm(helm, args, {}, tmp_path)
+    assert result.returncode == 0, result.stderr
+    crds = [
+        d
+        for d in yaml.safe_load_all(result.stdout)
+        if d and d["kind"] == "CustomResourceDefinition"
+    ]
+    assert {crd["metadata"]["name"] for crd in crds} == {
+        "logs.distributary.dev",
+        "derivedviews.distributary.dev",
+        "streamjobs.distributary.dev",
+    }
+
+
+SCHEMA_ERROR = "values don't meet the specifications of the schema"
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [
+        pytest.param({"topicBackend": "foo"}, "/topicBackend", id="unknown-backend"),
+        pytest.param({"sparkRuntime": "yarn"}, "/sparkRuntime", id="unknown-runtime"),
+        pytest.param({"topicBackend": "direct"}, "/kafka/bootstrapServers", id="direct-no-brokers"),
+        pytest.param(
+            {"kafka": {"securityProtocol": "TLS"}}, "/kafka/securityProtocol", id="protocol"
+        ),
+        pytest.param(
+            {"kafka": {"securityProtocol": "SASL_SSL"}},
+            "/kafka/sasl/mechanism",
+            id="sasl-no-mechanism",
+        ),
+        pytest.param({"watchNamespaces": ["Team_A"]}, "/watchNamespaces/0", id="bad-namespace"),
+        pytest.param(
+            {"intervals": {"observeSeconds": 0.5}}, "/intervals/observeSeconds", id="interval"
+        ),
+        pytest.param({"topicBakend": "direct"}, "topicBakend", id="misspelt-key"),
+    ],
+)
+def test_schema_refuses_bad_values(helm: str, tmp_path: Path, values: Manifest, field: str) -> None:
+    error = refusal(helm, tmp_path, values)
+    assert SCHEMA_ERROR in error
+    assert field in error

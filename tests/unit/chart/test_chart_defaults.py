@@ -1,0 +1,44 @@
+"""The chart's defaults agree with the project: versions, job image, checkpoint root.
+
+Read as plain YAML, without helm, so a drift shows up in the fast tests.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from distributary.plan import pipeline
+
+ROOT = Path(__file__).resolve().parents[3]
+CHART = ROOT / "charts" / "distributary"
+
+
+def load(name: str) -> Any:
+    return yaml.safe_load((CHART / name).read_text())
+
+
+def test_app_version_is_the_package_version() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert load("Chart.yaml")["appVersion"] == project["version"]
+
+
+def test_default_job_image_is_the_planners_default() -> None:
+    # An empty spark.jobImage renders as distributary-spark:<appVersion>.
+    assert load("values.yaml")["spark"]["jobImage"] == ""
+    app_version = load("Chart.yaml")["appVersion"]
+    assert pipeline.DEFAULT_IMAGE.split(":") == ["distributary-spark", app_version]
+
+
+def test_default_checkpoint_root_is_the_planners_default() -> None:
+    assert load("values.yaml")["checkpointRoot"] == pipeline.DEFAULT_CHECKPOINT_ROOT
+
+
+def test_every_value_is_described_by_the_schema() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["additionalProperties"] is False
+    assert set(load("values.yaml")) <= set(schema["properties"])
