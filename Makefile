@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test unit integration lint demo crds docs clean helm chart-lint
+.PHONY: install test unit integration lint demo crds docs clean helm chart-lint devcluster
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ lint: $(STAMP)
 crds: $(STAMP)
 	$(BIN)/distributary crds --out crds
 	cp crds/*.yaml charts/distributary/crds/
+
+# A local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager) on loopback;
+# the first run builds the Kubernetes binaries from Go modules (minutes), later runs reuse them.
+devcluster: $(STAMP)
+	$(BIN)/python -m distributary.kube.controlplane
 
 helm:
 	tools/helm.sh version --short

@@ -22,11 +22,11 @@ import click
 from rich.console import Console
 from rich.live import Live
 
+from distributary.artifacts import ArtifactError
 from distributary.cli_records import UserError, append_file
 from distributary.graph import Pipeline, load_pipeline
 from distributary.kafka.admin import KafkaAdminError
 from distributary.local.broker import BrokerError
-from distributary.local.jars import ArtifactError
 from distributary.local.run import LocalRun, RunError, watch
 from distributary.local.state import DEFAULT_STATE_DIR
 from distributary.local.status import Snapshot, one_line, render

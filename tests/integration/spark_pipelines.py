@@ -27,11 +27,11 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer
 from confluent_kafka import TopicPartition as Partition
 
+from distributary.artifacts import KAFKA_BROKER, jars
 from distributary.graph import Ref, load_pipeline
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.cluster import client_config
 from distributary.local.broker import java_binary
-from distributary.local.jars import KAFKA_BROKER, jars
 from distributary.local.run import LocalRun
 from distributary.plan.pipeline import PipelinePlan
 from distributary.plan.positions import Offsets

@@ -38,7 +38,8 @@ KubeName = Annotated[
 TopicName = Annotated[
     str, StringConstraints(min_length=1, max_length=249, pattern=TOPIC_NAME_PATTERN)
 ]
-SqlIdentifier = Annotated[str, StringConstraints(pattern=SQL_IDENTIFIER_PATTERN)]
+# maxLength bounds the cost the API server estimates for CEL rules over identifiers.
+SqlIdentifier = Annotated[str, StringConstraints(max_length=128, pattern=SQL_IDENTIFIER_PATTERN)]
 Duration = Annotated[str, StringConstraints(max_length=16, pattern=DURATION_PATTERN)]
 SparkMemory = Annotated[str, StringConstraints(max_length=8, pattern=SPARK_MEMORY_PATTERN)]
 ColumnName = Annotated[str, StringConstraints(min_length=1, max_length=256)]

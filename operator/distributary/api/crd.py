@@ -81,20 +81,49 @@ def _resolve(node: Any, defs: dict[str, Schema]) -> Any:
     return {key: _resolve(value, defs) for key, value in node.items()}
 
 
+def _int_or_string_rule(branches: list[Schema]) -> Schema | None:
+    """The constraints of an int-or-string's integer and string branches as one CEL rule."""
+    checks: dict[str, list[str]] = {"integer": [], "string": []}
+    for branch in branches:
+        kind = branch.get("type")
+        if kind not in checks:
+            continue
+        if "minimum" in branch:
+            checks[kind].append(f"self >= {branch['minimum']}")
+        if "maximum" in branch:
+            checks[kind].append(f"self <= {branch['maximum']}")
+        if "maxLength" in branch:
+            checks[kind].append(f"size(self) <= {branch['maxLength']}")
+        if "pattern" in branch:
+            checks[kind].append(f"self.matches('{branch['pattern']}')")
+    if not checks["integer"] and not checks["string"]:
+        return None
+    whole = " && ".join(checks["integer"]) or "true"
+    text = " && ".join(checks["string"]) or "true"
+    patterns = [b["pattern"] for b in branches if "pattern" in b]
+    shape = f" matching {patterns[0]}" if patterns else ""
+    return {
+        "rule": f"type(self) == int ? ({whole}) : ({text})",
+        "message": f"must be a non-negative whole number or a string{shape}",
+    }
+
+
 def _collapse_any_of(node: Schema) -> Schema:
     branches = node.pop("anyOf")
     non_null = [b for b in branches if b.get("type") != "null"]
     nullable = len(non_null) < len(branches)
     if node.get("x-kubernetes-int-or-string"):
+        # The API server accepts exactly `anyOf: [{type: integer}, {type: string}]` here (a
+        # structural schema allows nothing else in anyOf), so each branch's own constraints
+        # become one CEL rule.
         node.pop("type", None)
-        node["anyOf"] = [
-            {
-                k: v
-                for k, v in b.items()
-                if k in ("type", "pattern", "minimum", "maximum", "maxLength")
-            }
-            for b in non_null
-        ]
+        node["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+        lengths = [b["maxLength"] for b in non_null if "maxLength" in b]
+        if lengths:  # bounds the cost of the CEL rule below, as the API server estimates it
+            node["maxLength"] = max(lengths)
+        rule = _int_or_string_rule(non_null)
+        if rule is not None:
+            node["x-kubernetes-validations"] = [*node.get("x-kubernetes-validations", []), rule]
     elif len(non_null) == 1:
         # The outer node's keys (description, CEL rules) win over the branch's.
         node = {**non_null[0], **node}
@@ -282,10 +311,8 @@ def structural_problems(schema: Schema) -> list[str]:
             problems.append(f"{where}: additionalProperties beside properties")
         if "anyOf" in node and not node.get("x-kubernetes-int-or-string"):
             problems.append(f"{where}: anyOf outside int-or-string")
-        for branch in node.get("anyOf", []):
-            extra = set(branch) - {"type", "pattern", "minimum", "maximum", "maxLength"}
-            if extra:
-                problems.append(f"{where}: anyOf branch carries {sorted(extra)}")
+        if "anyOf" in node and node["anyOf"] != [{"type": "integer"}, {"type": "string"}]:
+            problems.append(f"{where}: int-or-string anyOf must be [integer, string] alone")
         if node.get("type") == "array" and "items" not in node:
             problems.append(f"{where}: array without items")
         if node.get("x-kubernetes-list-type") == "map":

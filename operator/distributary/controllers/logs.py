@@ -1,7 +1,8 @@
 """The Log controller: a Log's topic made and kept as its spec says, and its offsets in status.
 
 On every change (and on the operator's start, for Logs it already knew) the topic backend
-carries out the topic plan; a timer reads the watermarks into status between changes. Status is
+carries out the topic plan; between changes the observer (`observer.py`) reads the watermarks
+into status. Status is
 replaced whole from `plan.log_status`, so a field never outlives the reason it was written. A spec
 the operator cannot use, or a Kafka it cannot reach, becomes a condition, never a crash: the
 handler retries an unreachable Kafka with kopf's back-off.
@@ -14,7 +15,6 @@ was left behind) so that a Kafka outage cannot block a namespace's deletion fore
 from __future__ import annotations
 
 import asyncio
-import os
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -25,12 +25,10 @@ from distributary.api.log import Log
 from distributary.controllers import metrics
 from distributary.controllers.settings import OperatorSettings
 from distributary.kafka.admin import KafkaAdminError
-from distributary.plan.log_status import LogReconcile, log_status, offsets_status
+from distributary.plan.log_status import LogReconcile, log_status
 from distributary.plan.topics import desired_topic
 
 GROUP, VERSION, PLURAL = "distributary.dev", "v1alpha1", "logs"
-# Read when the module is imported: `distributary operator` sets it from --observe-interval.
-OBSERVE_INTERVAL = float(os.environ.get("DISTRIBUTARY_OBSERVE_INTERVAL", "30"))
 RETRY_SECONDS = 15
 DELETE_TIMEOUT = 300  # seconds a Delete-policy Log may wait for Kafka before it is let go
 
@@ -100,25 +98,6 @@ async def _reconcile(
             kopf.warn(body, reason=refusal.reason, message=refusal.message)
     if result.unreachable is not None:
         raise kopf.TemporaryError(result.unreachable, delay=RETRY_SECONDS)
-
-
-@kopf.timer(GROUP, VERSION, PLURAL, interval=OBSERVE_INTERVAL, initial_delay=5, idle=5)
-async def observe(
-    body: kopf.Body, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo, **_: Any
-) -> None:
-    """Read the topic's watermarks into status between changes."""
-    settings: OperatorSettings = memo.settings
-    topic = status.get("topicName")
-    if not topic:
-        return
-    try:
-        marks = await asyncio.to_thread(settings.admin.watermarks, [topic])
-    except KafkaAdminError:
-        return  # the next reconcile says so; an observation never changes conditions
-    update = offsets_status(topic, marks)
-    _publish(body, update)
-    if any(status.get(key) != value for key, value in update.items()):
-        patch.status.update(update)
 
 
 def _publish(body: kopf.Body, status: dict[str, Any]) -> None:

@@ -6,18 +6,22 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
-import os
+from pathlib import Path
 from typing import Any
 
 import click
 import kopf
 
 from distributary.controllers import metrics
+from distributary.controllers.observer import observe_forever
 from distributary.controllers.settings import OperatorSettings
 from distributary.plan.pipeline import DEFAULT_CHECKPOINT_ROOT, DEFAULT_IMAGE
+from distributary.plan.progress import PROGRESS_TOPIC
+from distributary.plan.topics import DesiredTopic
 
 FINALIZER = "distributary.dev/finalizer"
-CONTROLLERS = ("distributary.controllers.logs",)
+CONTROLLERS = ("distributary.controllers.logs", "distributary.controllers.views")
+PROGRESS = DesiredTopic(PROGRESS_TOPIC, 1, None, {"cleanup.policy": "compact"})
 
 
 def _configure(settings: kopf.OperatorSettings) -> None:
@@ -77,6 +81,14 @@ def _configure(settings: kopf.OperatorSettings) -> None:
     help="Where revisions checkpoint: storage every driver reaches (s3a://, a shared volume).",
 )
 @click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("/var/lib/distributary/local"),
+    show_default=True,
+    envvar="DISTRIBUTARY_STATE_DIR",
+    help="The local runtime's folder: runner specs, pids and logs.",
+)
+@click.option(
     "--namespace",
     "namespaces",
     multiple=True,
@@ -120,6 +132,7 @@ def operator(
     spark_runtime: str,
     image: str,
     checkpoint_root: str,
+    state_dir: Path,
     namespaces: tuple[str, ...],
     observe_interval: float,
     health_port: int,
@@ -129,8 +142,6 @@ def operator(
     """Run the Distributary operator: reconcile Logs, DerivedViews and StreamJobs."""
     if topic_backend != "direct":
         raise click.UsageError("--topic-backend strimzi is not available yet; use direct")
-    # The handlers' timers read their interval when their module is imported, below.
-    os.environ["DISTRIBUTARY_OBSERVE_INTERVAL"] = str(observe_interval)
     for module in CONTROLLERS:
         importlib.import_module(module)
     settings = OperatorSettings(
@@ -140,13 +151,23 @@ def operator(
         spark_runtime="local" if spark_runtime == "local" else "spark-operator",
         image=image,
         checkpoint_root=checkpoint_root,
+        state_dir=state_dir,
         observe_interval=observe_interval,
         namespaces=namespaces,
     )
 
     @kopf.on.startup()
-    def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+    async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
         _configure(settings)
+        # Where runners publish progress; made once, compacted (one record per revision).
+        await asyncio.to_thread(memo.settings.topics.apply, PROGRESS)
+        memo.observer = asyncio.create_task(observe_forever(memo.settings))
+
+    @kopf.on.cleanup()
+    async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+        observer = getattr(memo, "observer", None)
+        if observer is not None:
+            observer.cancel()
 
     logging.basicConfig(
         level=getattr(logging, log_level.upper()),

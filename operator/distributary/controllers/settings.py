@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from distributary.backends.direct import DirectTopics
+from distributary.backends.local_spark import LocalRuntime
 from distributary.kafka.admin import KafkaAdmin
+from distributary.kafka.progress import ProgressReader
+from distributary.kube.resources import Kube
 from distributary.plan.pipeline import DEFAULT_CHECKPOINT_ROOT, DEFAULT_IMAGE
+from distributary.plan.progress import PROGRESS_TOPIC
 
 TopicBackend = Literal["strimzi", "direct"]
 SparkRuntime = Literal["spark-operator", "local"]
@@ -45,7 +50,12 @@ class OperatorSettings:
     checkpoint_root: str = DEFAULT_CHECKPOINT_ROOT
     observe_interval: float = 30.0
     namespaces: tuple[str, ...] = ()
+    state_dir: Path = Path("/var/lib/distributary/local")
+    restart_due: dict[tuple[str, str], float] = field(default_factory=dict, repr=False)
     _admin: KafkaAdmin | None = field(default=None, repr=False)
+    _kube: Kube | None = field(default=None, repr=False)
+    _local: LocalRuntime | None = field(default=None, repr=False)
+    _progress: ProgressReader | None = field(default=None, repr=False)
 
     @property
     def admin(self) -> KafkaAdmin:
@@ -53,6 +63,28 @@ class OperatorSettings:
         if self._admin is None:
             self._admin = KafkaAdmin(self.bootstrap_servers, client=kafka_security())
         return self._admin
+
+    @property
+    def kube(self) -> Kube:
+        """The Kubernetes adapter, for children the operator applies itself."""
+        if self._kube is None:
+            # The kubeconfig kopf uses too: $KUBECONFIG, else the pod's service account.
+            self._kube = Kube(os.environ.get("KUBECONFIG") or None)
+        return self._kube
+
+    @property
+    def local_runtime(self) -> LocalRuntime:
+        """The local Spark runtime, its processes under `state_dir`."""
+        if self._local is None:
+            self._local = LocalRuntime(self.state_dir)
+        return self._local
+
+    @property
+    def progress(self) -> ProgressReader:
+        """The reader of the runners' progress topic."""
+        if self._progress is None:
+            self._progress = ProgressReader(self.bootstrap_servers, PROGRESS_TOPIC)
+        return self._progress
 
     @property
     def topics(self) -> DirectTopics:

@@ -24,8 +24,8 @@ import uuid
 from pathlib import Path
 from types import TracebackType
 
+from distributary.artifacts import KAFKA_BROKER, jars
 from distributary.kafka.cluster import cluster_ready
-from distributary.local.jars import KAFKA_BROKER, jars
 
 MIN_JAVA = 17
 

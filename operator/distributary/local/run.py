@@ -20,12 +20,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from distributary.artifacts import SPARK_KAFKA_CONNECTOR, jars
 from distributary.backends.direct import DirectTopics
 from distributary.graph import Pipeline
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.progress import ProgressReader
 from distributary.local.broker import EmbeddedBroker
-from distributary.local.jars import SPARK_KAFKA_CONNECTOR, jars
 from distributary.local.state import RunState, ServedLog, write_run_state
 from distributary.local.status import Snapshot, observe
 from distributary.plan.pipeline import PipelinePlan, PlanSettings, plan_pipeline

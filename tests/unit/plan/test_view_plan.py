@@ -1,0 +1,135 @@
+"""A view planned in its namespace as the API server holds it: children, inputs, revisions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from distributary.api.view import DerivedView
+from distributary.plan.view_plan import (
+    SERVING_ANNOTATION,
+    VIEW_LABEL,
+    namespace_pipeline,
+    plan_view,
+)
+
+NS = "shop"
+
+
+def log(name: str, schema: str = "user STRING, n INT", **meta: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "distributary.dev/v1alpha1",
+        "kind": "Log",
+        "metadata": {"name": name, "namespace": NS, **meta},
+        "spec": {"partitions": 2, "schema": schema},
+    }
+
+
+def view(name: str, reads: str, sql: str, mode: str = "append", **output: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "distributary.dev/v1alpha1",
+        "kind": "DerivedView",
+        "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}"},
+        "spec": {
+            "inputs": [{"log": reads, "alias": "src"}],
+            "sql": sql,
+            "output": {"mode": mode, **output},
+        },
+    }
+
+
+def child(name: str, view_name: str, topic: str | None) -> dict[str, Any]:
+    body = log(name, labels={VIEW_LABEL: view_name})
+    body["status"] = {"topicName": topic} if topic else {}
+    return body
+
+
+def planned(
+    logs: list[dict[str, Any]], views: list[dict[str, Any]], which: str, previous: Any = None
+) -> Any:
+    pipeline, children, _ = namespace_pipeline(logs, views)
+    body = next(v for v in views if v["metadata"]["name"] == which)
+    return plan_view(
+        pipeline,
+        children,
+        DerivedView.model_validate(body),
+        previous,
+        checkpoint_root="s3a://bucket/ck",
+        bootstrap_servers="kafka:9092",
+    )
+
+
+def test_a_new_view_starts_revision_1_with_its_topics_child_log_and_runner() -> None:
+    plan = planned(
+        [log("clicks")], [view("big", "clicks", "SELECT user, n FROM src WHERE n > 1")], "big"
+    )
+    assert (plan.revision, plan.starts, plan.problems, plan.waiting) == (1, True, (), ())
+    assert [t.name for t in plan.topics] == ["big.r1", "distributary.shop.big.dlq"]
+    assert plan.runner is not None
+    assert plan.runner.consumer_group == "distributary.shop.big.r1"
+    assert plan.runner.checkpoint_location == "s3a://bucket/ck/shop/big/r1"
+    assert plan.runner.bootstrap_servers == "kafka:9092"
+    assert plan.runner.inputs[0].topic == "clicks"
+    manifest = plan.output_log
+    assert manifest is not None
+    assert manifest["metadata"]["labels"][VIEW_LABEL] == "big"
+    assert manifest["metadata"]["annotations"][SERVING_ANNOTATION] == "1"
+    owner = manifest["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
+        "DerivedView",
+        "big",
+        "uid-big",
+        True,
+    )
+    assert manifest["spec"]["schema"] == "user STRING, n INT"
+
+
+def test_a_missing_input_stalls_the_view_naming_the_log() -> None:
+    plan = planned([], [view("big", "nowhere", "SELECT user FROM src")], "big")
+    assert plan.runner is None
+    assert plan.problems
+    assert "nowhere" in plan.problems[0].message
+
+
+def test_a_view_of_a_view_waits_for_the_upstream_topic_then_reads_it() -> None:
+    views = [
+        view("big", "clicks", "SELECT user, n FROM src"),
+        view(
+            "per-user",
+            "big",
+            "SELECT user, count(*) AS c FROM src GROUP BY user",
+            "upsert",
+            key=["user"],
+        ),
+    ]
+    waiting = planned([log("clicks"), child("big", "big", None)], views, "per-user")
+    assert waiting.runner is None
+    assert waiting.waiting[0].reason == "WaitingForInput"
+    ready = planned([log("clicks"), child("big", "big", "big.r1")], views, "per-user")
+    assert ready.runner is not None
+    assert ready.runner.inputs[0].topic == "big.r1"
+
+
+def test_a_cycle_across_views_stalls_each_view() -> None:
+    views = [view("a", "b", "SELECT user, n FROM src"), view("b", "a", "SELECT user, n FROM src")]
+    plan = planned([], views, "a")
+    assert plan.runner is None
+    assert any("cycle" in p.message for p in plan.problems)
+
+
+def test_a_running_revision_is_not_started_again() -> None:
+    views = [view("big", "clicks", "SELECT user, n FROM src")]
+    first = planned([log("clicks")], views, "big")
+    previous = {"servingRevision": 1, "revisions": [{"revision": 1, "specHash": first.spec_hash}]}
+    again = planned([log("clicks")], views, "big", previous)
+    assert again.starts is False
+    assert again.runner == first.runner
+
+
+def test_a_changed_query_leaves_the_serving_revision_running_and_says_so() -> None:
+    previous = {"servingRevision": 1, "revisions": [{"revision": 1, "specHash": "0123456789ab"}]}
+    plan = planned(
+        [log("clicks")], [view("big", "clicks", "SELECT user FROM src")], "big", previous
+    )
+    assert plan.runner is None  # the serving revision's application is left as it is
+    assert plan.reprocess_pending is not None
+    assert "0123456789ab" in plan.reprocess_pending

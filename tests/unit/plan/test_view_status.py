@@ -1,0 +1,97 @@
+"""A view's status from one reconcile: Ready and CaughtUp, restarts, stalls, positions."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from tests.unit.plan.test_view_plan import log, planned, view
+
+from distributary.plan.spark_state import AppState, restart_delay, spark_application_state
+from distributary.plan.view_plan import ViewPlan
+from distributary.plan.view_status import ViewObservation, start_record, view_status
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+
+
+def plan() -> ViewPlan:
+    result: ViewPlan = planned(
+        [log("clicks")], [view("big", "clicks", "SELECT user, n FROM src")], "big"
+    )
+    return result
+
+
+def kinds(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+def test_a_running_caught_up_view_is_ready_with_its_positions() -> None:
+    seen = ViewObservation(
+        "big-r1",
+        AppState("RUNNING", running=True),
+        0,
+        committed={"clicks": {0: 5, 1: 7}},
+        ends={"clicks": {0: 5, 1: 7}},
+        progress={"batchId": 3, "processedRowsPerSecond": 120.0},
+    )
+    status = view_status(plan(), seen, None, 2, NOW)
+    assert kinds(status) == {"Ready": ("True", "Serving"), "CaughtUp": ("True", "NoLag")}
+    assert status["lag"] == 0
+    assert status["servingRevision"] == 1
+    assert status["outputTopic"] == "big.r1"
+    assert status["inputs"] == [
+        {"log": "clicks", "alias": "src", "topic": "clicks", "position": {"0": 5, "1": 7}, "lag": 0}
+    ]
+    assert status["revisions"][0]["phase"] == "Serving"
+    assert status["revisions"][0]["caughtUpAt"] == "2026-11-22T12:00:00Z"
+    assert status["sparkApplication"] == {"name": "big-r1", "state": "RUNNING", "attempts": 0}
+    assert status["lastProgress"] == {"batchId": 3, "recordsPerSecond": 120.0}
+
+
+def test_lag_is_counted_from_the_group_to_the_end_offsets() -> None:
+    seen = ViewObservation(
+        "big-r1", AppState("RUNNING", running=True), 0, {"clicks": {0: 2}}, {"clicks": {0: 5, 1: 4}}
+    )
+    status = view_status(plan(), seen, None, 1, NOW)
+    assert status["lag"] == 7
+    assert kinds(status)["CaughtUp"] == ("False", "Lag")
+
+
+def test_an_ended_application_restarts_then_stalls_after_repeated_failures() -> None:
+    ended = AppState(
+        "FAILED", ended=True, failed=True, message="the streaming application ended (FAILED)"
+    )
+    restarting = view_status(plan(), ViewObservation("big-r1", ended, 1), None, 1, NOW)
+    assert kinds(restarting)["Reconciling"] == ("True", "Restarting")
+    failing = view_status(plan(), ViewObservation("big-r1", ended, 5), None, 1, NOW)
+    assert kinds(failing)["Stalled"] == ("True", "ApplicationFailing")
+
+
+def test_the_write_ahead_record_names_the_revision_before_it_starts() -> None:
+    record = start_record(plan(), 3, NOW)
+    assert record["pendingAction"]["action"] == "StartRevision"
+    assert record["pendingAction"]["generation"] == 3
+    assert record["servingRevision"] == 1
+    assert record["revisions"][0]["phase"] == "Pending"
+    # The status written after acting clears it.
+    seen = ViewObservation("big-r1", AppState("RUNNING", running=True))
+    assert view_status(plan(), seen, record, 3, NOW)["pendingAction"] is None
+
+
+def test_spark_operator_states_map_to_running_and_ended() -> None:
+    assert spark_application_state(None).state == "ABSENT"
+    running = spark_application_state({"status": {"applicationState": {"state": "RUNNING"}}})
+    assert running.running
+    done = spark_application_state({"status": {"applicationState": {"state": "COMPLETED"}}})
+    assert done.ended
+    assert done.failed  # a streaming query that completes has failed
+    failed = spark_application_state(
+        {"status": {"applicationState": {"state": "FAILED", "errorMessage": "OOMKilled"}}}
+    )
+    assert "OOMKilled" in failed.message
+    assert not spark_application_state({"status": {}}).ended
+
+
+def test_restarts_back_off_exponentially_up_to_five_minutes() -> None:
+    assert [restart_delay(n) for n in (1, 2, 3)] == [10, 20, 40]
+    assert restart_delay(20) == 300
