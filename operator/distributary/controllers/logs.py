@@ -15,6 +15,7 @@ was left behind) so that a Kafka outage cannot block a namespace's deletion fore
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -25,8 +26,11 @@ from distributary.api.log import Log
 from distributary.controllers import metrics
 from distributary.controllers.settings import OperatorSettings
 from distributary.kafka.admin import KafkaAdminError
+from distributary.kube.resources import KubeError
 from distributary.plan.log_status import LogReconcile, log_status
-from distributary.plan.topics import desired_topic
+from distributary.plan.pipeline import revision_topic
+from distributary.plan.topics import DesiredTopic, desired_topic
+from distributary.plan.view_plan import SERVING_ANNOTATION
 
 GROUP, VERSION, PLURAL = "distributary.dev", "v1alpha1", "logs"
 RETRY_SECONDS = 15
@@ -40,6 +44,9 @@ def _log(body: kopf.Body) -> Log | str:
         "name": body.meta.get("name"),
         "namespace": body.meta.get("namespace"),
         "labels": dict(body.meta.get("labels") or {}),
+        "annotations": dict(body.meta.get("annotations") or {}),
+        "generation": int(body.meta.get("generation") or 0),
+        "uid": body.meta.get("uid"),
     }
     try:
         resource = parse_resource(document)
@@ -48,10 +55,34 @@ def _log(body: kopf.Body) -> Log | str:
     return resource if isinstance(resource, Log) else "not a Log"
 
 
+def _desired(log: Log) -> DesiredTopic:
+    """The topic a Log is served from: its own, or for a view's output its serving revision's."""
+    serving = log.metadata.annotations.get(SERVING_ANNOTATION)
+    if serving and serving.isdigit():
+        return desired_topic(log, topic=revision_topic(log, int(serving)))
+    return desired_topic(log)
+
+
+def _owner(log: Log) -> dict[str, Any]:
+    return {
+        "apiVersion": log.api_version,
+        "kind": log.kind,
+        "name": log.metadata.name,
+        "uid": log.metadata.uid or "",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
 async def _apply(
     settings: OperatorSettings, log: Log, generation: int, managed: Any
 ) -> LogReconcile:
-    desired = desired_topic(log)
+    desired = _desired(log)
+    if settings.topic_backend == "strimzi":
+        result = await asyncio.to_thread(settings.strimzi.apply, log, desired, _owner(log))
+        if result.plan is None:
+            return result
+        return await _with_offsets(settings, result)
     try:
         plan = await asyncio.to_thread(settings.topics.apply, desired, frozenset(managed or []))
         observed = await asyncio.to_thread(settings.admin.describe_topic, desired.name)
@@ -65,6 +96,15 @@ async def _apply(
         partitions=observed.partitions if observed else desired.partitions,
         watermarks=marks,
     )
+
+
+async def _with_offsets(settings: OperatorSettings, result: LogReconcile) -> LogReconcile:
+    """`result` with the topic's watermarks, when Kafka answers (it need not, with Strimzi)."""
+    try:
+        marks = await asyncio.to_thread(settings.admin.watermarks, [result.topic])
+    except KafkaAdminError:
+        return result
+    return replace(result, watermarks=marks)
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
@@ -98,6 +138,8 @@ async def _reconcile(
             kopf.warn(body, reason=refusal.reason, message=refusal.message)
     if result.unreachable is not None:
         raise kopf.TemporaryError(result.unreachable, delay=RETRY_SECONDS)
+    if result.waiting is not None:  # another controller acts (Strimzi): look again soon
+        raise kopf.TemporaryError(result.waiting.message, delay=RETRY_SECONDS / 3)
 
 
 def _publish(body: kopf.Body, status: dict[str, Any]) -> None:
@@ -126,9 +168,14 @@ async def delete_topic(
     settings: OperatorSettings = memo.settings
     spec = body.get("spec") or {}
     topic = status.get("topicName") or spec.get("topicName") or body.meta["name"]
+    found = _log(body)
     try:
-        await asyncio.to_thread(settings.admin.delete_topic, topic)
-    except KafkaAdminError as exc:
+        if settings.topic_backend == "strimzi" and isinstance(found, Log):
+            # Strimzi's topic operator deletes the topic with its KafkaTopic.
+            await asyncio.to_thread(settings.strimzi.delete, found, _desired(found))
+        else:
+            await asyncio.to_thread(settings.admin.delete_topic, topic)
+    except (KafkaAdminError, KubeError) as exc:
         if runtime.total_seconds() < DELETE_TIMEOUT:
             message = f"topic {topic} not deleted yet: {exc}"
             raise kopf.TemporaryError(message, delay=RETRY_SECONDS) from exc

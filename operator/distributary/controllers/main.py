@@ -140,13 +140,11 @@ def operator(
     log_level: str,
 ) -> None:
     """Run the Distributary operator: reconcile Logs, DerivedViews and StreamJobs."""
-    if topic_backend != "direct":
-        raise click.UsageError("--topic-backend strimzi is not available yet; use direct")
     for module in CONTROLLERS:
         importlib.import_module(module)
     settings = OperatorSettings(
         bootstrap_servers=bootstrap_servers,
-        topic_backend="direct",
+        topic_backend="strimzi" if topic_backend == "strimzi" else "direct",
         strimzi_cluster=strimzi_cluster,
         spark_runtime="local" if spark_runtime == "local" else "spark-operator",
         image=image,

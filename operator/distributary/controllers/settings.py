@@ -10,6 +10,7 @@ from typing import Literal
 
 from distributary.backends.direct import DirectTopics
 from distributary.backends.local_spark import LocalRuntime
+from distributary.backends.strimzi import StrimziTopics
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.progress import ProgressReader
 from distributary.kube.resources import Kube
@@ -85,6 +86,13 @@ class OperatorSettings:
         if self._progress is None:
             self._progress = ProgressReader(self.bootstrap_servers, PROGRESS_TOPIC)
         return self._progress
+
+    @property
+    def strimzi(self) -> StrimziTopics:
+        """The strimzi topic backend: KafkaTopics in the Logs' namespaces, or in the one
+        $DISTRIBUTARY_STRIMZI_NAMESPACE names (where Strimzi's topic operator watches)."""
+        namespace = os.environ.get("DISTRIBUTARY_STRIMZI_NAMESPACE") or None
+        return StrimziTopics(self.kube, self.strimzi_cluster, namespace)
 
     @property
     def topics(self) -> DirectTopics:

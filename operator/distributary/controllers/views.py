@@ -22,6 +22,7 @@ from typing import Any
 import kopf
 
 from distributary.api import ResourceError, parse_resource
+from distributary.api.log import Log
 from distributary.api.view import DerivedView
 from distributary.controllers import metrics
 from distributary.controllers.settings import OperatorSettings
@@ -147,6 +148,26 @@ def _start(settings: OperatorSettings, plan: ViewPlan, view: DerivedView, name: 
     return _state(settings, plan, view.metadata.namespace, name)
 
 
+async def _make_topics(settings: OperatorSettings, plan: ViewPlan, view: DerivedView) -> None:
+    """The revision's output and dead-letter topics, through the configured topic backend."""
+    try:
+        if settings.topic_backend == "strimzi":
+            output = Log.model_validate(plan.output_log)
+            owner = {
+                "apiVersion": view.api_version,
+                "kind": view.kind,
+                "name": view.metadata.name,
+                "uid": view.metadata.uid or "",
+            }
+            for topic in plan.topics:
+                await asyncio.to_thread(settings.strimzi.apply, output, topic, owner)
+            return
+        for topic in plan.topics:
+            await asyncio.to_thread(settings.topics.apply, topic)
+    except KafkaAdminError as exc:
+        raise kopf.TemporaryError(f"view topics: {exc}", delay=15) from exc
+
+
 async def _positions(
     settings: OperatorSettings, plan: ViewPlan
 ) -> tuple[Offsets | None, Offsets | None]:
@@ -194,11 +215,7 @@ async def reconcile_view(
             )
             kopf.info(body, reason="StartRevision", message=f"Starting revision {plan.revision}.")
         await asyncio.to_thread(settings.kube.apply, plan.output_log)
-        try:
-            for topic in plan.topics:
-                await asyncio.to_thread(settings.topics.apply, topic)
-        except KafkaAdminError as exc:
-            raise kopf.TemporaryError(f"view topics: {exc}", delay=15) from exc
+        await _make_topics(settings, plan, found)
         attempts = int((status.get("sparkApplication") or {}).get("attempts") or 0)
         name, app, attempts = await _run_application(plan, found, settings, attempts)
         committed, ends = await _positions(settings, plan)

@@ -41,6 +41,8 @@ from types import FrameType, TracebackType
 
 import yaml
 
+from distributary.artifacts import cache_root
+
 KUBERNETES_VERSION = "v1.34.4"  # equal to k8s.io/kubernetes in controlplane/go.mod
 CONTROLLERS = "garbage-collector-controller,namespace-controller"
 SERVICE_CIDR = "10.0.0.0/24"
@@ -73,16 +75,6 @@ def _say(message: str) -> None:
 def _elapsed(since: float) -> str:
     seconds = int(time.monotonic() - since)
     return f"{seconds // 60}m{seconds % 60:02d}s"
-
-
-def cache_root() -> Path:
-    """The cache of `distributary.artifacts.cache_root` ($DISTRIBUTARY_CACHE or
-    ~/.cache/distributary), computed here too because `kube` may not import `local`."""
-    configured = os.environ.get("DISTRIBUTARY_CACHE")
-    if configured:
-        return Path(configured)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "distributary"
 
 
 def go_sources() -> Path:

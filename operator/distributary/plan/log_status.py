@@ -32,11 +32,15 @@ class LogReconcile:
     watermarks: Watermarks | None = None
     unreachable: str | None = None
     invalid: str | None = None
+    # Accepted, and another controller (Strimzi's topic operator) has yet to act: Reconciling.
+    waiting: Work | None = None
 
 
 def _observation(result: LogReconcile, first_sight: bool) -> Observation:
     if result.invalid is not None:
         return Observation(result.generation, problems=(Problem("InvalidSpec", result.invalid),))
+    if result.plan is None and result.waiting is not None:
+        return Observation(result.generation, work=(result.waiting,))
     if result.plan is None:
         message = f"Kafka cannot be reached to manage topic {result.topic}: {result.unreachable}"
         return Observation(result.generation, work=(Work("KafkaUnreachable", message),))

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from distributary.plan.conditions import Work
 from distributary.plan.log_status import LogReconcile
 from distributary.plan.topics import DesiredTopic, Refusal, TopicPlan
 
@@ -238,9 +239,7 @@ def log_reconcile(
         refusal = Refusal(report.field, report.reason, report.message)
         return refused_reconcile(generation, desired, refusal, frozenset(desired.configs))
     if report.verdict == "waiting":
-        # Reconciling until LogReconcile can say "waiting" itself: `unreachable` is the one
-        # outcome that is work under way and makes the controller look again.
-        return LogReconcile(generation, desired.name, unreachable=report.message)
+        return LogReconcile(generation, desired.name, waiting=Work(report.reason, report.message))
     return LogReconcile(
         generation,
         desired.name,
