@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test unit integration lint demo crds docs clean helm chart-lint devcluster
+.PHONY: install test unit integration lint demo crds docs clean helm chart-lint devcluster e2e-local
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,11 @@ crds: $(STAMP)
 # the first run builds the Kubernetes binaries from Go modules (minutes), later runs reuse them.
 devcluster: $(STAMP)
 	$(BIN)/python -m distributary.kube.controlplane
+
+# The clickstream example through the operator on a local control plane, embedded Kafka and
+# local Spark: applied with kubectl, Ready and caught up, summarised, torn down.
+e2e-local: $(STAMP)
+	$(BIN)/python e2e/local.py
 
 helm:
 	tools/helm.sh version --short

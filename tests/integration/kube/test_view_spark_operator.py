@@ -1,0 +1,223 @@
+"""The DerivedView controller with the `spark-operator` runtime on a real API server and broker.
+
+A view becomes a Kubeflow SparkApplication owned by the view, carrying the runner spec as JSON.
+The Spark operator itself is not run here (it would start driver pods, and no kubelet runs in the
+test control plane), so the test writes the application's status through the status subresource
+as the Spark operator would, and checks that the view follows it: Reconciling while the
+application starts, Ready while it runs, and Restarting when it ends, since a streaming
+application must never end, even with success. The restart deletes and re-creates the
+application after the back-off; deleting the view garbage-collects the application and the output
+Log. Everything else is real: a SparkApplication CRD shaped like the Spark operator's
+(tests/data/spark-operator), server-side apply, topics in Kafka, the garbage collector.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.integration.kube.operator_harness import Cluster, Operator, condition, is_true, wait_for
+
+from distributary.kafka.admin import KafkaAdmin
+from distributary.local.broker import EmbeddedBroker
+
+ROOT = Path(__file__).resolve().parents[3]
+SPARK_CRD = ROOT / "tests" / "data" / "spark-operator" / "sparkapplication-crd.yaml"
+SPARK_APPLICATION = "sparkapplications.sparkoperator.k8s.io"
+NAMESPACE = "spark-test"
+IMAGE = "my-registry/distributary-spark:test"
+VIEW = "so-big-clicks"
+APPLICATION = f"{VIEW}-r1"
+CLICKS = {
+    "apiVersion": "distributary.dev/v1alpha1",
+    "kind": "Log",
+    "metadata": {"name": "so-clicks"},
+    "spec": {"partitions": 2, "schema": "user STRING, amount INT", "key": ["user"]},
+}
+BIG_CLICKS = {
+    "apiVersion": "distributary.dev/v1alpha1",
+    "kind": "DerivedView",
+    "metadata": {"name": VIEW},
+    "spec": {
+        "inputs": [{"log": "so-clicks", "alias": "clicks"}],
+        "sql": "SELECT user, amount FROM clicks WHERE amount >= 10",
+        "output": {"mode": "append"},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(control_plane: Any) -> Cluster:
+    kube = Cluster(control_plane.kubeconfig, NAMESPACE)
+    kube.kubectl("apply", "--server-side", "-f", str(SPARK_CRD))
+    kube.install_crds()  # waits for every CRD, the SparkApplication one too, to be established
+    return kube
+
+
+@pytest.fixture(scope="module")
+def operator(
+    cluster: Cluster, broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Operator]:
+    extra = ("--spark-runtime", "spark-operator", "--image", IMAGE)
+    folder = tmp_path_factory.mktemp("spark-operator")
+    running = Operator(cluster, broker.bootstrap_servers, folder, extra)
+    running.start()
+    yield running
+    running.stop()
+
+
+def application(cluster: Cluster) -> dict[str, Any] | None:
+    return cluster.get(SPARK_APPLICATION, APPLICATION)
+
+
+def application_uid(cluster: Cluster) -> str | None:
+    found = application(cluster)
+    return str(found["metadata"]["uid"]) if found else None
+
+
+def view(cluster: Cluster) -> dict[str, Any] | None:
+    return cluster.get("dview", VIEW)
+
+
+def set_application_state(cluster: Cluster, state: str, **extra: Any) -> None:
+    """Write the application's status as the Spark operator does (driverInfo is required)."""
+    status = {
+        "applicationState": {"state": state},
+        "driverInfo": {"podName": f"{APPLICATION}-driver", "webUIPort": 4040},
+        "sparkApplicationId": "spark-0123456789abcdef",
+        "submissionAttempts": 1,
+        "executionAttempts": 1,
+        "lastSubmissionAttemptTime": "2026-11-22T12:00:00Z",
+        **extra,
+    }
+    cluster.kubectl(
+        "patch", SPARK_APPLICATION, APPLICATION, "-n", NAMESPACE, "--subresource=status",
+        "--type=merge", "-p", json.dumps({"status": status}),
+    )  # fmt: skip
+
+
+def reconciling_because(cluster: Cluster, reason: str) -> dict[str, Any] | None:
+    found = condition(view(cluster), "Reconciling")
+    return found if found and found["status"] == "True" and found["reason"] == reason else None
+
+
+def spark_status(cluster: Cluster) -> dict[str, Any]:
+    """What the view's status says of its Spark application."""
+    return dict(((view(cluster) or {}).get("status") or {}).get("sparkApplication") or {})
+
+
+def waiting(operator: Operator, what: str, probe: Any, timeout: float = 60) -> Any:
+    """`wait_for`, with the operator's log in the failure."""
+    try:
+        return wait_for(what, probe, timeout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n--- operator log ---\n{operator.logs()}") from None
+
+
+@pytest.fixture(scope="module")
+def created(cluster: Cluster, operator: Operator) -> dict[str, Any]:
+    """The view applied and its SparkApplication created."""
+    cluster.apply(CLICKS, BIG_CLICKS)
+    return dict(waiting(operator, f"SparkApplication {APPLICATION}", lambda: application(cluster)))
+
+
+def test_a_view_becomes_a_spark_application_owned_by_it(
+    created: dict[str, Any], cluster: Cluster, broker: EmbeddedBroker
+) -> None:
+    owner = (view(cluster) or {})["metadata"]
+    assert [
+        (o["kind"], o["name"], o["uid"], o.get("controller"))
+        for o in created["metadata"]["ownerReferences"]
+    ] == [("DerivedView", VIEW, owner["uid"], True)]
+    spec = created["spec"]
+    assert spec["type"] == "Python"
+    assert spec["mainApplicationFile"] == "local:///opt/distributary/runner.py"
+    assert spec["image"] == IMAGE
+    assert spec["restartPolicy"] == {"type": "Never"}
+    arguments = spec["arguments"]
+    assert arguments[0] == "--spec-json"
+    runner = json.loads(arguments[1])
+    assert runner["consumer_group"] == f"distributary.{NAMESPACE}.{VIEW}.r1"
+    assert runner["output"]["topic"] == f"{VIEW}.r1"
+    assert runner["bootstrap_servers"] == broker.bootstrap_servers
+    assert [(i["log"], i["topic"]) for i in runner["inputs"]] == [("so-clicks", "so-clicks")]
+
+
+def test_the_view_is_starting_until_the_application_runs_then_ready(
+    created: dict[str, Any], cluster: Cluster, operator: Operator
+) -> None:
+    starting = waiting(
+        operator, "Reconciling (Starting)", lambda: reconciling_because(cluster, "Starting")
+    )
+    assert "new" in starting["message"]
+    assert (condition(view(cluster), "Ready") or {}).get("status") == "Unknown"
+    set_application_state(cluster, "SUBMITTED")
+    waiting(
+        operator,
+        "Reconciling (Starting) while submitted",
+        lambda: "submitted" in (reconciling_because(cluster, "Starting") or {}).get("message", ""),
+    )
+    set_application_state(cluster, "RUNNING")
+    waiting(operator, "the view Ready", lambda: is_true(view(cluster), "Ready"))
+    found = view(cluster) or {}
+    assert condition(found, "Reconciling") is None
+    assert spark_status(cluster) == {"name": APPLICATION, "state": "RUNNING", "attempts": 0}
+    assert found["status"]["outputTopic"] == f"{VIEW}.r1"
+
+
+def test_the_output_log_and_the_revisions_topics_exist(
+    created: dict[str, Any], cluster: Cluster, operator: Operator, broker: EmbeddedBroker
+) -> None:
+    child = waiting(operator, "the output Log", lambda: cluster.get("dlog", VIEW))
+    owner = (view(cluster) or {})["metadata"]["uid"]
+    assert [(o["kind"], o["name"], o["uid"]) for o in child["metadata"]["ownerReferences"]] == [
+        ("DerivedView", VIEW, owner)
+    ]
+    admin = KafkaAdmin(broker.bootstrap_servers)
+    output = admin.describe_topic(f"{VIEW}.r1")
+    assert output is not None
+    assert output.partitions == 2
+    assert admin.describe_topic(f"distributary.{NAMESPACE}.{VIEW}.dlq") is not None
+
+
+def test_an_application_that_completes_is_restarted_after_its_back_off(
+    created: dict[str, Any], cluster: Cluster, operator: Operator
+) -> None:
+    before = application_uid(cluster)
+    assert before is not None
+    set_application_state(cluster, "COMPLETED", terminationTime="2026-11-22T12:05:00Z")
+    restarting = waiting(
+        operator, "Reconciling (Restarting)", lambda: reconciling_because(cluster, "Restarting")
+    )
+    assert "the streaming application ended (COMPLETED)" in restarting["message"]
+    assert (condition(view(cluster), "Ready") or {}).get("status") == "Unknown"
+    waiting(
+        operator,
+        "the SparkApplication re-created",
+        lambda: application_uid(cluster) not in (None, before),
+        timeout=40,
+    )
+    assert not ((application(cluster) or {}).get("status") or {}).get("applicationState")
+    waiting(
+        operator,
+        "the restart recorded in the view's status",
+        lambda: spark_status(cluster).get("state") == "NEW",
+        timeout=10,
+    )
+    assert spark_status(cluster) == {"name": APPLICATION, "state": "NEW", "attempts": 1}
+    assert reconciling_because(cluster, "Starting") is not None
+
+
+def test_deleting_the_view_collects_its_application_and_output_log(
+    created: dict[str, Any], cluster: Cluster, operator: Operator
+) -> None:
+    cluster.kubectl("delete", "dview", VIEW, "-n", NAMESPACE, "--timeout=60s")
+    waiting(
+        operator,
+        "the SparkApplication and output Log garbage-collected",
+        lambda: application(cluster) is None and cluster.get("dlog", VIEW) is None,
+        timeout=90,
+    )
