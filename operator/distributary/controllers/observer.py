@@ -23,7 +23,7 @@ from distributary.controllers.settings import OperatorSettings
 from distributary.controllers.views import reconcile_view
 from distributary.kafka.admin import KafkaAdminError
 from distributary.kube.resources import KubeError
-from distributary.plan.log_status import offsets_status
+from distributary.plan.log_status import offsets_status, subscribers
 
 API = "distributary.dev/v1alpha1"
 LOGGER = logging.getLogger("distributary.observer")
@@ -47,7 +47,10 @@ async def observe_namespace(settings: OperatorSettings, namespace: str | None) -
     views = await asyncio.to_thread(kube.list, API, "DerivedView", namespace)
     for log in logs:
         if not (log.get("metadata") or {}).get("deletionTimestamp"):
-            await _observe_log(settings, log)
+            readers = [
+                v for v in views if v["metadata"]["namespace"] == log["metadata"]["namespace"]
+            ]
+            await _observe_log(settings, log, readers)
     by_namespace: dict[str, dict[str, list[dict[str, Any]]]] = {"logs": {}, "views": {}}
     for kind, items in (("logs", logs), ("views", views)):
         for item in items:
@@ -72,13 +75,16 @@ async def _stop_orphans(
             await asyncio.to_thread(settings.local_runtime.stop, app)
 
 
-async def _observe_log(settings: OperatorSettings, log: dict[str, Any]) -> None:
+async def _observe_log(
+    settings: OperatorSettings, log: dict[str, Any], views: list[dict[str, Any]]
+) -> None:
     status = log.get("status") or {}
     topic = status.get("topicName")
     if not topic:
         return
     marks = await asyncio.to_thread(settings.admin.watermarks, [topic])
     update = offsets_status(topic, marks)
+    update["subscribers"] = subscribers(log["metadata"]["name"], views)
     namespace, name = log["metadata"]["namespace"], log["metadata"]["name"]
     if "endOffsets" in update:
         metrics.record_log_offsets(namespace, name, update["endOffsets"], update.get("records"))

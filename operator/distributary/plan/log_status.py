@@ -9,7 +9,7 @@ dashboard tells "fix your spec" from "wait".
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -89,3 +89,34 @@ def offsets_status(topic: str, watermarks: Watermarks | None) -> dict[str, Any]:
         "endOffsets": {str(p): end for p, (_, end) in sorted(marks.items())},
         "records": sum(end - start for start, end in marks.values()),
     }
+
+
+def subscribers(log: str, views: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The views reading `log`, each with its serving revision's position and lag in it, as
+    their statuses last reported them (the Log's `status.subscribers`)."""
+    found = []
+    for view in views:
+        status = view.get("status") or {}
+        for item in status.get("inputs") or []:
+            if item.get("log") != log:
+                continue
+            revision = status.get("servingRevision")
+            found.append(
+                {
+                    "kind": "DerivedView",
+                    "name": view["metadata"]["name"],
+                    "revision": revision,
+                    "consumerGroup": _group(status, revision),
+                    "position": dict(item.get("position") or {}),
+                    "lag": item.get("lag"),
+                }
+            )
+    return sorted(found, key=lambda s: (s["name"], s["revision"] or 0))
+
+
+def _group(status: Mapping[str, Any], revision: Any) -> str | None:
+    for item in status.get("revisions") or []:
+        if item.get("revision") == revision:
+            group = item.get("consumerGroup")
+            return str(group) if group else None
+    return None

@@ -170,6 +170,15 @@ def test_positions_are_in_the_consumer_group_and_status(
     status = (cluster.get("dview", "vc-big") or {})["status"]
     assert status["inputs"][0]["position"] == {str(p): o for p, o in committed["vc-events"].items()}
     assert sum(committed["vc-events"].values()) == len(running)
+    # The input Log lists the view among its subscribers, with the same position.
+
+    def subscriber() -> dict[str, Any] | None:
+        found = ((cluster.get("dlog", "vc-events") or {}).get("status") or {}).get("subscribers")
+        return next((s for s in found or [] if s["name"] == "vc-big"), None)
+
+    listed = wait_for("vc-big among vc-events' subscribers", subscriber)
+    assert listed["consumerGroup"] == "distributary.views-test.vc-big.r1"
+    assert listed["position"] == status["inputs"][0]["position"]
 
 
 def test_a_killed_operator_restarts_without_a_second_runner(

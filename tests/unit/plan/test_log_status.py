@@ -79,3 +79,34 @@ def test_a_condition_keeps_its_transition_time_while_its_status_holds() -> None:
     broken = LogReconcile(3, "clicks", invalid="bad")
     stalled = log_status(broken, again, later)
     assert stalled["conditions"][0]["lastTransitionTime"] == "2026-11-22T12:05:00Z"
+
+
+def test_a_logs_subscribers_are_the_views_reading_it_with_their_positions() -> None:
+    from distributary.plan.log_status import subscribers
+
+    reader = {
+        "metadata": {"name": "big"},
+        "status": {
+            "servingRevision": 2,
+            "revisions": [
+                {"revision": 1, "consumerGroup": "distributary.ns.big.r1"},
+                {"revision": 2, "consumerGroup": "distributary.ns.big.r2"},
+            ],
+            "inputs": [
+                {"log": "clicks", "alias": "c", "position": {"0": 4}, "lag": 3},
+                {"log": "users", "alias": "u", "position": {"0": 1}, "lag": 0},
+            ],
+        },
+    }
+    other = {"metadata": {"name": "unrelated"}, "status": {"inputs": [{"log": "users"}]}}
+    assert subscribers("clicks", [reader, other]) == [
+        {
+            "kind": "DerivedView",
+            "name": "big",
+            "revision": 2,
+            "consumerGroup": "distributary.ns.big.r2",
+            "position": {"0": 4},
+            "lag": 3,
+        }
+    ]
+    assert subscribers("orders", [reader, other]) == []
