@@ -141,3 +141,14 @@ def parse_resource(document: dict[str, Any]) -> Resource:
         raise ResourceError(label, problems) from None
     assert isinstance(resource, Log | DerivedView | StreamJob)
     return resource
+
+
+def owner_of(resource: Resource) -> dict[str, str]:
+    """The fields of an ownerReference to `resource`. A resource read from files has no uid
+    yet; a placeholder says so (the API server sets the real one)."""
+    return {
+        "apiVersion": resource.api_version,
+        "kind": resource.kind,
+        "name": resource.metadata.name,
+        "uid": resource.metadata.uid or f"<uid of the {resource.kind}>",
+    }

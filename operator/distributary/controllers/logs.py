@@ -21,7 +21,7 @@ from typing import Any
 
 import kopf
 
-from distributary.api import ResourceError, parse_resource
+from distributary.api import ResourceError, owner_of, parse_resource
 from distributary.api.log import Log
 from distributary.controllers import metrics
 from distributary.controllers.settings import OperatorSettings
@@ -29,6 +29,7 @@ from distributary.kafka.admin import KafkaAdminError
 from distributary.kube.resources import KubeError
 from distributary.plan.log_status import LogReconcile, log_status
 from distributary.plan.pipeline import revision_topic
+from distributary.plan.spark import owner_reference
 from distributary.plan.topics import DesiredTopic, desired_topic
 from distributary.plan.view_plan import SERVING_ANNOTATION
 
@@ -63,23 +64,14 @@ def _desired(log: Log) -> DesiredTopic:
     return desired_topic(log)
 
 
-def _owner(log: Log) -> dict[str, Any]:
-    return {
-        "apiVersion": log.api_version,
-        "kind": log.kind,
-        "name": log.metadata.name,
-        "uid": log.metadata.uid or "",
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
 async def _apply(
     settings: OperatorSettings, log: Log, generation: int, managed: Any
 ) -> LogReconcile:
     desired = _desired(log)
     if settings.topic_backend == "strimzi":
-        result = await asyncio.to_thread(settings.strimzi.apply, log, desired, _owner(log))
+        result = await asyncio.to_thread(
+            settings.strimzi.apply, log, desired, owner_reference(owner_of(log))
+        )
         if result.plan is None:
             return result
         return await _with_offsets(settings, result)

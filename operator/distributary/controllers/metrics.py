@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
@@ -50,6 +51,28 @@ def reconciling(kind: str) -> Iterator[None]:
     finally:
         RECONCILE_SECONDS.labels(kind).observe(time.perf_counter() - started)
         RECONCILES.labels(kind, outcome).inc()
+
+
+VIEW_LAG = Gauge(
+    "distributary_view_lag_records",
+    "Records a view's serving revision has not read yet, over all its inputs.",
+    ["namespace", "view", "revision"],
+)
+VIEW_RECORDS_PER_SECOND = Gauge(
+    "distributary_view_records_per_second",
+    "Records per second of a view's last micro-batch.",
+    ["namespace", "view", "revision"],
+)
+
+
+def record_view(namespace: str, view: str, status: Mapping[str, Any]) -> None:
+    """Publish a view's lag and rate from the status just computed for it."""
+    revision = str(status.get("servingRevision") or "")
+    if status.get("lag") is not None:
+        VIEW_LAG.labels(namespace, view, revision).set(status["lag"])
+    rate = (status.get("lastProgress") or {}).get("recordsPerSecond")
+    if rate is not None:
+        VIEW_RECORDS_PER_SECOND.labels(namespace, view, revision).set(rate)
 
 
 _PARTITIONS: dict[tuple[str, str], set[str]] = {}  # the partitions published per log

@@ -21,7 +21,7 @@ from typing import Any
 
 import kopf
 
-from distributary.api import ResourceError, parse_resource
+from distributary.api import ResourceError, owner_of, parse_resource
 from distributary.api.log import Log
 from distributary.api.view import DerivedView
 from distributary.controllers import metrics
@@ -137,12 +137,7 @@ def _start(settings: OperatorSettings, plan: ViewPlan, view: DerivedView, name: 
     assert plan.runner is not None
     if settings.spark_runtime == "local":
         return settings.local_runtime.ensure(plan.runner)
-    owner = {
-        "apiVersion": view.api_version,
-        "kind": view.kind,
-        "name": view.metadata.name,
-        "uid": view.metadata.uid or "",
-    }
+    owner = owner_of(view)
     manifest = spark_application(plan.runner, view.spec.spark, image=settings.image, owner=owner)
     settings.kube.apply(manifest)
     return _state(settings, plan, view.metadata.namespace, name)
@@ -153,12 +148,7 @@ async def _make_topics(settings: OperatorSettings, plan: ViewPlan, view: Derived
     try:
         if settings.topic_backend == "strimzi":
             output = Log.model_validate(plan.output_log)
-            owner = {
-                "apiVersion": view.api_version,
-                "kind": view.kind,
-                "name": view.metadata.name,
-                "uid": view.metadata.uid or "",
-            }
+            owner = owner_of(view)
             for topic in plan.topics:
                 await asyncio.to_thread(settings.strimzi.apply, output, topic, owner)
             return
@@ -226,6 +216,7 @@ async def reconcile_view(
         seen = ViewObservation(name, app, attempts, committed, ends, progress.get(key))
     written = view_status(plan, seen, status, generation, now)
     patch.status.update(written)
+    metrics.record_view(found.metadata.namespace, found.metadata.name, written)
     if seen.app is not None and seen.app.ended:
         # Come back when the restart is due (the timer would too, later).
         delay = restart_delay(seen.attempts)

@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from distributary.api import owner_of
 from distributary.api.log import Log, LogStatus, log_manifest
-from distributary.api.view import DerivedView
 from distributary.graph import Pipeline, Ref
 from distributary.plan.revisions import revision_hash, view_definition
 from distributary.plan.runner_spec import RunnerSpec, view_runner_spec
@@ -112,15 +112,6 @@ class PlanSettings:
     bootstrap_servers: str | None = None
 
 
-def _owner(view: DerivedView) -> dict[str, str]:
-    return {
-        "apiVersion": view.api_version,
-        "kind": view.kind,
-        "name": view.metadata.name,
-        "uid": view.metadata.uid or "<uid of the view>",
-    }
-
-
 def _serving(pipeline: Pipeline, log: Log) -> Log:
     """The log as readers will find it: a view's output serves its revision 1 topic."""
     ref = Ref.of(log)
@@ -148,7 +139,7 @@ def _plan_view(pipeline: Pipeline, ref: Ref, settings: PlanSettings) -> PlannedV
         bootstrap_servers=settings.bootstrap_servers,
     )
     application = spark_application(
-        runner, view.spec.spark, image=settings.image, owner=_owner(view)
+        runner, view.spec.spark, image=settings.image, owner=owner_of(view)
     )
     return PlannedView(ref, 1, spec_hash, runner, application)
 
@@ -201,12 +192,7 @@ def plan_pipeline(pipeline: Pipeline, settings: PlanSettings | None = None) -> P
                 spec_hash=spec_hash,
                 checkpoint_root=settings.checkpoint_root,
                 bootstrap_servers=settings.bootstrap_servers,
-                owner={
-                    "apiVersion": job.api_version,
-                    "kind": job.kind,
-                    "name": job.metadata.name,
-                    "uid": job.metadata.uid or "<uid of the job>",
-                },
+                owner=owner_of(job),
             )
             jobs.append(PlannedJob(ref, 1, spec_hash, application))
     kafka_topics: list[dict[str, Any]] = []

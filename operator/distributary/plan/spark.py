@@ -77,7 +77,9 @@ def label_value(value: str) -> str:
     return f"{value[: MAX_LABEL_VALUE - 9].rstrip('-._')}-{name_digest(value)}"
 
 
-def _owner_reference(owner: Mapping[str, str]) -> dict[str, Any]:
+def owner_reference(owner: Mapping[str, str]) -> dict[str, Any]:
+    """The controlling ownerReference to `owner` (apiVersion, kind, name, uid): garbage
+    collection deletes the child with it."""
     missing = [key for key in ("apiVersion", "kind", "name", "uid") if not owner.get(key)]
     if missing:
         raise ValueError(
@@ -144,7 +146,7 @@ def _spark_application(
         "annotations": {"distributary.dev/spec-hash": app.spec_hash},
     }
     if owner is not None:
-        metadata["ownerReferences"] = [_owner_reference(owner)]
+        metadata["ownerReferences"] = [owner_reference(owner)]
     return {
         "apiVersion": SPARK_APPLICATION_API_VERSION,
         "kind": "SparkApplication",

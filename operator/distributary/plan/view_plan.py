@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from distributary.api import ResourceError, parse_resource
+from distributary.api import ResourceError, owner_of, parse_resource
 from distributary.api.log import Log, LogStatus, log_manifest
 from distributary.api.view import DerivedView
 from distributary.graph import Pipeline, Ref
@@ -26,6 +26,7 @@ from distributary.plan.conditions import Problem, Work
 from distributary.plan.pipeline import revision_topic
 from distributary.plan.revisions import revision_hash, view_definition
 from distributary.plan.runner_spec import RunnerSpec, view_runner_spec
+from distributary.plan.spark import owner_reference
 from distributary.plan.topics import DesiredTopic, desired_topic
 
 VIEW_LABEL = "distributary.dev/view"
@@ -102,14 +103,7 @@ def _serving(log: Log, children: Mapping[str, LogStatus], pipeline: Pipeline) ->
 
 
 def _output_manifest(view: DerivedView, output: Log, revision: int) -> dict[str, Any]:
-    owner = {
-        "apiVersion": view.api_version,
-        "kind": view.kind,
-        "name": view.metadata.name,
-        "uid": view.metadata.uid or "",
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
+    owner = owner_reference(owner_of(view))
     return log_manifest(
         output.metadata.name,
         view.metadata.namespace,

@@ -45,11 +45,13 @@ def _application_findings(seen: ViewObservation) -> tuple[list[Problem], list[Wo
     app = seen.app
     if app is None or app.running:
         return [], []
-    if app.ended and seen.attempts >= ATTEMPTS_BEFORE_STALLED:
-        message = f"{app.message}; restarted {seen.attempts} times in a row, still failing"
+    # `attempts` counts the restarts scheduled so far, the one now due included.
+    if app.ended and seen.attempts > ATTEMPTS_BEFORE_STALLED:
+        done = seen.attempts - 1
+        message = f"{app.message}; restarted {done} times in a row, still failing"
         return [Problem("ApplicationFailing", message)], []
     if app.ended:
-        return [], [Work("Restarting", f"{app.message}; restart {seen.attempts + 1} is due")]
+        return [], [Work("Restarting", f"{app.message}; restart {seen.attempts} is due")]
     return [], [Work("Starting", f"the Spark application is {app.state.lower()}")]
 
 

@@ -10,7 +10,6 @@ garbage collector.
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -19,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.integration.kube.operator_harness import wait_for
 
 from distributary.api.log import Log
 from distributary.backends.strimzi import StrimziTopics
@@ -35,16 +35,6 @@ V1, V1BETA2 = "kafka.strimzi.io/v1", "kafka.strimzi.io/v1beta2"
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
 Kubectl = Callable[..., Any]
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60) -> Any:
-    deadline, last = time.monotonic() + timeout, None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
 
 
 def serves(kubectl: Kubectl, version: str) -> bool:

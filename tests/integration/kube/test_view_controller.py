@@ -9,6 +9,7 @@ Deleting the view stops its runner, and garbage collection deletes its output Lo
 from __future__ import annotations
 
 import json
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -162,8 +163,8 @@ def test_the_output_log_is_a_child_of_the_view(
     assert child["spec"]["schema"] == SCHEMA
 
 
-def test_positions_are_in_the_consumer_group_and_status(
-    running: list[dict[str, Any]], cluster: Cluster, broker: EmbeddedBroker
+def test_positions_are_in_the_consumer_group_status_and_metrics(
+    running: list[dict[str, Any]], cluster: Cluster, broker: EmbeddedBroker, operator: Operator
 ) -> None:
     admin = KafkaAdmin(broker.bootstrap_servers)
     committed = admin.committed("distributary.views-test.vc-big.r1")
@@ -177,6 +178,14 @@ def test_positions_are_in_the_consumer_group_and_status(
         return next((s for s in found or [] if s["name"] == "vc-big"), None)
 
     listed = wait_for("vc-big among vc-events' subscribers", subscriber)
+    metrics = urllib.request.urlopen(operator.metrics_url, timeout=5).read().decode()
+    lag = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("distributary_view_lag_records{") and 'view="vc-big"' in line
+    ]
+    assert lag, "no lag metric for vc-big"
+    assert lag[0].endswith(" 0.0")
     assert listed["consumerGroup"] == "distributary.views-test.vc-big.r1"
     assert listed["position"] == status["inputs"][0]["position"]
 

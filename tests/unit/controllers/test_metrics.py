@@ -37,3 +37,11 @@ def test_a_logs_offsets_are_published_and_forgotten_with_it() -> None:
     )
     assert gone is None
     metrics.forget_log("ns", "clicks")  # forgetting twice is harmless
+
+
+def test_a_views_lag_and_rate_are_published_from_its_status() -> None:
+    status = {"servingRevision": 2, "lag": 42, "lastProgress": {"recordsPerSecond": 1500.0}}
+    metrics.record_view("ns", "big", status)
+    assert sample("distributary_view_lag_records", namespace="ns", view="big", revision="2") == 42
+    rate = sample("distributary_view_records_per_second", namespace="ns", view="big", revision="2")
+    assert rate == 1500.0

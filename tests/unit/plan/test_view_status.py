@@ -63,8 +63,12 @@ def test_an_ended_application_restarts_then_stalls_after_repeated_failures() -> 
     )
     restarting = view_status(plan(), ViewObservation("big-r1", ended, 1), None, 1, NOW)
     assert kinds(restarting)["Reconciling"] == ("True", "Restarting")
-    failing = view_status(plan(), ViewObservation("big-r1", ended, 5), None, 1, NOW)
+    assert "restart 1 is due" in restarting["conditions"][0]["message"]
+    still = view_status(plan(), ViewObservation("big-r1", ended, 5), None, 1, NOW)
+    assert "Stalled" not in kinds(still)  # four restarts done, the fifth is due
+    failing = view_status(plan(), ViewObservation("big-r1", ended, 6), None, 1, NOW)
     assert kinds(failing)["Stalled"] == ("True", "ApplicationFailing")
+    assert "restarted 5 times in a row" in failing["conditions"][0]["message"]
 
 
 def test_the_write_ahead_record_names_the_revision_before_it_starts() -> None:
