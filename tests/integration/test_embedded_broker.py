@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -55,3 +58,35 @@ def test_a_restarted_broker_keeps_its_records(tmp_path: Path) -> None:
 def test_a_second_broker_on_the_same_state_is_refused(broker: EmbeddedBroker) -> None:
     with pytest.raises(BrokerError, match="already using"):
         EmbeddedBroker(broker.state_dir).start()
+
+
+def test_the_broker_stops_when_its_parent_is_killed(tmp_path: Path) -> None:
+    """A killed test run or `distributary run` (SIGKILL: no clean-up) leaves no broker behind."""
+    state = tmp_path / "orphan"
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from distributary.local.broker import EmbeddedBroker\n"
+        f"EmbeddedBroker(Path({str(state)!r})).start()\n"
+        "print('serving', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        assert parent.stdout.readline().strip() == "serving"
+        broker_pid = int((state / "broker.pid").read_text())
+        assert Path(f"/proc/{broker_pid}").exists()
+    finally:
+        parent.kill()
+        parent.wait()
+        if parent.stdout is not None:
+            parent.stdout.close()
+    deadline = time.monotonic() + 60
+    while Path(f"/proc/{broker_pid}").exists() and time.monotonic() < deadline:
+        alive = Path(f"/proc/{broker_pid}/stat").read_text().split()[2] != "Z"
+        if not alive:
+            break
+        time.sleep(0.5)
+    stat = Path(f"/proc/{broker_pid}/stat")
+    assert not stat.exists() or stat.read_text().split()[2] == "Z", "the broker outlived its parent"

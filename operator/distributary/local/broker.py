@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
+import ctypes
 import os
 import re
 import shutil
@@ -28,6 +29,7 @@ from distributary.artifacts import KAFKA_BROKER, jars
 from distributary.kafka.cluster import cluster_ready
 
 MIN_JAVA = 17
+PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 class BrokerError(RuntimeError):
@@ -54,6 +56,17 @@ def java_binary() -> str:
             f"need Java {MIN_JAVA} or newer: install one or set JAVA_HOME"
         )
     return java
+
+
+def die_with_parent() -> None:
+    """In a child about to exec: ask Linux to send SIGTERM when the parent dies, so a broker or
+    runner is not left behind by a parent that was killed (SIGKILL runs no clean-up). Elsewhere,
+    or if it fails, nothing changes: the parent's own stop still applies."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def free_port() -> int:
@@ -211,6 +224,7 @@ class EmbeddedBroker:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=die_with_parent,
             )
         (self.state_dir / "broker.pid").write_text(f"{self._process.pid}\n")
         atexit.register(self.stop)

@@ -25,7 +25,7 @@ from distributary.backends.direct import DirectTopics
 from distributary.graph import Pipeline
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.progress import ProgressReader
-from distributary.local.broker import EmbeddedBroker
+from distributary.local.broker import EmbeddedBroker, die_with_parent
 from distributary.local.state import RunState, ServedLog, write_run_state
 from distributary.local.status import Snapshot, observe
 from distributary.plan.pipeline import PipelinePlan, PlanSettings, plan_pipeline
@@ -123,6 +123,7 @@ class LocalRun:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=die_with_parent,
                 env={**os.environ, "PYSPARK_PYTHON": sys.executable},
             )
 
