@@ -25,8 +25,8 @@ integration: $(STAMP)
 	$(BIN)/python -m pytest tests/integration
 
 lint: $(STAMP)
-	$(BIN)/ruff check operator tests bench
-	$(BIN)/ruff format --check operator tests bench
+	$(BIN)/ruff check operator tests bench e2e
+	$(BIN)/ruff format --check operator tests bench e2e
 	$(BIN)/mypy operator/distributary
 	$(BIN)/lint-imports
 
