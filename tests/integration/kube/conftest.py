@@ -12,8 +12,10 @@ import subprocess
 from collections.abc import Callable, Iterator
 
 import pytest
+from tests.integration.kube.operator_harness import Cluster, Operator
 
 from distributary.kube.controlplane import ControlPlane
+from distributary.local.broker import EmbeddedBroker
 
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -51,3 +53,31 @@ def kubectl(control_plane: ControlPlane) -> Kubectl:
         return result
 
     return run
+
+
+@pytest.fixture(scope="module")
+def cluster(control_plane: ControlPlane, request: pytest.FixtureRequest) -> Cluster:
+    """The test module's namespace (its `NAMESPACE`), with the project's CRDs installed and the
+    CRD files its `EXTRA_CRDS` names (another operator's kinds), all established."""
+    kube = Cluster(control_plane.kubeconfig, request.module.NAMESPACE)
+    for path in getattr(request.module, "EXTRA_CRDS", ()):
+        kube.kubectl("apply", "--server-side", "-f", str(path))
+    kube.install_crds()
+    return kube
+
+
+@pytest.fixture(scope="module")
+def operator(
+    cluster: Cluster,
+    broker: EmbeddedBroker,
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+) -> Iterator[Operator]:
+    """`distributary operator` on the module's namespace, with its `OPERATOR_FLAGS`."""
+    flags = tuple(getattr(request.module, "OPERATOR_FLAGS", ()))
+    running = Operator(
+        cluster, broker.bootstrap_servers, tmp_path_factory.mktemp("operator"), flags
+    )
+    running.start()
+    yield running
+    running.stop()

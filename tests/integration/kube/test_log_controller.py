@@ -8,10 +8,8 @@ the Kafka Admin API. Nothing stands in for the API server, the operator or Kafka
 from __future__ import annotations
 
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from confluent_kafka import Producer
 from tests.integration.kube.operator_harness import Cluster, Operator, condition, is_true, wait_for
 
@@ -19,22 +17,7 @@ from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.cluster import client_config
 from distributary.local.broker import EmbeddedBroker
 
-
-@pytest.fixture(scope="module")
-def cluster(control_plane: Any) -> Cluster:
-    kube = Cluster(control_plane.kubeconfig, "logs-test")
-    kube.install_crds()
-    return kube
-
-
-@pytest.fixture(scope="module")
-def operator(
-    cluster: Cluster, broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Operator]:
-    running = Operator(cluster, broker.bootstrap_servers, tmp_path_factory.mktemp("operator"))
-    running.start()
-    yield running
-    running.stop()
+NAMESPACE = "logs-test"
 
 
 def log(name: str, partitions: int, **spec: Any) -> dict[str, Any]:

@@ -8,35 +8,23 @@ status through its status subresource as the topic operator would (see test_stri
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from tests.integration.kube.operator_harness import Cluster, Operator, condition, is_true, wait_for
 from tests.integration.kube.test_strimzi_backend import install_strimzi_crd
 
-from distributary.local.broker import EmbeddedBroker
-
 KAFKA_TOPIC = "kafkatopics.kafka.strimzi.io"
+NAMESPACE = "strimzi-test"
+OPERATOR_FLAGS = ("--topic-backend", "strimzi", "--strimzi-cluster", "events-cluster")
 
 
 @pytest.fixture(scope="module")
 def cluster(control_plane: Any, kubectl: Any) -> Cluster:
-    kube = Cluster(control_plane.kubeconfig, "strimzi-test")
+    kube = Cluster(control_plane.kubeconfig, NAMESPACE)
     kube.install_crds()
     install_strimzi_crd(kubectl, "v1-and-v1beta2")
     return kube
-
-
-@pytest.fixture(scope="module")
-def operator(
-    cluster: Cluster, broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Operator]:
-    extra = ("--topic-backend", "strimzi", "--strimzi-cluster", "events-cluster")
-    running = Operator(cluster, broker.bootstrap_servers, tmp_path_factory.mktemp("strimzi"), extra)
-    running.start()
-    yield running
-    running.stop()
 
 
 def set_topic_status(cluster: Cluster, name: str, ready: bool, reason: str, message: str) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,8 @@ from distributary.kafka.records import produce
 from distributary.local.broker import EmbeddedBroker
 from distributary.schema import RecordSchema
 
+NAMESPACE = "views-test"
+OPERATOR_FLAGS = ("--spark-runtime", "local")
 SCHEMA = "user STRING, amount INT"
 EVENTS = {
     "apiVersion": "distributary.dev/v1alpha1",
@@ -53,24 +54,6 @@ PER_USER = {
         "spark": {"trigger": "500ms"},
     },
 }
-
-
-@pytest.fixture(scope="module")
-def cluster(control_plane: Any) -> Cluster:
-    kube = Cluster(control_plane.kubeconfig, "views-test")
-    kube.install_crds()
-    return kube
-
-
-@pytest.fixture(scope="module")
-def operator(
-    cluster: Cluster, broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Operator]:
-    folder = tmp_path_factory.mktemp("view-operator")
-    running = Operator(cluster, broker.bootstrap_servers, folder, ("--spark-runtime", "local"))
-    running.start()
-    yield running
-    running.stop()
 
 
 def append(broker: EmbeddedBroker, first: int, count: int) -> list[dict[str, Any]]:

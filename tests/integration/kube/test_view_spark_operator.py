@@ -14,7 +14,6 @@ Log. Everything else is real: a SparkApplication CRD shaped like the Spark opera
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,9 @@ ROOT = Path(__file__).resolve().parents[3]
 SPARK_CRD = ROOT / "tests" / "data" / "spark-operator" / "sparkapplication-crd.yaml"
 SPARK_APPLICATION = "sparkapplications.sparkoperator.k8s.io"
 NAMESPACE = "spark-test"
+EXTRA_CRDS = (SPARK_CRD,)
 IMAGE = "my-registry/distributary-spark:test"
+OPERATOR_FLAGS = ("--spark-runtime", "spark-operator", "--image", IMAGE)
 VIEW = "so-big-clicks"
 APPLICATION = f"{VIEW}-r1"
 CLICKS = {
@@ -47,26 +48,6 @@ BIG_CLICKS = {
         "output": {"mode": "append"},
     },
 }
-
-
-@pytest.fixture(scope="module")
-def cluster(control_plane: Any) -> Cluster:
-    kube = Cluster(control_plane.kubeconfig, NAMESPACE)
-    kube.kubectl("apply", "--server-side", "-f", str(SPARK_CRD))
-    kube.install_crds()  # waits for every CRD, the SparkApplication one too, to be established
-    return kube
-
-
-@pytest.fixture(scope="module")
-def operator(
-    cluster: Cluster, broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Operator]:
-    extra = ("--spark-runtime", "spark-operator", "--image", IMAGE)
-    folder = tmp_path_factory.mktemp("spark-operator")
-    running = Operator(cluster, broker.bootstrap_servers, folder, extra)
-    running.start()
-    yield running
-    running.stop()
 
 
 def application(cluster: Cluster) -> dict[str, Any] | None:
