@@ -3,7 +3,8 @@
 A view applied with kubectl gets its output Log as a child, its revision's topic and a runner
 process; records appended to its input reach its output, and it reports Ready and CaughtUp with
 lag 0. Killing the operator and starting it again converges without a second runner or child.
-Deleting the view stops its runner, and garbage collection deletes its output Log.
+Deleting the views stops their runners, garbage collection deletes their output Logs, and
+with them the serving topic of the one whose output says `deletionPolicy: Delete`.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ BIG = {
     "spec": {
         "inputs": [{"log": "vc-events", "alias": "events"}],
         "sql": "SELECT user, amount FROM events WHERE amount >= 10",
-        "output": {"mode": "append"},
+        "output": {"mode": "append", "deletionPolicy": "Delete"},
         "spark": {"trigger": "500ms"},
     },
 }
@@ -199,11 +200,15 @@ def test_a_killed_operator_restarts_without_a_second_runner(
     assert sorted(runners(operator)) == sorted(before)  # the same processes, adopted
 
 
-def test_deleting_the_view_stops_its_runner_and_collects_its_output_log(
-    running: list[dict[str, Any]], cluster: Cluster, operator: Operator
+def test_deleting_the_views_stops_their_runners_and_keeps_data_as_the_policy_says(
+    running: list[dict[str, Any]], cluster: Cluster, operator: Operator, broker: EmbeddedBroker
 ) -> None:
     cluster.kubectl(
         "delete", "dview", "vc-big", "vc-per-user", "-n", cluster.namespace, "--timeout=60s"
     )
     wait_for("the output Log garbage-collected", lambda: cluster.get("dlog", "vc-big") is None)
     wait_for("the runner stopped", lambda: not runners(operator), timeout=90)
+    # vc-big's output says deletionPolicy: Delete, vc-per-user's keeps the default, Retain.
+    admin = KafkaAdmin(broker.bootstrap_servers)
+    wait_for("vc-big.r1 deleted", lambda: admin.describe_topic("vc-big.r1") is None)
+    assert admin.describe_topic("vc-per-user.r1") is not None
