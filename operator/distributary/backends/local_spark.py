@@ -1,13 +1,16 @@
 """The `local` Spark runtime: the runner as a process on the operator's own machine.
 
 For development clusters and tests, where no Spark operator runs. Each view revision is one
-runner process (`python -m distributary.runner --spec FILE`, local Spark) whose spec, pid and log
-live in a folder of its own under the state folder, so an operator that restarts finds the
-processes it started (by pid and command line) instead of starting them twice.
+runner process (`python -m distributary.runner --spec FILE`, local Spark), each StreamJob revision
+one process running the job's own file (`python -m distributary.runner.job --spec FILE`); the
+spec, pid and log of each live in a folder of its own under the state folder
+(`<namespace>/<name>/r<N>` for a view, `.../job-r<N>` for a job), so an operator that restarts
+finds the processes it started (by pid and command line) instead of starting them twice.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -18,6 +21,7 @@ from pathlib import Path
 
 from distributary.artifacts import SPARK_KAFKA_CONNECTOR, jars
 from distributary.plan.runner_spec import RunnerSpec
+from distributary.plan.spark import Application
 from distributary.plan.spark_state import AppState
 
 
@@ -80,29 +84,52 @@ class LocalRuntime:
         """The folder of a view's revision."""
         return LocalApplication(self.state_dir / namespace / name / f"r{revision}")
 
-    def running(self) -> list[tuple[str, str, LocalApplication]]:
-        """(namespace, view, application) of every runner process that lives."""
+    def job(self, namespace: str, name: str, revision: int) -> LocalApplication:
+        """The folder of a StreamJob's revision."""
+        return LocalApplication(self.state_dir / namespace / name / f"job-r{revision}")
+
+    def running(self, pattern: str = "r*") -> list[tuple[str, str, LocalApplication]]:
+        """(namespace, name, application) of every process that lives: views' runners, or with
+        `pattern="job-r*"` jobs'."""
         found = []
-        for pid_file in sorted(self.state_dir.glob("*/*/r*/runner.pid")):
+        for pid_file in sorted(self.state_dir.glob(f"*/*/{pattern}/runner.pid")):
             app = LocalApplication(pid_file.parent)
             if app.pid() is not None:
                 found.append((app.folder.parent.parent.name, app.folder.parent.name, app))
         return found
 
-    def local_spec(self, spec: RunnerSpec) -> RunnerSpec:
-        """`spec` with the settings of local Spark: master, the connector's jars, no UI."""
-        conf = {
-            **spec.spark_conf,
+    def _conf(self) -> dict[str, str]:
+        return {
             "spark.master": f"local[{self.cores}]",
             "spark.jars": ",".join(str(j) for j in jars(SPARK_KAFKA_CONNECTOR, quiet=True)),
             "spark.ui.enabled": "false",
         }
-        return spec.model_copy(update={"spark_conf": conf})
+
+    def local_spec(self, spec: RunnerSpec) -> RunnerSpec:
+        """`spec` with the settings of local Spark: master, the connector's jars, no UI."""
+        return spec.model_copy(update={"spark_conf": {**spec.spark_conf, **self._conf()}})
 
     def ensure(self, spec: RunnerSpec) -> AppState:
         """Start the revision's runner unless it runs with this very spec; its state."""
-        app = self.application(spec)
         wanted = self.local_spec(spec).model_dump_json(indent=1)
+        return self._ensure(self.application(spec), wanted, "distributary.runner")
+
+    def ensure_job(self, launch: Application) -> AppState:
+        """Start a job revision's own file unless it runs with this very launch; its state."""
+        wanted = {
+            "namespace": launch.namespace,
+            "name": launch.name,
+            "revision": launch.revision,
+            "specHash": launch.spec_hash,
+            "mainFile": launch.main_file,
+            "arguments": list(launch.arguments),
+            "env": dict(launch.env),
+            "sparkConf": {**launch.spark_conf, **self._conf()},
+        }
+        app = self.job(launch.namespace, launch.name, launch.revision)
+        return self._ensure(app, json.dumps(wanted, indent=1), "distributary.runner.job")
+
+    def _ensure(self, app: LocalApplication, wanted: str, module: str) -> AppState:
         pid = app.pid()
         if pid is not None and app.spec_file.read_text() == wanted:
             return AppState("RUNNING", running=True)
@@ -112,7 +139,7 @@ class LocalRuntime:
         app.spec_file.write_text(wanted)
         with open(app.log_file, "ab") as log:
             child = subprocess.Popen(
-                [sys.executable, "-m", "distributary.runner", "--spec", str(app.spec_file)],
+                [sys.executable, "-m", module, "--spec", str(app.spec_file)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -123,8 +150,11 @@ class LocalRuntime:
         return AppState("SUBMITTED")
 
     def state(self, spec: RunnerSpec) -> AppState:
+        """RUNNING while the view revision's process lives; else how it ended."""
+        return self.state_of(self.application(spec))
+
+    def state_of(self, app: LocalApplication) -> AppState:
         """RUNNING while the process lives; else how it ended, as far as can be told."""
-        app = self.application(spec)
         if app.pid() is not None:
             return AppState("RUNNING", running=True)
         if not app.pid_file.exists():
@@ -133,9 +163,9 @@ class LocalRuntime:
         code = child.poll() if child is not None else None
         detail = app.tail()
         message = (
-            f"the runner exited with code {code}"
+            f"the process exited with code {code}"
             if code is not None
-            else "the runner is not running"
+            else "the process is not running"
         )
         return AppState(
             "FAILED" if code not in (None, 0) else "COMPLETED",

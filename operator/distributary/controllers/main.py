@@ -20,7 +20,11 @@ from distributary.plan.progress import PROGRESS_TOPIC
 from distributary.plan.topics import DesiredTopic
 
 FINALIZER = "distributary.dev/finalizer"
-CONTROLLERS = ("distributary.controllers.logs", "distributary.controllers.views")
+CONTROLLERS = (
+    "distributary.controllers.logs",
+    "distributary.controllers.views",
+    "distributary.controllers.jobs",
+)
 PROGRESS = DesiredTopic(PROGRESS_TOPIC, 1, None, {"cleanup.policy": "compact"})
 
 

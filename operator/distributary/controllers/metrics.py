@@ -65,14 +65,38 @@ VIEW_RECORDS_PER_SECOND = Gauge(
 )
 
 
+def _record_consumer(
+    gauges: tuple[Gauge, Gauge], labels: tuple[str, str, str], status: Mapping[str, Any]
+) -> None:
+    lag, rate = status.get("lag"), (status.get("lastProgress") or {}).get("recordsPerSecond")
+    if lag is not None:
+        gauges[0].labels(*labels).set(lag)
+    if rate is not None:
+        gauges[1].labels(*labels).set(rate)
+
+
 def record_view(namespace: str, view: str, status: Mapping[str, Any]) -> None:
     """Publish a view's lag and rate from the status just computed for it."""
     revision = str(status.get("servingRevision") or "")
-    if status.get("lag") is not None:
-        VIEW_LAG.labels(namespace, view, revision).set(status["lag"])
-    rate = (status.get("lastProgress") or {}).get("recordsPerSecond")
-    if rate is not None:
-        VIEW_RECORDS_PER_SECOND.labels(namespace, view, revision).set(rate)
+    _record_consumer((VIEW_LAG, VIEW_RECORDS_PER_SECOND), (namespace, view, revision), status)
+
+
+JOB_LAG = Gauge(
+    "distributary_job_lag_records",
+    "Records a StreamJob's revision has not read yet, over all its inputs.",
+    ["namespace", "job", "revision"],
+)
+JOB_RECORDS_PER_SECOND = Gauge(
+    "distributary_job_records_per_second",
+    "Records per second of a StreamJob's last micro-batch.",
+    ["namespace", "job", "revision"],
+)
+
+
+def record_job(namespace: str, job: str, status: Mapping[str, Any]) -> None:
+    """Publish a job's lag and rate from the status just computed for it."""
+    revision = str(status.get("revision") or "")
+    _record_consumer((JOB_LAG, JOB_RECORDS_PER_SECOND), (namespace, job, revision), status)
 
 
 _PARTITIONS: dict[tuple[str, str], set[str]] = {}  # the partitions published per log

@@ -3,10 +3,10 @@
 kopf's timers would do this per resource, but kopf guards every resource that has a timer with a
 finalizer, and a finalizer on every Log would let an operator outage block a namespace's
 deletion. So one loop, started with the operator, lists the Logs and views of the watched
-namespaces every interval: a Log's watermarks go to its status and metrics; a view goes through
-the same reconcile as on a change (positions, lag, progress, restarts of ended applications),
-and its status is patched when it changed. A failure on one resource is logged and the loop goes
-on with the next.
+namespaces every interval: a Log's watermarks go to its status and metrics; a view or job goes
+through the same reconcile as on a change (positions, lag, progress, restarts of ended
+applications), and its status is patched when it changed. A failure on one resource is logged
+and the loop goes on with the next.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any, cast
 import kopf
 
 from distributary.controllers import metrics
+from distributary.controllers.jobs import reconcile_job
 from distributary.controllers.settings import OperatorSettings
 from distributary.controllers.views import reconcile_view
 from distributary.kafka.admin import KafkaAdminError
@@ -45,33 +46,39 @@ async def observe_namespace(settings: OperatorSettings, namespace: str | None) -
     kube = settings.kube
     logs = await asyncio.to_thread(kube.list, API, "Log", namespace)
     views = await asyncio.to_thread(kube.list, API, "DerivedView", namespace)
+    jobs = await asyncio.to_thread(kube.list, API, "StreamJob", namespace)
     for log in logs:
         if not (log.get("metadata") or {}).get("deletionTimestamp"):
             readers = [
-                v for v in views if v["metadata"]["namespace"] == log["metadata"]["namespace"]
+                r
+                for r in [*views, *jobs]
+                if r["metadata"]["namespace"] == log["metadata"]["namespace"]
             ]
             await _observe_log(settings, log, readers)
-    by_namespace: dict[str, dict[str, list[dict[str, Any]]]] = {"logs": {}, "views": {}}
-    for kind, items in (("logs", logs), ("views", views)):
+    by_namespace: dict[str, dict[str, list[dict[str, Any]]]] = {"logs": {}, "views": {}, "jobs": {}}
+    for kind, items in (("logs", logs), ("views", views), ("jobs", jobs)):
         for item in items:
             by_namespace[kind].setdefault(item["metadata"]["namespace"], []).append(item)
     for view in views:
         if not view["metadata"].get("deletionTimestamp"):
-            await _observe_view(settings, view, by_namespace)
+            await _observe(settings, view, by_namespace)
+    for job in jobs:
+        if not job["metadata"].get("deletionTimestamp"):
+            await _observe(settings, job, by_namespace)
     if settings.spark_runtime == "local":
-        await _stop_orphans(settings, namespace, views)
+        await _stop_orphans(settings, namespace, views, "r*")
+        await _stop_orphans(settings, namespace, jobs, "job-r*")
 
 
 async def _stop_orphans(
-    settings: OperatorSettings, namespace: str | None, views: list[dict[str, Any]]
+    settings: OperatorSettings, namespace: str | None, owners: list[dict[str, Any]], pattern: str
 ) -> None:
-    """Stop local runners whose view is gone (deleted, even while the operator was down)."""
-    alive = {(v["metadata"]["namespace"], v["metadata"]["name"]) for v in views}
-    for view_namespace, name, app in settings.local_runtime.running():
-        if namespace in (None, view_namespace) and (view_namespace, name) not in alive:
-            LOGGER.info(
-                "view %s/%s is gone: stopping its runner %s", view_namespace, name, app.folder
-            )
+    """Stop local processes whose view or job is gone (deleted, even while the operator was
+    down)."""
+    alive = {(v["metadata"]["namespace"], v["metadata"]["name"]) for v in owners}
+    for owner_namespace, name, app in settings.local_runtime.running(pattern):
+        if namespace in (None, owner_namespace) and (owner_namespace, name) not in alive:
+            LOGGER.info("%s/%s is gone: stopping %s", owner_namespace, name, app.folder)
             await asyncio.to_thread(settings.local_runtime.stop, app)
 
 
@@ -92,16 +99,18 @@ async def _observe_log(
         await asyncio.to_thread(settings.kube.patch_status, API, "Log", namespace, name, update)
 
 
-async def _observe_view(settings: OperatorSettings, view: dict[str, Any], indexes: Any) -> None:
-    body = kopf.Body(cast(kopf.RawBody, view))
+async def _observe(settings: OperatorSettings, item: dict[str, Any], indexes: Any) -> None:
+    """Reconcile a view or job as on a change, and write its status if it changed."""
+    body = kopf.Body(cast(kopf.RawBody, item))
     patch = kopf.Patch()
+    reconcile = reconcile_view if item["kind"] == "DerivedView" else reconcile_job
     with contextlib.suppress(kopf.TemporaryError):  # the status written says what is awaited
-        await reconcile_view(body, body.status, patch, settings, indexes)
+        await reconcile(body, body.status, patch, settings, indexes)
     update = dict(patch.get("status") or {})
-    if _changed(view.get("status") or {}, update):
-        namespace, name = view["metadata"]["namespace"], view["metadata"]["name"]
+    if _changed(item.get("status") or {}, update):
+        namespace, name = item["metadata"]["namespace"], item["metadata"]["name"]
         await asyncio.to_thread(
-            settings.kube.patch_status, API, "DerivedView", namespace, name, update
+            settings.kube.patch_status, API, item["kind"], namespace, name, update
         )
 
 

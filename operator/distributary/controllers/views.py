@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,6 +24,7 @@ from distributary.api import ResourceError, owner_of, parse_resource
 from distributary.api.log import Log
 from distributary.api.view import DerivedView
 from distributary.controllers import metrics
+from distributary.controllers.applications import Runtime, run_application
 from distributary.controllers.settings import OperatorSettings
 from distributary.kafka.admin import KafkaAdminError
 from distributary.plan.conditions import Problem
@@ -52,8 +52,12 @@ def views_by_namespace(body: kopf.Body, namespace: str | None, **_: Any) -> dict
 
 
 def _indexes(found: dict[str, Any]) -> dict[str, Any]:
-    """The two indexes, which kopf passes by their functions' names."""
-    return {"logs": found["logs_by_namespace"], "views": found["views_by_namespace"]}
+    """The indexes, which kopf passes by their functions' names (jobs': see `jobs.py`)."""
+    return {
+        "logs": found["logs_by_namespace"],
+        "views": found["views_by_namespace"],
+        "jobs": found.get("jobs_by_namespace", {}),
+    }
 
 
 def _view(body: kopf.Body) -> DerivedView | str:
@@ -85,6 +89,7 @@ def _plan(
         if v["metadata"]["name"] != view.metadata.name
     ]
     views.append(dict(body))
+    views += indexes.get("jobs", {}).get(namespace, [])  # writers of logs too
     pipeline, children, _invalid = namespace_pipeline(logs, views)
     return plan_view(
         pipeline,
@@ -96,51 +101,34 @@ def _plan(
     )
 
 
-async def _run_application(
-    plan: ViewPlan, view: DerivedView, settings: OperatorSettings, attempts: int
-) -> tuple[str, AppState, int]:
-    """Run the revision's application, restarting one that ended once its back-off is over;
-    its name, state and restarts in a row."""
-    assert plan.runner is not None
+def _runtime(settings: OperatorSettings, plan: ViewPlan, view: DerivedView) -> Runtime:
+    """The serving revision's application on the configured runtime."""
+    runner = plan.runner
+    assert runner is not None
     namespace = view.metadata.namespace
     name = application_name(view.metadata.name, plan.revision)
-    state = await asyncio.to_thread(_state, settings, plan, namespace, name)
-    if state.ended:
-        due = settings.restart_due.get((namespace, name))
-        if due is None:
-            attempts += 1
-            settings.restart_due[(namespace, name)] = time.monotonic() + restart_delay(attempts)
-            return name, state, attempts
-        if time.monotonic() < due:
-            return name, state, attempts
-        del settings.restart_due[(namespace, name)]
-        await asyncio.to_thread(_remove, settings, plan, namespace, name)
-    state = await asyncio.to_thread(_start, settings, plan, view, name)
-    return name, state, 0 if state.running else attempts
-
-
-def _state(settings: OperatorSettings, plan: ViewPlan, namespace: str, name: str) -> AppState:
-    assert plan.runner is not None
     if settings.spark_runtime == "local":
-        return settings.local_runtime.state(plan.runner)
-    return spark_application_state(
-        settings.kube.get(SPARK_API, "SparkApplication", namespace, name)
-    )
+        local = settings.local_runtime
+        # An ended local process is simply started again: nothing to remove.
+        return Runtime(
+            namespace, name, lambda: local.state(runner), lambda: local.ensure(runner), lambda: None
+        )
 
+    def state() -> AppState:
+        return spark_application_state(
+            settings.kube.get(SPARK_API, "SparkApplication", namespace, name)
+        )
 
-def _remove(settings: OperatorSettings, plan: ViewPlan, namespace: str, name: str) -> None:
-    if settings.spark_runtime != "local":  # an ended local process is simply started again
+    def start() -> AppState:
+        owner = owner_of(view)
+        manifest = spark_application(runner, view.spec.spark, image=settings.image, owner=owner)
+        settings.kube.apply(manifest)
+        return state()
+
+    def remove() -> None:
         settings.kube.delete(SPARK_API, "SparkApplication", namespace, name)
 
-
-def _start(settings: OperatorSettings, plan: ViewPlan, view: DerivedView, name: str) -> AppState:
-    assert plan.runner is not None
-    if settings.spark_runtime == "local":
-        return settings.local_runtime.ensure(plan.runner)
-    owner = owner_of(view)
-    manifest = spark_application(plan.runner, view.spec.spark, image=settings.image, owner=owner)
-    settings.kube.apply(manifest)
-    return _state(settings, plan, view.metadata.namespace, name)
+    return Runtime(namespace, name, state, start, remove)
 
 
 async def _make_topics(settings: OperatorSettings, plan: ViewPlan, view: DerivedView) -> None:
@@ -207,13 +195,14 @@ async def reconcile_view(
         await asyncio.to_thread(settings.kube.apply, plan.output_log)
         await _make_topics(settings, plan, found)
         attempts = int((status.get("sparkApplication") or {}).get("attempts") or 0)
-        name, app, attempts = await _run_application(plan, found, settings, attempts)
+        runtime = _runtime(settings, plan, found)
+        app, attempts = await run_application(settings, runtime, attempts)
         committed, ends = await _positions(settings, plan)
         progress = settings.progress.poll() if settings.progress is not None else {}
         key = progress_key(
             "DerivedView", found.metadata.namespace, found.metadata.name, plan.revision
         )
-        seen = ViewObservation(name, app, attempts, committed, ends, progress.get(key))
+        seen = ViewObservation(runtime.name, app, attempts, committed, ends, progress.get(key))
     written = view_status(plan, seen, status, generation, now)
     patch.status.update(written)
     metrics.record_view(found.metadata.namespace, found.metadata.name, written)

@@ -171,12 +171,19 @@ class Kube:
             raise self._unreachable(exc) from exc
         return found
 
-    def list(self, api_version: str, kind: str, namespace: str | None) -> list[dict[str, Any]]:
-        """Every object of a kind in a namespace (None: in every namespace)."""
+    def list(
+        self, api_version: str, kind: str, namespace: str | None, labels: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Every object of a kind in a namespace (None: in every namespace), those matching the
+        label selector `labels` when given."""
         resource = self._resource(api_version, kind)
         try:
             found: dict[str, Any] = self._client().get(
-                resource, namespace=namespace, _request_timeout=REQUEST_TIMEOUT, serializer=_plain
+                resource,
+                namespace=namespace,
+                label_selector=labels,
+                _request_timeout=REQUEST_TIMEOUT,
+                serializer=_plain,
             )
         except ApiException as exc:
             where = f"{kind} in {namespace or 'every namespace'}"

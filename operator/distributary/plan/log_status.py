@@ -91,27 +91,32 @@ def offsets_status(topic: str, watermarks: Watermarks | None) -> dict[str, Any]:
     }
 
 
-def subscribers(log: str, views: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The views reading `log`, each with its serving revision's position and lag in it, as
-    their statuses last reported them (the Log's `status.subscribers`)."""
+def subscribers(log: str, readers: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The views and jobs reading `log`, each with its running revision's position and lag in
+    it, as their statuses last reported them (the Log's `status.subscribers`)."""
     found = []
-    for view in views:
-        status = view.get("status") or {}
+    for reader in readers:
+        status = reader.get("status") or {}
+        kind = str(reader.get("kind") or "DerivedView")
         for item in status.get("inputs") or []:
             if item.get("log") != log:
                 continue
-            revision = status.get("servingRevision")
+            if kind == "StreamJob":
+                revision, group = status.get("revision"), status.get("consumerGroup")
+            else:
+                revision = status.get("servingRevision")
+                group = _group(status, revision)
             found.append(
                 {
-                    "kind": "DerivedView",
-                    "name": view["metadata"]["name"],
+                    "kind": kind,
+                    "name": reader["metadata"]["name"],
                     "revision": revision,
-                    "consumerGroup": _group(status, revision),
+                    "consumerGroup": group,
                     "position": dict(item.get("position") or {}),
                     "lag": item.get("lag"),
                 }
             )
-    return sorted(found, key=lambda s: (s["name"], s["revision"] or 0))
+    return sorted(found, key=lambda s: (s["kind"], s["name"], s["revision"] or 0))
 
 
 def _group(status: Mapping[str, Any], revision: Any) -> str | None:

@@ -245,7 +245,7 @@ def kafka_source_options(spec: RunnerSpec, source: RunnerInput) -> dict[str, str
     options = {"subscribe": source.topic}
     if spec.bootstrap_servers:
         options["kafka.bootstrap.servers"] = spec.bootstrap_servers
-    options.update(_starting_options(source))
+    options.update(starting_options(source))
     # Fail rather than skip when records to read were deleted by retention: a derived log with a
     # silent gap is worse than a stopped view. A view that allows partial history accepts gaps.
     options["failOnDataLoss"] = "true" if spec.fail_on_data_loss else "false"
@@ -258,7 +258,8 @@ def kafka_source_options(spec: RunnerSpec, source: RunnerInput) -> dict[str, str
     return options
 
 
-def _starting_options(source: RunnerInput) -> dict[str, str]:
+def starting_options(source: RunnerInput) -> dict[str, str]:
+    """Spark's Kafka source options for where `source` starts without a checkpoint."""
     start = source.starting_position
     if start.kind == "timestamp" and start.timestamp_ms is not None:
         # A timestamp after the last record starts at the end instead of failing the query.

@@ -97,7 +97,9 @@ def owner_reference(owner: Mapping[str, str]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class _Application:
+class Application:
+    """What a Spark application runs, whichever runtime runs it."""
+
     kind: Literal["DerivedView", "StreamJob"]
     namespace: str
     name: str
@@ -110,12 +112,13 @@ class _Application:
     env: Mapping[str, str]
 
 
-def _spark_application(
-    app: _Application,
+def spark_application_of(
+    app: Application,
     settings: SparkSettings,
     service_account: str,
     owner: Mapping[str, str] | None,
 ) -> dict[str, Any]:
+    """The Kubeflow SparkApplication that runs `app`, controlled by `owner` when given."""
     label_key = "distributary.dev/view" if app.kind == "DerivedView" else "distributary.dev/job"
     labels = {
         **MANAGED_BY,
@@ -180,7 +183,7 @@ def spark_application(
     """The Kubeflow SparkApplication that runs the runner on `spec`. `image` is the operator's
     default job image; `settings.image` wins when set. `owner` (apiVersion, kind, name, uid)
     becomes the controlling ownerReference, so deleting the view deletes the application."""
-    app = _Application(
+    app = Application(
         kind=spec.kind,
         namespace=spec.namespace,
         name=spec.name,
@@ -192,7 +195,7 @@ def spark_application(
         spark_conf=spec.spark_conf,
         env={},
     )
-    return _spark_application(app, settings, service_account, owner)
+    return spark_application_of(app, settings, service_account, owner)
 
 
 def env_name(direction: Literal["INPUT", "OUTPUT"], log: str) -> str:
@@ -224,6 +227,7 @@ def job_environment(
     revision: int,
     checkpoint_root: str,
     bootstrap_servers: str | None = None,
+    progress_topic: str | None = None,
 ) -> dict[str, str]:
     """The variables a job's driver and executors get: Distributary's (topics, checkpoint,
     consumer group, inputs and outputs as JSON) and the user's `spec.env`. Logs are by name."""
@@ -263,12 +267,16 @@ def job_environment(
     )
     env["DISTRIBUTARY_CONSUMER_GROUP"] = consumer_group(meta.namespace, meta.name, revision)
     env["DISTRIBUTARY_REVISION"] = str(revision)
+    env["DISTRIBUTARY_NAMESPACE"] = meta.namespace
+    env["DISTRIBUTARY_NAME"] = meta.name
     if bootstrap_servers:
         env["DISTRIBUTARY_BOOTSTRAP_SERVERS"] = bootstrap_servers
+    if progress_topic:
+        env["DISTRIBUTARY_PROGRESS_TOPIC"] = progress_topic
     return dict(sorted(env.items()))
 
 
-def job_application(
+def job_launch(
     job: StreamJob,
     inputs: Mapping[str, Log],
     outputs: Mapping[str, Log],
@@ -277,10 +285,9 @@ def job_application(
     spec_hash: str,
     checkpoint_root: str,
     bootstrap_servers: str | None = None,
-    service_account: str = "distributary-spark",
-    owner: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """The SparkApplication that runs a StreamJob's own main file with its arguments, with
+    progress_topic: str | None = None,
+) -> Application:
+    """What runs a StreamJob's revision: its own main file and arguments, with
     `job_environment` set on the driver and executors. Logs are by name."""
     env = job_environment(
         job,
@@ -289,10 +296,11 @@ def job_application(
         revision=revision,
         checkpoint_root=checkpoint_root,
         bootstrap_servers=bootstrap_servers,
+        progress_topic=progress_topic,
     )
     partitions = [log_partitions(inputs[i.log]) for i in job.spec.inputs]
     partitions += [log_partitions(outputs[o.log]) for o in job.spec.outputs]
-    app = _Application(
+    return Application(
         kind="StreamJob",
         namespace=job.metadata.namespace,
         name=job.metadata.name,
@@ -304,7 +312,33 @@ def job_application(
         spark_conf=merged_conf(max(partitions, default=1), job.spec.spark),
         env=env,
     )
-    return _spark_application(app, job.spec.spark, service_account, owner)
+
+
+def job_application(
+    job: StreamJob,
+    inputs: Mapping[str, Log],
+    outputs: Mapping[str, Log],
+    *,
+    revision: int,
+    spec_hash: str,
+    checkpoint_root: str,
+    bootstrap_servers: str | None = None,
+    progress_topic: str | None = None,
+    service_account: str = "distributary-spark",
+    owner: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The SparkApplication that runs a StreamJob's revision (see `job_launch`)."""
+    app = job_launch(
+        job,
+        inputs,
+        outputs,
+        revision=revision,
+        spec_hash=spec_hash,
+        checkpoint_root=checkpoint_root,
+        bootstrap_servers=bootstrap_servers,
+        progress_topic=progress_topic,
+    )
+    return spark_application_of(app, job.spec.spark, service_account, owner)
 
 
 def local_submit(

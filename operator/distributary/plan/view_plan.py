@@ -91,7 +91,7 @@ class ViewPlan:
     reprocess_pending: str | None = None
 
 
-def _serving(log: Log, children: Mapping[str, LogStatus], pipeline: Pipeline) -> Log | None:
+def serving_log(log: Log, children: Mapping[str, LogStatus], pipeline: Pipeline) -> Log | None:
     """An input as its readers see it: a view's output Log with the topic it serves (None while
     the upstream view has not started, so there is no topic to read yet)."""
     if not pipeline.is_derived(log):
@@ -135,7 +135,7 @@ def plan_view(
         return ViewPlan(revision, problems=problems or (Problem("OutputTaken", _taken(view)),))
     inputs: dict[str, Log] = {}
     for alias, log in pipeline.inputs(ref).items():
-        seen = _serving(log, children, pipeline)
+        seen = serving_log(log, children, pipeline)
         if seen is None:
             message = f"input {alias} reads view output {log.metadata.name}, which has no topic yet"
             return ViewPlan(revision, waiting=(Work("WaitingForInput", message),))

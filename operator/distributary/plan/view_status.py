@@ -41,7 +41,9 @@ class ViewObservation:
     progress: Mapping[str, Any] | None = None
 
 
-def _application_findings(seen: ViewObservation) -> tuple[list[Problem], list[Work]]:
+def application_findings(seen: ViewObservation) -> tuple[list[Problem], list[Work]]:
+    """What the application's state says: a problem when it keeps failing, work while it
+    starts or waits for a restart."""
     app = seen.app
     if app is None or app.running:
         return [], []
@@ -58,27 +60,29 @@ def _application_findings(seen: ViewObservation) -> tuple[list[Problem], list[Wo
 def _observation(
     plan: ViewPlan, seen: ViewObservation, generation: int, lag: int | None
 ) -> Observation:
-    problems, work = _application_findings(seen)
+    problems, work = application_findings(seen)
     problems = [*plan.problems, *problems]
     if plan.reprocess_pending:
         problems.append(Problem("ReprocessNotStarted", plan.reprocess_pending))
-    extras: tuple[ExtraCondition, ...] = ()
-    if lag is not None:
-        behind = f"{lag} record(s) behind"
-        extras = (
-            ExtraCondition("CaughtUp", "True", "NoLag", behind)
-            if lag == 0
-            else ExtraCondition("CaughtUp", "False", "Lag", behind),
-        )
     return Observation(
         generation,
         problems=tuple(problems),
         work=(*plan.waiting, *work),
-        extras=extras,
+        extras=caught_up(lag),
         ready_reason="Serving",
         ready_message=f"Revision {plan.revision} runs"
         + (f"; lag {lag}" if lag is not None else ""),
     )
+
+
+def caught_up(lag: int | None) -> tuple[ExtraCondition, ...]:
+    """The `CaughtUp` condition for a consumer `lag` records behind (none while unknown)."""
+    if lag is None:
+        return ()
+    behind = f"{lag} record(s) behind"
+    if lag == 0:
+        return (ExtraCondition("CaughtUp", "True", "NoLag", behind),)
+    return (ExtraCondition("CaughtUp", "False", "Lag", behind),)
 
 
 def input_positions(plan: ViewPlan, committed: Offsets, ends: Offsets) -> list[dict[str, Any]]:
@@ -88,17 +92,27 @@ def input_positions(plan: ViewPlan, committed: Offsets, ends: Offsets) -> list[d
     rows = []
     for source in plan.runner.inputs:
         position = committed.get(source.topic, {})
-        end = {source.topic: ends.get(source.topic, {})}
+        end = ends.get(source.topic)
         rows.append(
             {
                 "log": source.log,
                 "alias": source.alias,
                 "topic": source.topic,
                 "position": {str(p): o for p, o in sorted(position.items())},
-                "lag": records_behind({source.topic: position}, end),
+                # Unknown, not 0, while the topic's end offsets could not be read.
+                "lag": records_behind({source.topic: position}, {source.topic: end})
+                if end
+                else None,
             }
         )
     return rows
+
+
+def total_lag(rows: Sequence[Mapping[str, Any]], committed: Offsets | None) -> int | None:
+    """The lag over every input; None when the group or any input's end is unknown."""
+    if not rows or committed is None or any(row["lag"] is None for row in rows):
+        return None
+    return sum(int(row["lag"]) for row in rows)
 
 
 def view_status(
@@ -111,7 +125,7 @@ def view_status(
     """The status to write for a view (camelCase, as the API stores it)."""
     before = dict(previous or {})
     inputs = input_positions(plan, seen.committed or {}, seen.ends or {}) if seen.ends else []
-    lag = sum(row["lag"] for row in inputs) if inputs and seen.committed is not None else None
+    lag = total_lag(inputs, seen.committed)
     old: Sequence[Condition] = [Condition.model_validate(c) for c in before.get("conditions") or []]
     observation = _observation(plan, seen, generation, lag)
     status: dict[str, Any] = {
@@ -137,7 +151,7 @@ def view_status(
             "attempts": seen.attempts,
         }
     if seen.progress:
-        status["lastProgress"] = _progress(seen.progress)
+        status["lastProgress"] = progress_status(seen.progress)
     return status
 
 
@@ -166,7 +180,8 @@ def _revisions(
     return sorted([*rows, current], key=lambda r: int(r["revision"]))
 
 
-def _progress(record: Mapping[str, Any]) -> dict[str, Any]:
+def progress_status(record: Mapping[str, Any]) -> dict[str, Any]:
+    """`status.lastProgress` from a runner's progress record."""
     return {
         k: v
         for k, v in {

@@ -110,3 +110,29 @@ def test_a_logs_subscribers_are_the_views_reading_it_with_their_positions() -> N
         }
     ]
     assert subscribers("orders", [reader, other]) == []
+
+
+def test_a_stream_job_reading_a_log_is_a_subscriber_at_its_running_revision() -> None:
+    from distributary.plan.log_status import subscribers
+
+    view = {
+        "kind": "DerivedView",
+        "metadata": {"name": "big"},
+        "status": {"servingRevision": 1, "inputs": [{"log": "clicks", "lag": 1}]},
+    }
+    job = {
+        "kind": "StreamJob",
+        "metadata": {"name": "enrich"},
+        "status": {
+            "revision": 3,
+            "consumerGroup": "distributary.ns.enrich.r3",
+            "inputs": [{"log": "clicks", "topic": "clicks", "position": {"0": 9}, "lag": 0}],
+        },
+    }
+    found = subscribers("clicks", [job, view])
+    assert [(s["kind"], s["name"], s["revision"]) for s in found] == [
+        ("DerivedView", "big", 1),
+        ("StreamJob", "enrich", 3),
+    ]
+    assert found[1]["consumerGroup"] == "distributary.ns.enrich.r3"
+    assert found[1]["position"] == {"0": 9}

@@ -99,3 +99,14 @@ def test_spark_operator_states_map_to_running_and_ended() -> None:
 def test_restarts_back_off_exponentially_up_to_five_minutes() -> None:
     assert [restart_delay(n) for n in (1, 2, 3)] == [10, 20, 40]
     assert restart_delay(20) == 300
+
+
+def test_lag_is_unknown_not_zero_while_the_inputs_end_offsets_are_unread() -> None:
+    """A topic whose end offsets could not be read must not make the view look caught up."""
+    seen = ViewObservation(
+        "big-r1", AppState("RUNNING", running=True), 0, committed={}, ends={"elsewhere": {0: 3}}
+    )
+    status = view_status(plan(), seen, None, 1, NOW)
+    assert status["lag"] is None
+    assert status["inputs"][0]["lag"] is None
+    assert "CaughtUp" not in kinds(status)

@@ -1,0 +1,50 @@
+"""A revision's Spark application on the configured runtime, for views and jobs alike.
+
+A streaming application never finishes, so one that ended (even with exit code 0) is started
+again after a capped back-off (`plan.spark_state.restart_delay`); the restarts in a row are
+counted in the resource's status, and the due time of the next one is kept in memory (a restarted
+operator restarts at once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from distributary.controllers.settings import OperatorSettings
+from distributary.plan.spark_state import AppState, restart_delay
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """How to reach one revision's application: its name, and how to read, remove and start it
+    (each a blocking call, run in a thread)."""
+
+    namespace: str
+    name: str
+    state: Callable[[], AppState]
+    start: Callable[[], AppState]
+    remove: Callable[[], None]
+
+
+async def run_application(
+    settings: OperatorSettings, app: Runtime, attempts: int
+) -> tuple[AppState, int]:
+    """Run the application, restarting one that ended once its back-off is over; its state and
+    the restarts in a row."""
+    key = (app.namespace, app.name)
+    state = await asyncio.to_thread(app.state)
+    if state.ended:
+        due = settings.restart_due.get(key)
+        if due is None:
+            attempts += 1
+            settings.restart_due[key] = time.monotonic() + restart_delay(attempts)
+            return state, attempts
+        if time.monotonic() < due:
+            return state, attempts
+        del settings.restart_due[key]
+        await asyncio.to_thread(app.remove)
+    state = await asyncio.to_thread(app.start)
+    return state, 0 if state.running else attempts

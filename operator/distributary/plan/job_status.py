@@ -1,0 +1,119 @@
+"""A StreamJob's status from one reconcile: revision, positions and lag, conditions.
+
+As for views: Ready means the revision's application runs, `CaughtUp` says whether its consumer
+group has read everything its inputs hold. A job reports its position by committing to its
+consumer group (`distributary.streamjob` does it after every micro-batch); until it does, the
+positions are empty and the lag is each input's size. A refused change, or an application that
+keeps failing, makes the job Stalled while the running revision is left as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from distributary.api.common import Condition
+from distributary.plan.conditions import Observation, conditions, rfc3339
+from distributary.plan.job_plan import JobPlan
+from distributary.plan.positions import Offsets
+from distributary.plan.progress import records_behind
+from distributary.plan.revisions import change_status
+from distributary.plan.view_status import (
+    ViewObservation,
+    application_findings,
+    caught_up,
+    progress_status,
+    total_lag,
+)
+
+
+def job_positions(plan: JobPlan, committed: Offsets, ends: Offsets) -> list[dict[str, Any]]:
+    """Each input's position and lag, as status lists them (lag None while its end is unknown)."""
+    rows = []
+    for source in plan.inputs:
+        position = committed.get(source.topic, {})
+        end = ends.get(source.topic)
+        rows.append(
+            {
+                "log": source.log,
+                "topic": source.topic,
+                "position": {str(p): o for p, o in sorted(position.items())},
+                "lag": records_behind({source.topic: position}, {source.topic: end})
+                if end
+                else None,
+            }
+        )
+    return rows
+
+
+def job_status(
+    plan: JobPlan,
+    seen: ViewObservation,
+    previous: Mapping[str, Any] | None,
+    generation: int,
+    now: datetime,
+) -> dict[str, Any]:
+    """The status to write for a job (camelCase, as the API stores it)."""
+    before = dict(previous or {})
+    inputs = job_positions(plan, seen.committed or {}, seen.ends or {}) if seen.ends else []
+    lag = total_lag(inputs, seen.committed)
+    problems, work = application_findings(seen)
+    observation = Observation(
+        generation,
+        problems=(*plan.problems, *problems),
+        work=(*plan.waiting, *work),
+        extras=caught_up(lag),
+        ready_reason="Running",
+        ready_message=f"Revision {plan.revision} runs"
+        + (f"; lag {lag}" if lag is not None else ""),
+    )
+    old: Sequence[Condition] = [Condition.model_validate(c) for c in before.get("conditions") or []]
+    status: dict[str, Any] = {
+        "observedGeneration": generation,
+        "conditions": [
+            c.model_dump(by_alias=True, exclude_none=True)
+            for c in conditions(observation, old, now)
+        ],
+        "pendingAction": None,
+    }
+    if plan.spec_hash is not None:
+        status["revision"] = plan.revision
+        status["specHash"] = plan.spec_hash
+        status["consumerGroup"] = plan.consumer_group
+    if inputs:
+        status["inputs"] = inputs
+        status["lag"] = lag
+    elif plan.inputs and plan.launch is not None:
+        status["inputs"] = [{"log": i.log, "topic": i.topic} for i in plan.inputs]
+    if seen.application is not None:
+        status["sparkApplication"] = {
+            "name": seen.application,
+            "state": seen.app.state if seen.app else None,
+            "attempts": seen.attempts,
+        }
+    if seen.progress:
+        status["lastProgress"] = progress_status(seen.progress)
+    if plan.change is not None:
+        status["lastChange"] = change_status(plan.change, generation).model_dump(
+            by_alias=True, exclude_none=True
+        )
+    return status
+
+
+def job_start_record(plan: JobPlan, generation: int, now: datetime) -> dict[str, Any]:
+    """The write-ahead record of a job's new revision, written before it is started: a
+    restarted operator carries it on (and stops every other revision) instead of starting
+    another."""
+    return {
+        "pendingAction": {
+            "action": "StartRevision",
+            "revision": plan.revision,
+            "generation": generation,
+            "startedAt": rfc3339(now),
+        },
+        "revision": plan.revision,
+        "specHash": plan.spec_hash,
+        "consumerGroup": plan.consumer_group,
+        "inputs": [{"log": i.log, "topic": i.topic} for i in plan.inputs],
+    }
