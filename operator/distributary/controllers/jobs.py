@@ -87,7 +87,7 @@ def _plan(
 def _runtime(settings: OperatorSettings, plan: JobPlan, job: StreamJob) -> Runtime:
     """The revision's application on the configured runtime."""
     namespace = job.metadata.namespace
-    name = application_name(job.metadata.name, plan.revision)
+    name = application_name(job.metadata.name, plan.revision, "StreamJob")
     launch, manifest = plan.launch, plan.application
     if settings.spark_runtime == "local":
         local = settings.local_runtime

@@ -54,10 +54,13 @@ class LocalCommand:
     env: Mapping[str, str]
 
 
-def application_name(name: str, revision: int) -> str:
-    """The SparkApplication's name, `<name>-r<revision>`, or when that is too long or not a DNS
-    label (a name with dots or a leading digit), a shortened form with a hash of the name."""
-    suffix = f"-r{revision}"
+def application_name(
+    name: str, revision: int, kind: Literal["DerivedView", "StreamJob"] = "DerivedView"
+) -> str:
+    """The SparkApplication's name, `<name>-r<revision>` for a view and `<name>-job-r<revision>`
+    for a job (a view and a job may share a name), or when that is too long or not a DNS label
+    (a name with dots or a leading digit), a shortened form with a hash of the name."""
+    suffix = f"-job-r{revision}" if kind == "StreamJob" else f"-r{revision}"
     if re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name) and (
         len(name) + len(suffix) <= MAX_APPLICATION_NAME
     ):
@@ -143,7 +146,7 @@ def spark_application_of(
         driver["env"] = env
         executor["env"] = env
     metadata: dict[str, Any] = {
-        "name": application_name(app.name, app.revision),
+        "name": application_name(app.name, app.revision, app.kind),
         "namespace": app.namespace,
         "labels": labels,
         "annotations": {"distributary.dev/spec-hash": app.spec_hash},

@@ -54,7 +54,7 @@ def job_manifest(**spec: Any) -> dict[str, Any]:
 
 
 def application(cluster: Cluster, revision: int) -> dict[str, Any] | None:
-    return cluster.get(SPARK_APPLICATION, f"{JOB}-r{revision}")
+    return cluster.get(SPARK_APPLICATION, f"{JOB}-job-r{revision}")
 
 
 def job(cluster: Cluster) -> dict[str, Any]:
@@ -65,11 +65,12 @@ def set_running(cluster: Cluster, revision: int) -> None:
     """Write the application's status as the Spark operator does once the driver runs."""
     status = {
         "applicationState": {"state": "RUNNING"},
-        "driverInfo": {"podName": f"{JOB}-r{revision}-driver", "webUIPort": 4040},
+        "driverInfo": {"podName": f"{JOB}-job-r{revision}-driver", "webUIPort": 4040},
         "submissionAttempts": 1,
     }
+    name = f"{JOB}-job-r{revision}"
     cluster.kubectl(
-        "patch", SPARK_APPLICATION, f"{JOB}-r{revision}", "-n", NAMESPACE, "--subresource=status",
+        "patch", SPARK_APPLICATION, name, "-n", NAMESPACE, "--subresource=status",
         "--type=merge", "-p", json.dumps({"status": status}),
     )  # fmt: skip
 
@@ -89,7 +90,9 @@ def waiting(operator: Operator, what: str, probe: Any, timeout: float = 60) -> A
 def created(cluster: Cluster, operator: Operator) -> dict[str, Any]:
     """The job applied and its first application created."""
     cluster.apply(*LOGS, job_manifest())
-    return dict(waiting(operator, f"SparkApplication {JOB}-r1", lambda: application(cluster, 1)))
+    return dict(
+        waiting(operator, f"SparkApplication {JOB}-job-r1", lambda: application(cluster, 1))
+    )
 
 
 def test_a_job_becomes_a_spark_application_running_its_own_file(
@@ -189,7 +192,7 @@ def test_under_reprocess_a_new_revision_replaces_the_old_application(
             upgrade={"strategy": "Reprocess"},
         )
     )
-    second = waiting(operator, f"SparkApplication {JOB}-r2", lambda: application(cluster, 2))
+    second = waiting(operator, f"SparkApplication {JOB}-job-r2", lambda: application(cluster, 2))
     env = env_of(second)
     assert env["DISTRIBUTARY_CONSUMER_GROUP"] == f"distributary.{NAMESPACE}.{JOB}.r2"
     assert env["DISTRIBUTARY_CHECKPOINT_LOCATION"].endswith(f"/{JOB}/r2")
@@ -222,7 +225,7 @@ def test_a_job_writing_a_log_that_does_not_exist_stalls_and_names_it(
 
     found = waiting(operator, "broken job Stalled", stalled)
     assert "js-nowhere" in found["message"]
-    assert cluster.get(SPARK_APPLICATION, "broken-job-r1") is None
+    assert cluster.get(SPARK_APPLICATION, "broken-job-job-r1") is None
 
 
 def test_deleting_the_job_collects_its_application(

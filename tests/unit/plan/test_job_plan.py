@@ -69,7 +69,7 @@ def test_a_new_job_starts_revision_1_with_its_facts_in_the_environment() -> None
     assert plan.consumer_group == "distributary.shop.enrich.r1"
     assert [(i.log, i.topic) for i in plan.inputs] == [("clicks", "clicks")]
     assert plan.application is not None
-    assert plan.application["metadata"]["name"] == "enrich-r1"
+    assert plan.application["metadata"]["name"] == "enrich-job-r1"
     assert plan.application["metadata"]["ownerReferences"][0]["uid"] == "uid-enrich"
     facts = env(plan)
     assert facts["DISTRIBUTARY_INPUT_CLICKS_TOPIC"] == "clicks"

@@ -172,6 +172,14 @@ def test_a_short_name_is_kept_as_it_is() -> None:
     assert application_name("views-per-user", 12) == "views-per-user-r12"
 
 
+def test_a_job_and_a_view_of_one_name_get_applications_of_their_own() -> None:
+    assert application_name("enrich", 1, "StreamJob") == "enrich-job-r1"
+    assert application_name("enrich", 1) == "enrich-r1"
+    long = "j" * 60
+    assert application_name(long, 1, "StreamJob") != application_name(long, 1)
+    assert len(application_name(long, 1, "StreamJob")) <= 56
+
+
 def test_a_long_name_is_shortened_with_a_hash_and_keeps_its_revision() -> None:
     name = "a-very-long-view-name-that-goes-on-and-on-past-the-limit-of-names"
     short = application_name(name, 7)
@@ -261,7 +269,7 @@ def test_a_job_runs_its_own_file_with_its_arguments_and_image() -> None:
         "cluster",
         {"type": "Never"},
     )
-    assert app["metadata"]["name"] == "sessionize-r2"
+    assert app["metadata"]["name"] == "sessionize-job-r2"  # a view may be named sessionize too
     assert app["metadata"]["labels"]["distributary.dev/job"] == "sessionize"
     assert "distributary.dev/view" not in app["metadata"]["labels"]
 
