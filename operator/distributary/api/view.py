@@ -171,6 +171,14 @@ class ViewSpec(ApiModel):
         return self
 
 
+class RevisionInput(StatusModel):
+    """An input as a revision reads it."""
+
+    log: str = Field(description="The input log's name.")
+    alias: str | None = Field(default=None, description="Its alias in the SQL.")
+    topic: str = Field(description="The topic the revision reads.")
+
+
 class Revision(StatusModel):
     """One revision of the view: a run of the query from its inputs' start into its own topic."""
 
@@ -184,8 +192,35 @@ class Revision(StatusModel):
     lag: int | None = Field(
         default=None, description="Records its inputs hold that it has not read."
     )
+    inputs: list[RevisionInput] = Field(
+        default_factory=list, max_length=16, description="What the revision reads."
+    )
     progress_percent: float | None = Field(default=None, description="Share of the inputs read.")
     progress_message: str | None = Field(default=None, description="Progress for people.")
+    records_read: int | None = Field(
+        default=None, description="Records read so far while reprocessing."
+    )
+    records_total: int | None = Field(
+        default=None, description="Records its inputs hold, while reprocessing."
+    )
+    caught_up_since: str | None = Field(
+        default=None,
+        json_schema_extra={"format": "date-time"},
+        description="Since when a catching-up revision's lag has stayed under the threshold.",
+    )
+    serving_since: str | None = Field(
+        default=None,
+        json_schema_extra={"format": "date-time"},
+        description="When it began to serve after catching up.",
+    )
+    retire_at: str | None = Field(
+        default=None,
+        json_schema_extra={"format": "date-time"},
+        description="When a retiring revision's topic is let go.",
+    )
+    topic_deleted: bool | None = Field(
+        default=None, description="Whether its topic was deleted on retirement."
+    )
     started_at: str | None = Field(
         default=None, json_schema_extra={"format": "date-time"}, description="When it started."
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,7 +29,7 @@ from distributary.controllers.applications import Runtime, run_application
 from distributary.controllers.settings import OperatorSettings
 from distributary.kafka.admin import KafkaAdminError
 from distributary.plan.conditions import Problem
-from distributary.plan.positions import Offsets
+from distributary.plan.kappa import LIVE, mark_deleted
 from distributary.plan.progress import progress_key
 from distributary.plan.spark import application_name, spark_application
 from distributary.plan.spark_state import AppState, restart_delay, spark_application_state
@@ -36,6 +37,7 @@ from distributary.plan.view_plan import ViewPlan, namespace_pipeline, plan_view
 from distributary.plan.view_status import ViewObservation, start_record, view_status
 
 GROUP, VERSION = "distributary.dev", "v1alpha1"
+API = f"{GROUP}/{VERSION}"
 SPARK_API = "sparkoperator.k8s.io/v1beta2"
 
 
@@ -60,7 +62,9 @@ def _indexes(found: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _view(body: kopf.Body) -> DerivedView | str:
+def _view(body: kopf.Body, spec: Any = None) -> DerivedView | str:
+    """The view, or the message saying why its spec cannot be used; with `spec`, the view as it
+    was with that spec (an update's previous one)."""
     document = {
         "apiVersion": body.get("apiVersion"),
         "kind": body.get("kind"),
@@ -69,7 +73,7 @@ def _view(body: kopf.Body) -> DerivedView | str:
             "namespace": body.meta.get("namespace"),
             "uid": body.meta.get("uid"),
         },
-        "spec": body.get("spec"),
+        "spec": body.get("spec") if spec is None else spec,
     }
     try:
         found = parse_resource(document)
@@ -79,7 +83,12 @@ def _view(body: kopf.Body) -> DerivedView | str:
 
 
 def _plan(
-    view: DerivedView, body: kopf.Body, status: Any, settings: OperatorSettings, indexes: Any
+    view: DerivedView,
+    body: kopf.Body,
+    status: Any,
+    settings: OperatorSettings,
+    indexes: Any,
+    edited_from: DerivedView | None,
 ) -> ViewPlan:
     namespace = view.metadata.namespace
     logs = list(indexes["logs"].get(namespace, []))
@@ -98,6 +107,8 @@ def _plan(
         dict(status),
         checkpoint_root=settings.checkpoint_root,
         bootstrap_servers=settings.bootstrap_servers,
+        generation=int(body.meta.get("generation") or 0),
+        edited_from=edited_from,
     )
 
 
@@ -106,7 +117,7 @@ def _runtime(settings: OperatorSettings, plan: ViewPlan, view: DerivedView) -> R
     runner = plan.runner
     assert runner is not None
     namespace = view.metadata.namespace
-    name = application_name(view.metadata.name, plan.revision)
+    name = application_name(view.metadata.name, runner.revision)
     if settings.spark_runtime == "local":
         local = settings.local_runtime
         # An ended local process is simply started again: nothing to remove.
@@ -146,19 +157,103 @@ async def _make_topics(settings: OperatorSettings, plan: ViewPlan, view: Derived
         raise kopf.TemporaryError(f"view topics: {exc}", delay=15) from exc
 
 
-async def _positions(
-    settings: OperatorSettings, plan: ViewPlan
-) -> tuple[Offsets | None, Offsets | None]:
-    if plan.runner is None:
-        return None, None
-    topics = [source.topic for source in plan.runner.inputs]
+async def _observe(settings: OperatorSettings, plan: ViewPlan) -> dict[str, Any]:
+    """Every live revision's consumer group offsets, and its inputs' start and end offsets
+    (empty when Kafka does not answer: lag is then unknown, never 0)."""
+    assert plan.lifecycle is not None
+    rows = [r for r in plan.lifecycle.rows if r["phase"] in LIVE]
+    topics = {s.topic for s in plan.runner.inputs} if plan.runner is not None else set()
+    topics |= {str(s["topic"]) for r in rows for s in r.get("inputs") or []}
     try:
-        committed = await asyncio.to_thread(settings.admin.committed, plan.runner.consumer_group)
-        marks = await asyncio.to_thread(settings.admin.watermarks, topics)
+        groups = {
+            int(r["revision"]): await asyncio.to_thread(
+                settings.admin.committed, str(r["consumerGroup"])
+            )
+            for r in rows
+            if r.get("consumerGroup")
+        }
     except KafkaAdminError:
-        return None, None
-    ends = {t: {p: end for p, (_, end) in parts.items()} for t, parts in marks.items()}
-    return committed, ends
+        return {}
+    marks = {}
+    for topic in sorted(topics):  # one at a time: a topic that is gone hides no other's offsets
+        try:
+            marks.update(await asyncio.to_thread(settings.admin.watermarks, [topic]))
+        except KafkaAdminError:
+            continue
+    return {
+        "groups": groups,
+        "ends": {t: {p: end for p, (_, end) in parts.items()} for t, parts in marks.items()},
+        "starts": {t: {p: low for p, (low, _) in parts.items()} for t, parts in marks.items()},
+    }
+
+
+def _stop_revisions(settings: OperatorSettings, view: DerivedView, revisions: Any) -> list[int]:
+    """Stop the applications of replaced revisions (idempotent); those that were running."""
+    namespace, name = view.metadata.namespace, view.metadata.name
+    stopped = []
+    for revision in revisions:
+        if settings.spark_runtime == "local":
+            app = settings.local_runtime.revision(namespace, name, revision)
+            if app.pid() is not None:
+                settings.local_runtime.stop(app)
+                stopped.append(revision)
+        elif settings.kube.delete(
+            SPARK_API, "SparkApplication", namespace, application_name(name, revision)
+        ):
+            stopped.append(revision)
+    return stopped
+
+
+def read_topics(readers: Any) -> set[str]:
+    """The topics live revisions of these views and jobs read (from their statuses)."""
+    found: set[str] = set()
+    for body in readers:
+        status = body.get("status") or {}
+        for item in status.get("inputs") or []:
+            found.add(str(item.get("topic")))
+        for row in status.get("revisions") or []:
+            if row.get("phase") in LIVE:
+                found |= {str(i.get("topic")) for i in row.get("inputs") or []}
+    return found
+
+
+def _delete_topics(settings: OperatorSettings, topics: Any, busy: set[str]) -> list[str]:
+    """Delete retired revisions' topics (their output Log says Delete) that no live revision of
+    another view or job reads any more (a reader moves off at its own cutover); those now
+    gone."""
+    gone = []
+    for topic in topics:
+        if topic in busy:
+            continue
+        try:
+            settings.admin.delete_topic(topic)
+        except KafkaAdminError:
+            continue  # tried again on the next reconcile
+        gone.append(topic)
+    return gone
+
+
+async def _serve(settings: OperatorSettings, plan: ViewPlan, indexes: Any) -> None:
+    """Point the output Log at the serving revision's topic: readers follow `status.topicName`."""
+    assert plan.lifecycle is not None
+    assert plan.output_log is not None
+    serving = plan.lifecycle.row(plan.revision) or {}
+    meta = plan.output_log["metadata"]
+    child = next(
+        (
+            log
+            for log in indexes["logs"].get(meta["namespace"], [])
+            if log["metadata"]["name"] == meta["name"]
+        ),
+        None,
+    )
+    topic = serving.get("topic")
+    if child is None or not topic or (child.get("status") or {}).get("topicName") == topic:
+        return
+    update = {"topicName": topic}
+    await asyncio.to_thread(
+        settings.kube.patch_status, API, "Log", meta["namespace"], meta["name"], update
+    )
 
 
 async def reconcile_view(
@@ -167,8 +262,10 @@ async def reconcile_view(
     patch: kopf.Patch,
     settings: OperatorSettings,
     indexes: Any,
+    old_spec: Any = None,
 ) -> None:
-    """One reconcile of a view; see the module docstring."""
+    """One reconcile of a view; see the module docstring. `old_spec` is the spec an edit
+    replaced (on an update), to classify the edit."""
     generation = int(body.meta.get("generation") or 0)
     now = datetime.now(UTC)
     found = _view(body)
@@ -177,35 +274,68 @@ async def reconcile_view(
         plan = ViewPlan(int(status.get("servingRevision") or 1), problems=(problem,))
         patch.status.update(view_status(plan, ViewObservation(), status, generation, now))
         return
-    plan = _plan(found, body, status, settings, indexes)
+    old = _view(body, old_spec) if old_spec else None
+    plan = _plan(
+        found, body, status, settings, indexes, old if isinstance(old, DerivedView) else None
+    )
+    meta = found.metadata
     seen = ViewObservation()
-    if plan.runner is not None and plan.output_log is not None:
-        if plan.starts:
-            record = start_record(plan, generation, now)
-            meta = found.metadata
-            await asyncio.to_thread(
-                settings.kube.patch_status,
-                found.api_version,
-                found.kind,
-                meta.namespace,
-                meta.name,
-                record,
-            )
-            kopf.info(body, reason="StartRevision", message=f"Starting revision {plan.revision}.")
+    lifecycle = plan.lifecycle
+    if plan.starts and plan.runner is not None:
+        record = start_record(plan, generation, now)
+        await asyncio.to_thread(
+            settings.kube.patch_status, found.api_version, found.kind, meta.namespace,
+            meta.name, record,
+        )  # fmt: skip
+        revision = plan.runner.revision
+        kopf.info(body, reason="StartRevision", message=f"Starting revision {revision}.")
+    if lifecycle is not None and lifecycle.cut_over is not None:
+        # The view's status says first which revision serves; the output Log follows it.
+        record = {"servingRevision": plan.revision, "revisions": list(lifecycle.rows)}
+        await asyncio.to_thread(
+            settings.kube.patch_status, found.api_version, found.kind, meta.namespace,
+            meta.name, record,
+        )  # fmt: skip
+        message = f"Revision {lifecycle.cut_over} caught up and serves now."
+        kopf.info(body, reason="CutOver", message=message)
+    if plan.output_log is not None and lifecycle is not None:
         await asyncio.to_thread(settings.kube.apply, plan.output_log)
+        await _serve(settings, plan, indexes)
+        stopped = await asyncio.to_thread(_stop_revisions, settings, found, lifecycle.stop)
+        if stopped:
+            revisions = ", ".join(str(r) for r in stopped)
+            kopf.info(body, reason="RevisionStopped", message=f"Stopped revision {revisions}.")
+        namespace = meta.namespace
+        readers = [
+            *indexes["views"].get(namespace, []),
+            *indexes.get("jobs", {}).get(namespace, []),
+        ]
+        busy = read_topics(r for r in readers if r["metadata"]["name"] != meta.name)
+        gone = await asyncio.to_thread(_delete_topics, settings, lifecycle.delete_topics, busy)
+        if gone:
+            plan = replace(
+                plan, lifecycle=replace(lifecycle, rows=tuple(mark_deleted(lifecycle.rows, gone)))
+            )
+    if plan.runner is not None and plan.output_log is not None:
         await _make_topics(settings, plan, found)
         attempts = int((status.get("sparkApplication") or {}).get("attempts") or 0)
         runtime = _runtime(settings, plan, found)
         app, attempts = await run_application(settings, runtime, attempts)
-        committed, ends = await _positions(settings, plan)
+        observed = await _observe(settings, plan)
         progress = settings.progress.poll() if settings.progress is not None else {}
-        key = progress_key(
-            "DerivedView", found.metadata.namespace, found.metadata.name, plan.revision
+        key = progress_key("DerivedView", meta.namespace, meta.name, plan.runner.revision)
+        seen = ViewObservation(
+            runtime.name,
+            app,
+            attempts,
+            ends=observed.get("ends"),
+            progress=progress.get(key),
+            groups=observed.get("groups") or {},
+            starts=observed.get("starts"),
         )
-        seen = ViewObservation(runtime.name, app, attempts, committed, ends, progress.get(key))
     written = view_status(plan, seen, status, generation, now)
     patch.status.update(written)
-    metrics.record_view(found.metadata.namespace, found.metadata.name, written)
+    metrics.record_view(meta.namespace, meta.name, written)
     if seen.app is not None and seen.app.ended:
         # Come back when the restart is due (the timer would too, later).
         delay = restart_delay(seen.attempts)
@@ -216,8 +346,13 @@ async def reconcile_view(
 @kopf.on.create(GROUP, VERSION, "derivedviews")
 @kopf.on.update(GROUP, VERSION, "derivedviews", field="spec")
 async def reconcile(
-    body: kopf.Body, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo, **found: Any
+    body: kopf.Body,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    old: Any = None,
+    **found: Any,
 ) -> None:
-    """Reconcile a view on every change."""
+    """Reconcile a view on every change (an update's previous spec classifies the edit)."""
     with metrics.reconciling("DerivedView"):
-        await reconcile_view(body, status, patch, memo.settings, _indexes(found))
+        await reconcile_view(body, status, patch, memo.settings, _indexes(found), old)

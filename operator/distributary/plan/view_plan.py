@@ -8,14 +8,16 @@ API as the view's child; it is taken out of the graph (the graph derives it agai
 but its status, which names the topic it serves, is kept for the views that read it.
 
 Revision 1 starts when a view has no revision yet. A later change of what determines the output
-(a new hash) is classified and shown; carrying out a reprocess belongs to the revision manager,
-and until it runs, the serving revision keeps running and the view says why it waits.
+(a new hash) goes through the revision lifecycle (`plan.kappa`) as its classification and the
+view's upgrade strategy say: restarted in place, reprocessed as a new revision beside the serving
+one (which keeps serving until the new one has caught up), or refused with the reason.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from distributary.api import ResourceError, owner_of, parse_resource
@@ -23,9 +25,20 @@ from distributary.api.log import Log, LogStatus, log_manifest
 from distributary.api.view import DerivedView
 from distributary.graph import Pipeline, Ref
 from distributary.plan.conditions import Problem, Work
+from distributary.plan.kappa import LIVE, Lifecycle, step
 from distributary.plan.pipeline import revision_topic
-from distributary.plan.revisions import revision_hash, view_definition
-from distributary.plan.runner_spec import RunnerSpec, view_runner_spec
+from distributary.plan.revisions import (
+    Classification,
+    classify_view_change,
+    revision_hash,
+    view_definition,
+)
+from distributary.plan.runner_spec import (
+    RunnerSpec,
+    StartingPosition,
+    consumer_group,
+    view_runner_spec,
+)
 from distributary.plan.spark import owner_reference
 from distributary.plan.topics import DesiredTopic, desired_topic
 
@@ -78,17 +91,21 @@ def namespace_pipeline(
 
 @dataclass(frozen=True)
 class ViewPlan:
-    """What one reconcile of a view should do. Nothing to run when `problems` or `waiting`."""
+    """What one reconcile of a view should do. Nothing to run when `problems` or `waiting`.
+
+    `revision` is the serving revision; `runner` runs the definition the spec asks for now, as
+    revision `runner.revision` (the serving one, or one catching up beside it); `lifecycle` holds
+    every revision's row and what follows from them (revisions to stop, topics to delete)."""
 
     revision: int
     problems: tuple[Problem, ...] = ()
     waiting: tuple[Work, ...] = ()
     spec_hash: str | None = None
     output_log: dict[str, Any] | None = None
-    topics: tuple[DesiredTopic, ...] = ()  # the revision's output topic, the dead-letter topic
+    topics: tuple[DesiredTopic, ...] = ()  # the running revision's output topic, the dead letters
     runner: RunnerSpec | None = None
     starts: bool = False
-    reprocess_pending: str | None = None
+    lifecycle: Lifecycle | None = None
 
 
 def serving_log(log: Log, children: Mapping[str, LogStatus], pipeline: Pipeline) -> Log | None:
@@ -114,6 +131,42 @@ def _output_manifest(view: DerivedView, output: Log, revision: int) -> dict[str,
     )
 
 
+def input_change(previous: Mapping[str, Any] | None, generation: int) -> Classification | None:
+    """How an unclassified change of the definition is carried out: when the spec has not
+    changed since status was last written, what changed is an input's serving topic (an upstream
+    view cut over), which is reprocessed; otherwise the edit awaits its classification."""
+    observed = int((previous or {}).get("observedGeneration") or 0)
+    if not observed or observed != generation:
+        return None
+    reason = "an input's serving topic changed (an upstream view cut over to a new revision)"
+    return Classification("Reprocess", (reason,))
+
+
+def edit_change(
+    old: DerivedView,
+    new: DerivedView,
+    inputs: Mapping[str, Log],
+    pipeline: Pipeline,
+    children: Mapping[str, LogStatus],
+    running: set[Any],
+) -> Classification:
+    """How an edit from `old` to `new` is carried out: classified field by field when `old` is
+    what runs (its hash is a live revision's), else reprocessed, which is right for any edit."""
+    before: dict[str, Log] = {}
+    for item in old.spec.inputs:
+        log = pipeline.logs.get(Ref.log(item.log, old.metadata.namespace))
+        seen = serving_log(log, children, pipeline) if log is not None else None
+        if seen is not None:
+            before[item.alias] = seen
+    try:
+        if revision_hash(view_definition(old, before)) in running:
+            return classify_view_change(old, new, before, inputs)
+    except ValueError:  # SqlError too: an old spec that no longer parses
+        pass
+    reason = "the definition changed from one that does not run (an edit that was refused)"
+    return Classification("Reprocess", (reason,))
+
+
 def plan_view(
     pipeline: Pipeline,
     children: Mapping[str, LogStatus],
@@ -122,10 +175,17 @@ def plan_view(
     *,
     checkpoint_root: str,
     bootstrap_servers: str,
+    change: Classification | None = None,
+    generation: int = 0,
+    now: datetime | None = None,
+    edited_from: DerivedView | None = None,
 ) -> ViewPlan:
-    """The plan of `view` (checked in `pipeline`), given its previous status."""
+    """The plan of `view` (checked in `pipeline`) at `generation`, given its previous status.
+    A change of its definition is carried out as `change` says; for an edit from the spec
+    `edited_from` it is classified here (`plan.revisions.classify_view_change`)."""
     ref = Ref.of(view)
-    serving = int((previous or {}).get("servingRevision") or 0)
+    before = dict(previous or {})
+    serving = int(before.get("servingRevision") or 0)
     revision = serving or 1
     problems = tuple(
         Problem("InvalidSpec", str(p)) for p in pipeline.problems if p.resource == str(ref)
@@ -141,45 +201,61 @@ def plan_view(
             return ViewPlan(revision, waiting=(Work("WaitingForInput", message),))
         inputs[alias] = seen
     spec_hash = revision_hash(view_definition(view, inputs))
-    known = _revision_hash(previous, revision)
-    topic = revision_topic(output, revision)
-    if known is not None and known != spec_hash:
-        # The serving revision keeps running its own definition (its application is left as it
-        # is) until a new revision replaces it.
-        pending = (
-            f"the view's output definition changed (revision hash {known} -> {spec_hash}): "
-            f"revision {revision} keeps serving until a new revision is started"
+    rows = before.get("revisions") or []
+    known = {r.get("specHash") for r in rows if r.get("phase") in ("Pending", *LIVE)}
+    if rows and spec_hash not in known and change is None:
+        change = (
+            edit_change(edited_from, view, inputs, pipeline, children, known)
+            if edited_from is not None
+            else input_change(previous, generation)
         )
-        return ViewPlan(revision, spec_hash=known, reprocess_pending=pending)
+    lifecycle = step(
+        rows,
+        spec_hash=spec_hash,
+        change=change,
+        upgrade=view.spec.upgrade,
+        lags={int(r["revision"]): r.get("lag") for r in rows},
+        now=now or datetime.now(UTC),
+        topic_of=lambda r: revision_topic(output, r),
+        group_of=lambda r: consumer_group(view.metadata.namespace, view.metadata.name, r),
+        delete_retired=output.spec.deletion_policy == "Delete",
+    )
+    plan = ViewPlan(
+        lifecycle.serving,
+        problems=(lifecycle.problem,) if lifecycle.problem else (),
+        spec_hash=spec_hash,
+        output_log=_output_manifest(view, output, lifecycle.serving),
+        lifecycle=lifecycle,
+    )
+    if lifecycle.current is None:
+        if lifecycle.problem is None:
+            pending = Work("ChangePending", "the spec changed; its change is being classified")
+            return replace(plan, waiting=(pending,))
+        return plan
+    current = lifecycle.current
+    # A reprocessing revision reads its inputs' retained history from the start.
+    fresh = {a: StartingPosition(kind="earliest") for a in inputs} if current > 1 else None
     runner = view_runner_spec(
         view,
         inputs,
         output,
-        revision=revision,
+        revision=current,
         spec_hash=spec_hash,
-        output_topic=topic,
+        output_topic=revision_topic(output, current),
         checkpoint_root=checkpoint_root,
         bootstrap_servers=bootstrap_servers,
+        starting_positions=fresh,
     )
-    return ViewPlan(
-        revision,
-        spec_hash=spec_hash,
-        output_log=_output_manifest(view, output, revision),
+    return replace(
+        plan,
         topics=(
-            desired_topic(output, topic=topic),
+            desired_topic(output, topic=revision_topic(output, current)),
             # Dead letters are kept like the output: as long, with as many partitions.
             DesiredTopic(runner.dead_letter_topic, output.spec.partitions, output.spec.replicas),
         ),
         runner=runner,
-        starts=not serving,
+        starts=lifecycle.started is not None,
     )
-
-
-def _revision_hash(previous: Mapping[str, Any] | None, revision: int) -> str | None:
-    for item in (previous or {}).get("revisions") or []:
-        if item.get("revision") == revision:
-            return str(item.get("specHash"))
-    return None
 
 
 def _taken(view: DerivedView) -> str:

@@ -1,16 +1,19 @@
 """A DerivedView's status from one reconcile: revisions, positions and lag, conditions.
 
-Ready means the serving revision's application runs; `CaughtUp` says whether it has read all its
-inputs hold (lag 0), so `kubectl wait --for=condition=CaughtUp` waits for a pipeline to settle.
-Problems only the user can fix (bad SQL, a missing input, an application that keeps failing, an
-output change that needs a new revision) make the view Stalled; waiting for an input's topic,
-an application that is starting or restarting makes it Reconciling.
+Ready means the view's running application runs; `CaughtUp` says whether the serving revision has
+read all its inputs hold (lag 0), so `kubectl wait --for=condition=CaughtUp` waits for a pipeline
+to settle; `Reprocessing` says whether a new revision is catching up beside the serving one, with
+its progress ("revision 2 reprocessing 43%: 1.2M of 2.8M records"). Each revision's row in
+`status.revisions` carries its phase, topic, consumer group, inputs, lag and progress. Problems
+only the user can fix (bad SQL, a missing input, an application that keeps failing, a refused
+change) make the view Stalled; waiting for an input's topic, an application that is starting or
+restarting makes it Reconciling.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -23,15 +26,19 @@ from distributary.plan.conditions import (
     conditions,
     rfc3339,
 )
+from distributary.plan.kappa import CATCHING_UP, LIVE, SERVING, progress_message, reprocess_progress
 from distributary.plan.positions import Offsets
 from distributary.plan.progress import records_behind
+from distributary.plan.revisions import change_status
 from distributary.plan.spark_state import ATTEMPTS_BEFORE_STALLED, AppState
 from distributary.plan.view_plan import ViewPlan
 
 
 @dataclass(frozen=True)
 class ViewObservation:
-    """What the controller saw of a view's serving revision."""
+    """What the controller saw of a view's (or job's) running revision: its application, its
+    consumer group's offsets (`committed`; for a view, every live revision's in `groups`), its
+    inputs' end and start offsets, its last progress record."""
 
     application: str | None = None
     app: AppState | None = None
@@ -39,6 +46,8 @@ class ViewObservation:
     committed: Offsets | None = None
     ends: Offsets | None = None
     progress: Mapping[str, Any] | None = None
+    groups: Mapping[int, Offsets] = field(default_factory=dict)
+    starts: Offsets | None = None
 
 
 def application_findings(seen: ViewObservation) -> tuple[list[Problem], list[Work]]:
@@ -58,19 +67,37 @@ def application_findings(seen: ViewObservation) -> tuple[list[Problem], list[Wor
 
 
 def _observation(
-    plan: ViewPlan, seen: ViewObservation, generation: int, lag: int | None
+    plan: ViewPlan,
+    seen: ViewObservation,
+    generation: int,
+    lag: int | None,
+    catching_up: Mapping[str, Any] | None,
 ) -> Observation:
     problems, work = application_findings(seen)
-    problems = [*plan.problems, *problems]
-    if plan.reprocess_pending:
-        problems.append(Problem("ReprocessNotStarted", plan.reprocess_pending))
+    extras = list(caught_up(lag))
+    if plan.lifecycle is not None:
+        extras.append(
+            ExtraCondition(
+                "Reprocessing",
+                "True",
+                "CatchingUp",
+                str(
+                    catching_up.get("progressMessage")
+                    or f"revision {catching_up['revision']} started"
+                ),
+            )
+            if catching_up
+            else ExtraCondition(
+                "Reprocessing", "False", "Serving", f"revision {plan.revision} serves alone"
+            )
+        )
     return Observation(
         generation,
-        problems=tuple(problems),
+        problems=(*plan.problems, *problems),
         work=(*plan.waiting, *work),
-        extras=caught_up(lag),
+        extras=tuple(extras),
         ready_reason="Serving",
-        ready_message=f"Revision {plan.revision} runs"
+        ready_message=f"Revision {plan.revision} serves"
         + (f"; lag {lag}" if lag is not None else ""),
     )
 
@@ -85,27 +112,32 @@ def caught_up(lag: int | None) -> tuple[ExtraCondition, ...]:
     return (ExtraCondition("CaughtUp", "False", "Lag", behind),)
 
 
-def input_positions(plan: ViewPlan, committed: Offsets, ends: Offsets) -> list[dict[str, Any]]:
-    """Each input's position and lag, as status lists them."""
-    if plan.runner is None:
-        return []
+def input_positions(
+    sources: Sequence[Mapping[str, Any]], committed: Offsets, ends: Offsets
+) -> list[dict[str, Any]]:
+    """Each input's (log, alias, topic) position and lag, as status lists them."""
     rows = []
-    for source in plan.runner.inputs:
-        position = committed.get(source.topic, {})
-        end = ends.get(source.topic)
+    for source in sources:
+        topic = str(source["topic"])
+        position = committed.get(topic, {})
+        end = ends.get(topic)
         rows.append(
             {
-                "log": source.log,
-                "alias": source.alias,
-                "topic": source.topic,
+                **{k: source[k] for k in ("log", "alias") if source.get(k) is not None},
+                "topic": topic,
                 "position": {str(p): o for p, o in sorted(position.items())},
                 # Unknown, not 0, while the topic's end offsets could not be read.
-                "lag": records_behind({source.topic: position}, {source.topic: end})
-                if end
-                else None,
+                "lag": records_behind({topic: position}, {topic: end}) if end else None,
             }
         )
     return rows
+
+
+def runner_inputs(plan: ViewPlan) -> list[dict[str, Any]]:
+    """The running revision's inputs as its status row records them."""
+    if plan.runner is None:
+        return []
+    return [{"log": s.log, "alias": s.alias, "topic": s.topic} for s in plan.runner.inputs]
 
 
 def total_lag(rows: Sequence[Mapping[str, Any]], committed: Offsets | None) -> int | None:
@@ -113,6 +145,34 @@ def total_lag(rows: Sequence[Mapping[str, Any]], committed: Offsets | None) -> i
     if not rows or committed is None or any(row["lag"] is None for row in rows):
         return None
     return sum(int(row["lag"]) for row in rows)
+
+
+def _observed_row(
+    row: dict[str, Any], group: Offsets | None, seen: ViewObservation, now: datetime
+) -> tuple[dict[str, Any], list[dict[str, Any]], int | None]:
+    """A live revision's row with its lag (and progress, while it catches up), its input
+    positions and its lag, from its consumer group's offsets `group`."""
+    sources = row.get("inputs") or []
+    positions = input_positions(sources, group or {}, seen.ends or {}) if seen.ends else []
+    lag = total_lag(positions, group)
+    if lag is not None:
+        row["lag"] = lag
+    if row["phase"] == SERVING and lag == 0 and not row.get("caughtUpAt"):
+        row["caughtUpAt"] = rfc3339(now)
+    if row["phase"] == CATCHING_UP and seen.ends and seen.starts is not None and group is not None:
+        topics = {str(s["topic"]) for s in sources}
+        done, total = reprocess_progress(
+            {t: o for t, o in seen.starts.items() if t in topics},
+            group,
+            {t: o for t, o in seen.ends.items() if t in topics},
+        )
+        row.update(
+            recordsRead=done,
+            recordsTotal=total,
+            progressPercent=round(100.0 * done / total, 1) if total else 100.0,
+            progressMessage=progress_message(int(row["revision"]), done, total),
+        )
+    return row, positions, lag
 
 
 def view_status(
@@ -124,10 +184,27 @@ def view_status(
 ) -> dict[str, Any]:
     """The status to write for a view (camelCase, as the API stores it)."""
     before = dict(previous or {})
-    inputs = input_positions(plan, seen.committed or {}, seen.ends or {}) if seen.ends else []
-    lag = total_lag(inputs, seen.committed)
+    rows = [dict(r) for r in (plan.lifecycle.rows if plan.lifecycle else ())]
+    running = plan.runner.revision if plan.runner is not None else None
+    groups = dict(seen.groups)
+    if running is not None and seen.committed is not None:
+        groups.setdefault(running, seen.committed)
+    inputs: list[dict[str, Any]] = []
+    lag: int | None = None
+    catching_up: dict[str, Any] | None = None
+    for index, row in enumerate(rows):
+        if row["revision"] == running:
+            row["inputs"] = runner_inputs(plan)
+        if row["phase"] not in LIVE:
+            continue
+        group = groups.get(int(row["revision"]))
+        rows[index], positions, row_lag = _observed_row(row, group, seen, now)
+        if row["phase"] == SERVING:
+            inputs, lag = positions, row_lag
+        else:
+            catching_up = rows[index]
     old: Sequence[Condition] = [Condition.model_validate(c) for c in before.get("conditions") or []]
-    observation = _observation(plan, seen, generation, lag)
+    observation = _observation(plan, seen, generation, lag, catching_up)
     status: dict[str, Any] = {
         "observedGeneration": generation,
         "conditions": [
@@ -136,11 +213,11 @@ def view_status(
         ],
         "pendingAction": None,
     }
-    if plan.spec_hash is not None:
+    if rows:
         status["servingRevision"] = plan.revision
-        status["revisions"] = _revisions(plan, before, lag, now)
-    if plan.runner is not None and plan.runner.output is not None:
-        status["outputTopic"] = plan.runner.output.topic
+        status["revisions"] = rows
+        serving = next(r for r in rows if r["revision"] == plan.revision)
+        status["outputTopic"] = serving.get("topic")
     if inputs:
         status["inputs"] = inputs
         status["lag"] = lag
@@ -152,32 +229,10 @@ def view_status(
         }
     if seen.progress:
         status["lastProgress"] = progress_status(seen.progress)
+    if plan.lifecycle is not None and plan.lifecycle.change is not None:
+        change = change_status(plan.lifecycle.change, generation)
+        status["lastChange"] = change.model_dump(by_alias=True, exclude_none=True)
     return status
-
-
-def _revisions(
-    plan: ViewPlan, before: Mapping[str, Any], lag: int | None, now: datetime
-) -> list[dict[str, Any]]:
-    rows = [dict(r) for r in before.get("revisions") or [] if r.get("revision") != plan.revision]
-    current = next(
-        (dict(r) for r in before.get("revisions") or [] if r.get("revision") == plan.revision), {}
-    )
-    current.update(
-        {
-            "revision": plan.revision,
-            "specHash": plan.spec_hash,
-            "phase": "Serving",
-            "startedAt": current.get("startedAt") or rfc3339(now),
-        }
-    )
-    if plan.runner is not None and plan.runner.output is not None:
-        current["topic"] = plan.runner.output.topic
-        current["consumerGroup"] = plan.runner.consumer_group
-    if lag is not None:
-        current["lag"] = lag
-        if lag == 0 and not current.get("caughtUpAt"):
-            current["caughtUpAt"] = rfc3339(now)
-    return sorted([*rows, current], key=lambda r: int(r["revision"]))
 
 
 def progress_status(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -195,28 +250,22 @@ def progress_status(record: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def start_record(plan: ViewPlan, generation: int, now: datetime) -> dict[str, Any]:
-    """The write-ahead record, written before a revision's first start: which revision, from
-    which generation, what it writes; a restarted operator carries it on instead of starting
-    another."""
+    """The write-ahead record, written before a revision's first start: every revision's row
+    as the lifecycle decided (the new one with its topic, group and inputs), which one serves,
+    and the action; a restarted operator carries it on instead of starting another."""
     assert plan.runner is not None
-    assert plan.runner.output is not None
-    moment = rfc3339(now)
+    assert plan.lifecycle is not None
+    rows = [dict(r) for r in plan.lifecycle.rows]
+    for row in rows:
+        if row["revision"] == plan.runner.revision:
+            row["inputs"] = runner_inputs(plan)
     return {
         "pendingAction": {
             "action": "StartRevision",
-            "revision": plan.revision,
+            "revision": plan.runner.revision,
             "generation": generation,
-            "startedAt": moment,
+            "startedAt": rfc3339(now),
         },
         "servingRevision": plan.revision,
-        "revisions": [
-            {
-                "revision": plan.revision,
-                "specHash": plan.spec_hash,
-                "topic": plan.runner.output.topic,
-                "consumerGroup": plan.runner.consumer_group,
-                "phase": "Pending",
-                "startedAt": moment,
-            }
-        ],
+        "revisions": rows,
     }

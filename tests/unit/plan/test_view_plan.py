@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from distributary.api.view import DerivedView
+from distributary.plan.revisions import Classification
 from distributary.plan.view_plan import (
     SERVING_ANNOTATION,
     VIEW_LABEL,
@@ -44,7 +45,12 @@ def child(name: str, view_name: str, topic: str | None) -> dict[str, Any]:
 
 
 def planned(
-    logs: list[dict[str, Any]], views: list[dict[str, Any]], which: str, previous: Any = None
+    logs: list[dict[str, Any]],
+    views: list[dict[str, Any]],
+    which: str,
+    previous: Any = None,
+    generation: int = 1,
+    change: Classification | None = None,
 ) -> Any:
     pipeline, children, _ = namespace_pipeline(logs, views)
     body = next(v for v in views if v["metadata"]["name"] == which)
@@ -55,6 +61,8 @@ def planned(
         previous,
         checkpoint_root="s3a://bucket/ck",
         bootstrap_servers="kafka:9092",
+        change=change,
+        generation=generation,
     )
 
 
@@ -119,17 +127,56 @@ def test_a_cycle_across_views_stalls_each_view() -> None:
 def test_a_running_revision_is_not_started_again() -> None:
     views = [view("big", "clicks", "SELECT user, n FROM src")]
     first = planned([log("clicks")], views, "big")
-    previous = {"servingRevision": 1, "revisions": [{"revision": 1, "specHash": first.spec_hash}]}
+    row = {"revision": 1, "specHash": first.spec_hash, "phase": "Serving"}
+    previous = {"servingRevision": 1, "revisions": [row]}
     again = planned([log("clicks")], views, "big", previous)
     assert again.starts is False
     assert again.runner == first.runner
 
 
-def test_a_changed_query_leaves_the_serving_revision_running_and_says_so() -> None:
-    previous = {"servingRevision": 1, "revisions": [{"revision": 1, "specHash": "0123456789ab"}]}
+def test_an_unclassified_change_leaves_the_serving_revision_running_and_says_so() -> None:
+    row = {"revision": 1, "specHash": "0123456789ab", "phase": "Serving"}
+    previous = {"servingRevision": 1, "revisions": [row], "observedGeneration": 1}
     plan = planned(
-        [log("clicks")], [view("big", "clicks", "SELECT user FROM src")], "big", previous
+        [log("clicks")], [view("big", "clicks", "SELECT user FROM src")], "big", previous, 2
     )
     assert plan.runner is None  # the serving revision's application is left as it is
-    assert plan.reprocess_pending is not None
-    assert "0123456789ab" in plan.reprocess_pending
+    assert [w.reason for w in plan.waiting] == ["ChangePending"]
+
+
+def test_a_reprocess_starts_the_next_revision_from_the_start_of_its_inputs() -> None:
+    row = {"revision": 1, "specHash": "0123456789ab", "phase": "Serving"}
+    previous = {"servingRevision": 1, "revisions": [row], "observedGeneration": 1}
+    change = Classification("Reprocess", ("sql changed",))
+    views = [view("big", "clicks", "SELECT user FROM src")]
+    plan = planned([log("clicks")], views, "big", previous, 2, change)
+    assert plan.runner is not None
+    assert (plan.revision, plan.runner.revision, plan.starts) == (1, 2, True)
+    assert plan.runner.output is not None
+    assert plan.runner.output.topic == "big.r2"
+    assert plan.runner.consumer_group == "distributary.shop.big.r2"
+    assert [s.starting_position.kind for s in plan.runner.inputs] == ["earliest"]
+    assert [t.name for t in plan.topics] == ["big.r2", "distributary.shop.big.dlq"]
+    assert plan.output_log is not None
+    assert plan.output_log["metadata"]["annotations"][SERVING_ANNOTATION] == "1"
+
+
+def test_an_upstream_cutover_makes_a_reader_reprocess_without_an_edit() -> None:
+    views = [
+        view("up", "clicks", "SELECT user, n FROM src"),
+        view("big", "up", "SELECT * FROM src"),
+    ]
+    before = [log("clicks"), child("up", "up", "up.r1")]
+    first = planned(before, views, "big")
+    row = {"revision": 1, "specHash": first.spec_hash, "phase": "Serving"}
+    previous = {"servingRevision": 1, "revisions": [row], "observedGeneration": 4}
+    assert planned(before, views, "big", previous, 4).starts is False
+    # The spec is as observed (generation 4); the upstream view now serves revision 2.
+    after = [log("clicks"), child("up", "up", "up.r2")]
+    moved = planned(after, views, "big", previous, 4)
+    assert moved.starts is True
+    assert moved.runner.revision == 2
+    assert [s.topic for s in moved.runner.inputs] == ["up.r2"]
+    assert moved.lifecycle.change.kind == "Reprocess"
+    # An edit not yet classified (generation 5 unseen) waits for its handler instead.
+    assert planned(after, views, "big", previous, 5).runner is None

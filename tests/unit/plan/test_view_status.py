@@ -35,7 +35,11 @@ def test_a_running_caught_up_view_is_ready_with_its_positions() -> None:
         progress={"batchId": 3, "processedRowsPerSecond": 120.0},
     )
     status = view_status(plan(), seen, None, 2, NOW)
-    assert kinds(status) == {"Ready": ("True", "Serving"), "CaughtUp": ("True", "NoLag")}
+    assert kinds(status) == {
+        "Ready": ("True", "Serving"),
+        "CaughtUp": ("True", "NoLag"),
+        "Reprocessing": ("False", "Serving"),
+    }
     assert status["lag"] == 0
     assert status["servingRevision"] == 1
     assert status["outputTopic"] == "big.r1"
@@ -76,7 +80,10 @@ def test_the_write_ahead_record_names_the_revision_before_it_starts() -> None:
     assert record["pendingAction"]["action"] == "StartRevision"
     assert record["pendingAction"]["generation"] == 3
     assert record["servingRevision"] == 1
-    assert record["revisions"][0]["phase"] == "Pending"
+    (row,) = record["revisions"]
+    assert (row["revision"], row["phase"], row["topic"]) == (1, "Serving", "big.r1")
+    assert row["consumerGroup"] == "distributary.shop.big.r1"
+    assert row["inputs"] == [{"log": "clicks", "alias": "src", "topic": "clicks"}]
     # The status written after acting clears it.
     seen = ViewObservation("big-r1", AppState("RUNNING", running=True))
     assert view_status(plan(), seen, record, 3, NOW)["pendingAction"] is None

@@ -1,0 +1,222 @@
+"""Kappa reprocessing under the operator: real API server, real broker, real Spark (`local`).
+
+Changing a view's SQL starts revision 2 beside revision 1: it reads its input again from the
+start into a topic of its own, while the output Log keeps serving revision 1's topic. Once
+revision 2 has caught up (and stayed so for the cutover window), one status write makes it serve:
+the output Log's topic moves to revision 2's, which by then holds the new query's complete
+output. Revision 1's runner stops, and its topic is deleted after the grace period, since the
+output says `deletionPolicy: Delete`. The view reading this one's output reprocesses in turn.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.integration.kube.operator_harness import Cluster, Operator, condition, is_true, wait_for
+from tests.integration.spark_pipelines import read_topic
+
+from distributary.kafka.admin import KafkaAdmin
+from distributary.kafka.records import produce
+from distributary.local.broker import EmbeddedBroker
+from distributary.schema import RecordSchema
+
+NAMESPACE = "reprocess-test"
+OPERATOR_FLAGS = ("--spark-runtime", "local")
+SCHEMA = "user STRING, amount INT"
+UPGRADE = {"cutoverWindow": "2s", "retireAfter": "5s"}
+EVENTS = {
+    "apiVersion": "distributary.dev/v1alpha1",
+    "kind": "Log",
+    "metadata": {"name": "rp-events"},
+    "spec": {"partitions": 2, "schema": SCHEMA, "key": ["user"]},
+}
+RECORDS = [{"user": f"u{i % 4}", "amount": i % 20} for i in range(60)]
+
+
+def big(threshold: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "distributary.dev/v1alpha1",
+        "kind": "DerivedView",
+        "metadata": {"name": "rp-big"},
+        "spec": {
+            "inputs": [{"log": "rp-events", "alias": "events"}],
+            "sql": f"SELECT user, amount FROM events WHERE amount >= {threshold}",
+            "output": {"mode": "append", "deletionPolicy": "Delete"},
+            "upgrade": UPGRADE,
+            "spark": {"trigger": "500ms"},
+        },
+    }
+
+
+PER_USER = {
+    "apiVersion": "distributary.dev/v1alpha1",
+    "kind": "DerivedView",
+    "metadata": {"name": "rp-per-user"},
+    "spec": {
+        "inputs": [{"log": "rp-big", "alias": "big"}],
+        "sql": "SELECT user, count(*) AS buys FROM big GROUP BY user",
+        "output": {"mode": "upsert", "key": ["user"]},
+        "upgrade": UPGRADE,
+        "spark": {"trigger": "500ms"},
+    },
+}
+
+
+def view(cluster: Cluster, name: str) -> dict[str, Any]:
+    return cluster.get("dview", name) or {}
+
+
+def serving(cluster: Cluster, name: str) -> int | None:
+    return (view(cluster, name).get("status") or {}).get("servingRevision")
+
+
+def serving_topic(cluster: Cluster, name: str) -> str | None:
+    """The topic a reader of the Log `name` reads: its status says."""
+    return ((cluster.get("dlog", name) or {}).get("status") or {}).get("topicName")
+
+
+def values(broker: EmbeddedBroker, topic: str) -> list[dict[str, Any]]:
+    return [json.loads(r.value) for r in read_topic(broker.bootstrap_servers, topic) if r.value]
+
+
+def expected(threshold: int) -> list[tuple[str, int]]:
+    return sorted((r["user"], r["amount"]) for r in RECORDS if r["amount"] >= threshold)
+
+
+def pairs(rows: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    return sorted((r["user"], r["amount"]) for r in rows)
+
+
+def runner_revisions(operator: Operator, name: str) -> list[str]:
+    """The revisions of view `name` whose runner process lives."""
+    found = []
+    for pid_file in (operator.folder / "local" / NAMESPACE / name).glob("r*/runner.pid"):
+        pid = int(pid_file.read_text().strip())
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if str(pid_file.parent / "runner-spec.json").encode() in cmdline:
+            found.append(pid_file.parent.name)
+    return sorted(found)
+
+
+def caught_up(cluster: Cluster, name: str, revision: int) -> bool:
+    found = view(cluster, name)
+    return (
+        serving(cluster, name) == revision
+        and is_true(found, "Ready")
+        and is_true(found, "CaughtUp")
+        and not is_true(found, "Reprocessing")
+    )
+
+
+def waiting(operator: Operator, what: str, probe: Any, timeout: float = 240) -> Any:
+    try:
+        return wait_for(what, probe, timeout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n--- operator log ---\n{operator.logs()}") from None
+
+
+@pytest.fixture(scope="module")
+def first(cluster: Cluster, operator: Operator, broker: EmbeddedBroker) -> None:
+    """Revision 1 of both views, caught up with every record."""
+    cluster.apply(EVENTS)
+    wait_for("Log rp-events Ready", lambda: is_true(cluster.get("dlog", "rp-events"), "Ready"))
+    schema = RecordSchema.parse(SCHEMA, ["user"])
+    produce(broker.bootstrap_servers, "rp-events", [schema.encode(r) for r in RECORDS])
+    cluster.apply(big(10), PER_USER)
+    waiting(
+        operator,
+        "both views serving revision 1, caught up",
+        lambda: caught_up(cluster, "rp-big", 1) and caught_up(cluster, "rp-per-user", 1),
+    )
+
+
+@pytest.fixture(scope="module")
+def cutover(
+    first: None, cluster: Cluster, operator: Operator, broker: EmbeddedBroker
+) -> dict[str, Any]:
+    """The SQL edit, watched until revision 2 serves: what a reader saw on the way."""
+    cluster.apply(big(15))
+    seen: dict[str, Any] = {"while_catching_up": set(), "phases": set()}
+
+    def served() -> bool:
+        topic = serving_topic(cluster, "rp-big")  # read first: the Log follows the view
+        found = view(cluster, "rp-big")
+        rows = (found.get("status") or {}).get("revisions") or []
+        phases = {(r["revision"], r["phase"]) for r in rows}
+        seen["phases"] |= phases
+        if (2, "CatchingUp") in phases and (found.get("status") or {}).get("servingRevision") == 1:
+            seen["while_catching_up"].add(topic)
+            seen["reprocessing"] = condition(found, "Reprocessing")
+            seen["runners_during"] = runner_revisions(operator, "rp-big")
+        if serving_topic(cluster, "rp-big") == "rp-big.r2":
+            # Read at once: whatever a reader finds now is what cutover handed over.
+            seen["at_cutover"] = values(broker, "rp-big.r2")
+            return True
+        return False
+
+    waiting(operator, "revision 2 serving", served)
+    return seen
+
+
+def test_revision_2_runs_beside_revision_1_while_readers_read_revision_1(
+    cutover: dict[str, Any],
+) -> None:
+    assert (2, "CatchingUp") in cutover["phases"]
+    assert cutover["while_catching_up"] == {"rp-big.r1"}
+    reprocessing = cutover["reprocessing"]
+    assert reprocessing["status"] == "True"
+    assert reprocessing["message"].startswith("revision 2 reprocessing")
+    assert cutover["runners_during"] == ["r1", "r2"]
+
+
+def test_after_cutover_readers_find_the_new_revisions_complete_output(
+    cutover: dict[str, Any], broker: EmbeddedBroker
+) -> None:
+    assert pairs(cutover["at_cutover"]) == expected(15)
+    # The old revision's output was complete too, and is another query's.
+    assert pairs(values(broker, "rp-big.r1")) == expected(10)
+
+
+def test_the_old_revision_stops_and_its_topic_goes_after_the_grace_period(
+    cutover: dict[str, Any], cluster: Cluster, operator: Operator, broker: EmbeddedBroker
+) -> None:
+    waiting(
+        operator,
+        "revision 1's runner stopped",
+        lambda: runner_revisions(operator, "rp-big") == ["r2"],
+    )
+    admin = KafkaAdmin(broker.bootstrap_servers)
+    waiting(operator, "rp-big.r1 deleted", lambda: admin.describe_topic("rp-big.r1") is None)
+
+    def rows() -> dict[int, dict[str, Any]]:
+        return {r["revision"]: r for r in view(cluster, "rp-big")["status"]["revisions"]}
+
+    waiting(operator, "revision 1 recorded as deleted", lambda: rows()[1].get("topicDeleted"))
+    assert rows()[1]["phase"] == "Retired"
+    assert rows()[2]["phase"] == "Serving"
+    assert view(cluster, "rp-big")["status"]["lastChange"]["classification"] == "Reprocess"
+
+
+def test_the_downstream_view_reprocesses_from_the_new_topic_in_turn(
+    cutover: dict[str, Any], cluster: Cluster, operator: Operator, broker: EmbeddedBroker
+) -> None:
+    waiting(
+        operator, "rp-per-user serving revision 2", lambda: caught_up(cluster, "rp-per-user", 2)
+    )
+    status = view(cluster, "rp-per-user")["status"]
+    assert [i["topic"] for i in status["inputs"]] == ["rp-big.r2"]
+    assert serving_topic(cluster, "rp-per-user") == "rp-per-user.r2"
+    counts: dict[str, int] = {}
+    for record in read_topic(broker.bootstrap_servers, "rp-per-user.r2"):
+        row = json.loads(record.value or b"null")
+        counts[row["user"]] = row["buys"]
+    wanted: dict[str, int] = {}
+    for user, _ in expected(15):
+        wanted[user] = wanted.get(user, 0) + 1
+    assert counts == wanted

@@ -1,0 +1,167 @@
+"""A view's revisions through reprocessing: catch up beside the serving one, cut over, retire."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from distributary.api.view import Upgrade
+from distributary.plan.kappa import (
+    Lifecycle,
+    mark_deleted,
+    progress_message,
+    reprocess_progress,
+    step,
+)
+from distributary.plan.revisions import Classification
+
+T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+REPROCESS = Classification("Reprocess", ("sql changed",))
+UPGRADE = Upgrade.model_validate({"cutoverWindow": "10s", "retireAfter": "1h"})
+
+
+def run(
+    rows: list[dict[str, Any]],
+    spec_hash: str,
+    *,
+    change: Classification | None = None,
+    upgrade: Upgrade = UPGRADE,
+    lags: dict[int, int | None] | None = None,
+    now: datetime = T0,
+    delete: bool = False,
+) -> Lifecycle:
+    return step(
+        rows,
+        spec_hash=spec_hash,
+        change=change,
+        upgrade=upgrade,
+        lags=lags or {},
+        now=now,
+        topic_of=lambda r: f"out.r{r}",
+        group_of=lambda r: f"g.r{r}",
+        delete_retired=delete,
+    )
+
+
+def phases(life: Lifecycle) -> list[tuple[int, str]]:
+    return [(r["revision"], r["phase"]) for r in life.rows]
+
+
+def test_a_new_view_serves_revision_1() -> None:
+    life = run([], "h1")
+    assert (life.serving, life.current, life.started) == (1, 1, 1)
+    assert phases(life) == [(1, "Serving")]
+    assert life.rows[0]["topic"] == "out.r1"
+
+
+def test_a_reprocess_runs_the_next_revision_beside_the_serving_one() -> None:
+    serving = run([], "h1").rows
+    life = run(list(serving), "h2", change=REPROCESS)
+    assert phases(life) == [(1, "Serving"), (2, "CatchingUp")]
+    assert (life.serving, life.current, life.started, life.stop) == (1, 2, 2, ())
+    assert life.row(2) is not None
+    assert (life.row(2) or {})["consumerGroup"] == "g.r2"
+
+
+def test_cutover_waits_until_the_lag_has_stayed_low_for_the_window() -> None:
+    rows = list(run(list(run([], "h1").rows), "h2", change=REPROCESS).rows)
+    behind = run(rows, "h2", lags={2: 500})
+    assert (behind.serving, behind.cut_over) == (1, None)
+    first = run(list(behind.rows), "h2", lags={2: 0}, now=T0 + timedelta(seconds=1))
+    assert (first.serving, first.cut_over) == (1, None)
+    assert (first.row(2) or {})["caughtUpSince"] == "2026-11-22T12:00:01Z"
+    blip = run(list(first.rows), "h2", lags={2: 7}, now=T0 + timedelta(seconds=5))
+    assert (blip.row(2) or {})["caughtUpSince"] is None  # the window starts again
+    again = run(list(blip.rows), "h2", lags={2: 0}, now=T0 + timedelta(seconds=6))
+    early = run(list(again.rows), "h2", lags={2: 0}, now=T0 + timedelta(seconds=15))
+    assert early.cut_over is None
+    due = run(list(early.rows), "h2", lags={2: 0}, now=T0 + timedelta(seconds=16))
+    assert (due.serving, due.cut_over, due.stop) == (2, 2, (1,))
+    assert phases(due) == [(1, "Retiring"), (2, "Serving")]
+    assert (due.row(1) or {})["retireAt"] == "2026-11-22T13:00:16Z"
+
+
+def test_a_cutover_under_a_lag_threshold_accepts_that_lag() -> None:
+    upgrade = Upgrade.model_validate({"cutoverMaxLag": 100, "cutoverWindow": "0s"})
+    rows = list(run(list(run([], "h1").rows), "h2", change=REPROCESS).rows)
+    assert run(rows, "h2", upgrade=upgrade, lags={2: 101}).cut_over is None
+    assert run(rows, "h2", upgrade=upgrade, lags={2: 100}).cut_over == 2
+
+
+def test_unknown_lag_never_cuts_over() -> None:
+    rows = list(run(list(run([], "h1").rows), "h2", change=REPROCESS).rows)
+    upgrade = Upgrade.model_validate({"cutoverWindow": "0s"})
+    assert run(rows, "h2", upgrade=upgrade, lags={2: None}).cut_over is None
+
+
+def test_the_retired_topic_is_deleted_after_the_grace_period_only_under_delete() -> None:
+    upgrade = Upgrade.model_validate({"cutoverWindow": "0s", "retireAfter": "1h"})
+    rows = list(run(list(run([], "h1").rows), "h2", change=REPROCESS).rows)
+    cut = run(rows, "h2", upgrade=upgrade, lags={2: 0}, delete=True)
+    assert cut.delete_topics == ()
+    later = T0 + timedelta(hours=1)
+    kept = run(list(cut.rows), "h2", upgrade=upgrade, lags={2: 0}, now=later, delete=False)
+    assert phases(kept) == [(1, "Retired"), (2, "Serving")]
+    assert kept.delete_topics == ()
+    gone = run(list(cut.rows), "h2", upgrade=upgrade, lags={2: 0}, now=later, delete=True)
+    assert gone.delete_topics == ("out.r1",)
+    done = mark_deleted(list(gone.rows), gone.delete_topics)
+    assert run(done, "h2", upgrade=upgrade, now=later, delete=True).delete_topics == ()
+
+
+def test_a_newer_edit_during_a_catch_up_supersedes_it() -> None:
+    rows = list(run(list(run([], "h1").rows), "h2", change=REPROCESS).rows)
+    life = run(rows, "h3", change=REPROCESS)
+    assert phases(life) == [(1, "Serving"), (2, "Retiring"), (3, "CatchingUp")]
+    assert (life.current, life.stop) == (3, (2,))
+
+
+def test_undoing_an_edit_during_a_catch_up_keeps_the_serving_revision() -> None:
+    rows = list(run(list(run([], "h1").rows), "h2", change=REPROCESS).rows)
+    life = run(rows, "h1")
+    assert phases(life) == [(1, "Serving"), (2, "Retiring")]
+    assert (life.current, life.stop) == (1, (2,))
+
+
+def test_an_unclassified_change_starts_nothing() -> None:
+    life = run(list(run([], "h1").rows), "h2")
+    assert (life.current, life.started, phases(life)) == (None, None, [(1, "Serving")])
+
+
+def test_in_place_changes_keep_the_revision_and_reprocess_only_changes_are_refused() -> None:
+    serving = list(run([], "h1").rows)
+    in_place = Upgrade.model_validate({"strategy": "InPlace"})
+    restart = Classification("RestartInPlace", ("a filter changed",))
+    kept = run(serving, "h2", change=restart, upgrade=in_place)
+    assert (kept.current, phases(kept), (kept.row(1) or {})["specHash"]) == (
+        1,
+        [(1, "Serving")],
+        "h2",
+    )
+    refused = run(serving, "h2", change=REPROCESS, upgrade=in_place)
+    assert refused.current is None
+    assert refused.problem is not None
+    assert refused.problem.reason == "ReprocessRequired"
+    assert "strategy to Reprocess" in refused.problem.message
+    auto = Upgrade.model_validate({"strategy": "Auto"})
+    assert run(serving, "h2", change=restart, upgrade=auto).started is None
+    assert run(serving, "h2", change=REPROCESS, upgrade=auto).started == 2
+
+
+def test_a_forbidden_change_is_refused_whatever_the_strategy() -> None:
+    serving = list(run([], "h1").rows)
+    forbidden = Classification("Forbidden", ("output.log changed",))
+    life = run(serving, "h2", change=forbidden)
+    assert life.problem is not None
+    assert (life.problem.reason, life.current, life.started) == ("ChangeForbidden", None, None)
+
+
+def test_reprocess_progress_counts_from_the_first_retained_offset() -> None:
+    start = {"clicks": {0: 100, 1: 0}}
+    end = {"clicks": {0: 1100, 1: 1800}}
+    position = {"clicks": {0: 600}}
+    assert reprocess_progress(start, position, end) == (500, 2800)
+    assert progress_message(2, 1_200_000, 2_800_000) == (
+        "revision 2 reprocessing 43%: 1.2M of 2.8M records"
+    )
+    assert progress_message(3, 0, 0).startswith("revision 3 reprocessing 100%")
