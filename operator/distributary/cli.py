@@ -19,6 +19,7 @@ from distributary import __version__
 from distributary.api.crd import drift, write_crds
 from distributary.cli_records import UserError, produce, tail
 from distributary.cli_run import load_checked, run
+from distributary.cli_wait import wait
 from distributary.controllers.main import operator
 from distributary.diagram import draw
 from distributary.graph import Pipeline
@@ -258,6 +259,7 @@ main.add_command(run)
 main.add_command(operator)
 main.add_command(produce)
 main.add_command(tail)
+main.add_command(wait)
 
 
 if __name__ == "__main__":  # pragma: no cover

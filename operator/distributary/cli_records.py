@@ -146,7 +146,7 @@ def _no_broker(state: RunState | None, state_dir: Path) -> UserError:
 
 
 @contextlib.contextmanager
-def _broker(
+def run_broker(
     given: str | None, state: RunState | None, state_dir: Path, *, may_start: bool
 ) -> Iterator[str]:
     """The bootstrap servers to use; with `may_start`, the stopped run's embedded broker."""
@@ -319,7 +319,7 @@ def produce(
     else:
         records = _generated(schema, ref.name, generate or 0, seed)
     topic = _serving_topic(ref, found, state)
-    with _broker(bootstrap_servers, state, state_dir, may_start=False) as servers:
+    with run_broker(bootstrap_servers, state, state_dir, may_start=False) as servers:
         try:
             sent = produce_records(
                 servers,
@@ -417,7 +417,7 @@ def tail(
     state = _run_state(state_dir)
     loaded: list[Pipeline] = []
     targets = [_tail_topic(given, pipeline_paths, state, loaded) for given in logs]
-    with _broker(bootstrap_servers, state, state_dir, may_start=True) as servers:
+    with run_broker(bootstrap_servers, state, state_dir, may_start=True) as servers:
         try:
             with TopicReader(servers) as reader:
                 positions = _show_tail(reader, targets, count)

@@ -59,8 +59,13 @@ def enriched(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], ...]:
-    state = tmp_path_factory.mktemp("run") / "state"
+def state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The state folder the runs share."""
+    return tmp_path_factory.mktemp("run") / "state"
+
+
+@pytest.fixture(scope="module")
+def runs(state: Path) -> tuple[dict[str, Any], ...]:
     common = (str(EXAMPLE), "--state-dir", str(state), "--until-caught-up", "--cores", "2")
     first = summary_of(distributary("run", *common, "--produce", f"page-views={DATA}"))
     second = summary_of(distributary("run", *common))
@@ -140,3 +145,28 @@ def test_a_view_without_a_checkpoint_starts_from_its_groups_offsets(
         # Nothing was read again from the start: the outputs did not grow.
         assert third["logs"][name]["endOffsets"] == first["logs"][name]["endOffsets"], name
         assert third["views"][name]["position"] == first["views"][name]["position"], name
+
+
+def test_wait_returns_once_the_view_covers_a_record_and_says_what_is_missing(
+    runs: tuple[dict[str, Any], ...], state: Path
+) -> None:
+    ends = runs[-1]["logs"]["page-views"]["endOffsets"]
+    partition, end = next((int(p), o) for p, o in ends.items() if o > 0)
+    covered = distributary(
+        "wait", "views-per-user", "--state-dir", str(state), "--caught-up",
+        "--covers", f"page-views:{partition}:{end - 1}",
+    )  # fmt: skip
+    assert covered.returncode == 0, covered.stderr
+    assert covered.stdout.startswith("views-per-user: done (group distributary.default.")
+    # The run has stopped, so a record it never read is reported at once, with the position.
+    beyond = distributary(
+        "wait", "views-per-user", "--state-dir", str(state),
+        "--covers", f"page-views:{partition}:{end}",
+    )  # fmt: skip
+    assert beyond.returncode == 1
+    assert f"still waiting for page-views:{partition}:{end} (at {end})" in beyond.stderr
+    unknown = distributary(
+        "wait", "views-per-user", "--state-dir", str(state), "--covers", "orders:0:1"
+    )
+    assert unknown.returncode == 1
+    assert "the view does not read log 'orders'; it reads page-views" in unknown.stderr

@@ -149,3 +149,32 @@ def render_offsets(offsets: Mapping[str, Mapping[int, int]]) -> str:
     """`offsets` as compact JSON text in Spark's form, e.g. `{"clicks":{"0":12}}`; the inverse of
     `parse_offsets`."""
     return json.dumps(offsets_json(offsets), separators=(",", ":"))
+
+
+class CoverError(ValueError):
+    """A `--covers` argument is not LOG:PARTITION:OFFSET; the message says what is wrong."""
+
+
+def parse_cover(text: str) -> tuple[str, int, int]:
+    """`LOG:PARTITION:OFFSET` as (log, partition, offset): a record the position must cover."""
+    parts = text.rsplit(":", 2)
+    if len(parts) != 3 or not parts[0]:
+        raise CoverError(f"{text!r}: write LOG:PARTITION:OFFSET, e.g. page-views:0:41")
+    log, partition, offset = parts
+    if not partition.isdigit() or not offset.isdigit():
+        raise CoverError(f"{text!r}: the partition and the offset are whole numbers (LOG:P:O)")
+    return log, int(partition), int(offset)
+
+
+def uncovered(
+    covers: list[tuple[str, int, int]], positions: Mapping[str, Mapping[int, int]]
+) -> list[str]:
+    """The covers a consumer's `positions` (log -> partition -> next offset to read) do not
+    cover yet, each as `log:partition:offset (at N)`. A record is covered once it has been
+    read, that is when the position is past its offset."""
+    missing = []
+    for log, partition, offset in covers:
+        at = positions.get(log, {}).get(partition)
+        if at is None or at <= offset:
+            missing.append(f"{log}:{partition}:{offset} (at {'-' if at is None else at})")
+    return missing

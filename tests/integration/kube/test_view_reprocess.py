@@ -11,6 +11,8 @@ output says `deletionPolicy: Delete`. The view reading this one's output reproce
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +65,16 @@ PER_USER = {
         "spark": {"trigger": "500ms"},
     },
 }
+
+
+def distributary(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "distributary.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
 
 
 def view(cluster: Cluster, name: str) -> dict[str, Any]:
@@ -220,3 +232,22 @@ def test_the_downstream_view_reprocesses_from_the_new_topic_in_turn(
     for user, _ in expected(15):
         wanted[user] = wanted.get(user, 0) + 1
     assert counts == wanted
+
+
+def test_wait_returns_once_the_serving_revision_covers_a_record(
+    cutover: dict[str, Any], cluster: Cluster, operator: Operator, broker: EmbeddedBroker
+) -> None:
+    ends = KafkaAdmin(broker.bootstrap_servers).end_offsets(["rp-events"])["rp-events"]
+    partition, end = next((p, o) for p, o in sorted(ends.items()) if o > 0)
+    common = ("-n", NAMESPACE, "--kubeconfig", str(cluster.kubeconfig))
+    covered = distributary(
+        "wait", "rp-big", "--covers", f"rp-events:{partition}:{end - 1}", "--caught-up",
+        "--timeout", "120", *common,
+    )  # fmt: skip
+    assert covered.returncode == 0, covered.stderr
+    assert covered.stdout.startswith("rp-big: done (revision 2, lag 0)")
+    beyond = distributary(
+        "wait", "rp-big", "--covers", f"rp-events:{partition}:{end}", "--timeout", "2", *common
+    )
+    assert beyond.returncode == 1
+    assert f"still waiting for rp-events:{partition}:{end} (at {end})" in beyond.stderr

@@ -1,0 +1,192 @@
+"""`distributary wait`: read-your-writes for scripts and CI.
+
+A producer that appended a record knows its log, partition and offset; `wait VIEW --covers
+LOG:PARTITION:OFFSET` returns once the view's serving revision has read past it, so what the view
+derives from that record is in its output. `--caught-up` waits until the view has read everything
+its inputs hold. Against a cluster the view's status says where it is (the operator writes its
+consumer group's positions there, as `kubectl wait --for=condition=CaughtUp` reads them); for a
+`distributary run` on this machine (`--state-dir`) the view's consumer group says it, read from
+Kafka as any Kafka tool would.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+
+from distributary.cli_records import UserError, run_broker
+from distributary.cli_run import load_checked
+from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
+from distributary.kube.resources import Kube, KubeError
+from distributary.local.state import RunState, RunStateError, read_run_state
+from distributary.plan.pipeline import PlanSettings, plan_pipeline
+from distributary.plan.positions import CoverError, parse_cover, uncovered
+
+API = "distributary.dev/v1alpha1"
+Positions = dict[str, dict[int, int]]
+Probe = Callable[[], tuple[Positions, bool, str]]  # positions by log, caught up, detail
+
+
+def _cluster_probe(kube: Kube, namespace: str, name: str) -> Probe:
+    def probe() -> tuple[Positions, bool, str]:
+        view = kube.get(API, "DerivedView", namespace, name)
+        if view is None:
+            raise UserError(f"DerivedView {namespace}/{name} does not exist")
+        status = view.get("status") or {}
+        positions = positions_of(status)
+        generation = (view.get("metadata") or {}).get("generation")
+        caught_up = status.get("observedGeneration") == generation and any(
+            c.get("type") == "CaughtUp" and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        )
+        detail = f"revision {status.get('servingRevision', '-')}, lag {status.get('lag', '-')}"
+        return positions, caught_up, detail
+
+    return probe
+
+
+def _local_probe(state: RunState, servers: str, name: str, namespace: str) -> Probe:
+    pipeline = load_checked([Path(p) for p in state.paths])
+    plan = plan_pipeline(pipeline, PlanSettings(backend="direct"))
+    planned = next(
+        (v for v in plan.views if (v.view.name, v.view.namespace) == (name, namespace)), None
+    )
+    if planned is None:
+        names = ", ".join(sorted(v.view.name for v in plan.views)) or "none"
+        raise UserError(f"no view {name!r} in the run's pipeline (views: {names})")
+    runner = planned.runner
+    # The run records each log's serving topic; a view reads its inputs there.
+    topics = {s.log: state.serving_topic(s.log, namespace) or s.topic for s in runner.inputs}
+    admin = KafkaAdmin(servers)
+
+    def probe() -> tuple[Positions, bool, str]:
+        committed = admin.committed(runner.consumer_group)
+        ends = admin.end_offsets(list(topics.values()))
+        positions = {log: dict(committed.get(topic, {})) for log, topic in topics.items()}
+        lag = sum(
+            max(0, end - committed.get(topic, {}).get(p, 0))
+            for topic in topics.values()
+            for p, end in ends.get(topic, {}).items()
+        )
+        return positions, lag == 0, f"group {runner.consumer_group}, lag {lag}"
+
+    return probe
+
+
+def wait_for_view(
+    probe: Probe,
+    covers: list[tuple[str, int, int]],
+    caught_up: bool,
+    timeout: float,
+    say: Callable[[str], None],
+    interval: float = 1.0,
+) -> str:
+    """Poll until the covers are covered (and the view caught up, if asked); what was seen.
+    Raises UserError on a timeout, naming what is still missing."""
+    deadline = time.monotonic() + timeout
+    last = ""
+    while True:
+        positions, is_caught_up, detail = probe()
+        for log, _, _ in covers:
+            if log not in positions and positions:
+                reads = ", ".join(sorted(positions))
+                raise UserError(f"the view does not read log {log!r}; it reads {reads}")
+        missing = uncovered(covers, positions)
+        if not missing and (is_caught_up or not caught_up):
+            return detail
+        waiting = missing + ([] if is_caught_up or not caught_up else ["caught up"])
+        line = f"waiting for {', '.join(waiting)} ({detail})"
+        if line != last:
+            say(line)
+            last = line
+        if time.monotonic() >= deadline:
+            raise UserError(
+                f"timed out after {timeout:.0f}s; still waiting for {', '.join(waiting)} ({detail})"
+            )
+        time.sleep(interval)
+
+
+@click.command()
+@click.argument("view")
+@click.option(
+    "--covers",
+    "covers",
+    multiple=True,
+    metavar="LOG:PARTITION:OFFSET",
+    help="A record the view must have read (repeatable).",
+)
+@click.option("--caught-up", is_flag=True, help="Wait until the view has read all its inputs hold.")
+@click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds to wait.")
+@click.option("-n", "--namespace", default="default", show_default=True)
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Wait on a `distributary run` on this machine (its state folder) instead of a cluster.",
+)
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="KUBECONFIG",
+    default=None,
+    help="The cluster's kubeconfig ($KUBECONFIG; in a pod, its service account).",
+)
+def wait(
+    view: str,
+    covers: tuple[str, ...],
+    caught_up: bool,
+    timeout: float,
+    namespace: str,
+    state_dir: Path | None,
+    kubeconfig: Path | None,
+) -> None:
+    """Wait until VIEW has read the given records (--covers) or everything (--caught-up).
+
+    Exits 0 once it has, 1 with what is still missing when --timeout passes first."""
+    try:
+        parsed = [parse_cover(c) for c in covers]
+        if not parsed and not caught_up:
+            raise UserError("say what to wait for: --covers LOG:PARTITION:OFFSET or --caught-up")
+        if state_dir is None:
+            probe = _cluster_probe(Kube(kubeconfig), namespace, view)
+            detail = wait_for_view(probe, parsed, caught_up, timeout, _say)
+        else:
+            detail = _wait_local(state_dir, view, namespace, parsed, caught_up, timeout)
+    except (CoverError, KubeError, KafkaAdminError) as exc:
+        raise UserError(str(exc)) from exc
+    click.echo(f"{view}: done ({detail})")
+
+
+def _wait_local(
+    state_dir: Path,
+    view: str,
+    namespace: str,
+    covers: list[tuple[str, int, int]],
+    caught_up: bool,
+    timeout: float,
+) -> str:
+    try:
+        state = read_run_state(state_dir)
+    except RunStateError as exc:
+        raise UserError(str(exc)) from exc
+    alive = state.alive()
+    with run_broker(None, state, state_dir, may_start=True) as servers:
+        probe = _local_probe(state, servers, view, namespace)
+        # A run that has stopped reads nothing more: its positions are final.
+        return wait_for_view(probe, covers, caught_up, timeout if alive else 0.0, _say)
+
+
+def _say(text: str) -> None:
+    click.echo(text, err=True)
+
+
+def positions_of(status: Mapping[str, Any]) -> Positions:
+    """A view's serving positions by log, from its status."""
+    return {
+        str(row["log"]): {int(p): int(o) for p, o in (row.get("position") or {}).items()}
+        for row in status.get("inputs") or []
+    }
