@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -30,6 +31,7 @@ from distributary.controllers.settings import OperatorSettings
 from distributary.kafka.admin import KafkaAdminError
 from distributary.plan.conditions import Problem
 from distributary.plan.kappa import LIVE, mark_deleted
+from distributary.plan.positions import lost_history
 from distributary.plan.progress import progress_key
 from distributary.plan.spark import application_name, spark_application
 from distributary.plan.spark_state import AppState, restart_delay, spark_application_state
@@ -90,6 +92,8 @@ def _plan(
     indexes: Any,
     edited_from: DerivedView | None,
 ) -> ViewPlan:
+    """The view's plan; a reprocess it would start is checked against its inputs' retained
+    history first (the retention guard)."""
     namespace = view.metadata.namespace
     logs = list(indexes["logs"].get(namespace, []))
     views = [
@@ -100,7 +104,8 @@ def _plan(
     views.append(dict(body))
     views += indexes.get("jobs", {}).get(namespace, [])  # writers of logs too
     pipeline, children, _invalid = namespace_pipeline(logs, views)
-    return plan_view(
+    planned = functools.partial(
+        plan_view,
         pipeline,
         children,
         view,
@@ -109,7 +114,19 @@ def _plan(
         bootstrap_servers=settings.bootstrap_servers,
         generation=int(body.meta.get("generation") or 0),
         edited_from=edited_from,
+        now=datetime.now(UTC),
     )
+    plan = planned()
+    if plan.starts and plan.runner is not None and plan.runner.revision > 1:
+        topics = {s.topic: s.log for s in plan.runner.inputs}
+        try:
+            starts = settings.admin.start_offsets(list(topics))
+        except KafkaAdminError as exc:  # no reprocess without knowing what history it has
+            raise kopf.TemporaryError(f"checking the inputs' history: {exc}", delay=15) from exc
+        lost = lost_history(starts, topics)
+        if lost is not None:
+            plan = planned(history_lost=lost)
+    return plan
 
 
 def _runtime(settings: OperatorSettings, plan: ViewPlan, view: DerivedView) -> Runtime:
@@ -275,9 +292,8 @@ async def reconcile_view(
         patch.status.update(view_status(plan, ViewObservation(), status, generation, now))
         return
     old = _view(body, old_spec) if old_spec else None
-    plan = _plan(
-        found, body, status, settings, indexes, old if isinstance(old, DerivedView) else None
-    )
+    edited_from = old if isinstance(old, DerivedView) else None
+    plan = await asyncio.to_thread(_plan, found, body, status, settings, indexes, edited_from)
     meta = found.metadata
     seen = ViewObservation()
     lifecycle = plan.lifecycle

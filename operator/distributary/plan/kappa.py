@@ -111,11 +111,13 @@ def step(
     topic_of: Any,
     group_of: Any,
     delete_retired: bool,
+    history_lost: str | None = None,
 ) -> Lifecycle:
     """One step of the lifecycle. `change` is how the spec's edit was classified (None when the
     definition is unchanged or the change is not known yet: then nothing new starts);
     `topic_of(revision)` and `group_of(revision)` name a revision's topic and consumer group;
-    `delete_retired` says whether retired topics are deleted (the output's deletion policy)."""
+    `delete_retired` says whether retired topics are deleted (the output's deletion policy);
+    `history_lost` says why the inputs' history is incomplete, which refuses a reprocess."""
     table = {int(r["revision"]): dict(r) for r in rows}
     serving_rows = [r for r in table.values() if r.get("phase") in (SERVING, "Pending")]
     if not serving_rows:  # a view's first revision
@@ -162,6 +164,13 @@ def step(
                 + ": Spark cannot restore the checkpoint after this change; set "
                 "spec.upgrade.strategy to Reprocess (or Auto) to recompute the view beside the "
                 "serving revision",
+            )
+        elif history_lost is not None and not upgrade.allow_partial_history:
+            problem = Problem(
+                "HistoryIncomplete",
+                f"{history_lost}: a new revision would miss those records, so it is not started; "
+                "set spec.upgrade.allowPartialHistory: true to reprocess what remains, or keep "
+                "the serving revision (revert the change)",
             )
         elif in_place:
             serving = {**serving, "specHash": spec_hash}

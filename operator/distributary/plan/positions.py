@@ -178,3 +178,40 @@ def uncovered(
         if at is None or at <= offset:
             missing.append(f"{log}:{partition}:{offset} (at {'-' if at is None else at})")
     return missing
+
+
+def lost_history(starts: Mapping[str, Mapping[int, int]], topics: Mapping[str, str]) -> str | None:
+    """Why reading `topics` (topic -> log) from the start would miss records: the first
+    partition whose first retained offset is above 0 (retention or deletion removed what came
+    before), or None when every partition still starts at 0."""
+    for topic, log in sorted(topics.items()):
+        for partition, first in sorted(starts.get(topic, {}).items()):
+            if first > 0:
+                return (
+                    f"input log {log} (topic {topic}) has lost its history to retention: "
+                    f"partition {partition} starts at offset {first}, not 0"
+                )
+    return None
+
+
+RISK_SHARE = 0.1  # a position this close to the oldest retained record is at risk
+
+
+def data_loss_risk(
+    position: Mapping[int, int], starts: Mapping[int, int], ends: Mapping[int, int]
+) -> str | None:
+    """Whether a consumer at `position` in one topic may lose records to retention: records it
+    has not read were already deleted, or its position is within 10% of the retained range from
+    the oldest retained offset (the next to go) while it still lags. A message, or None."""
+    for partition, end in sorted(ends.items()):
+        first = starts.get(partition, 0)
+        at = position.get(partition, 0)
+        if at < first:
+            return f"partition {partition}: records {at} to {first - 1} were deleted before read"
+        retained = end - first
+        if first > 0 and at < end and at - first < max(1, RISK_SHARE * retained):
+            return (
+                f"partition {partition}: position {at} is {at - first} record(s) from the oldest "
+                f"retained offset {first}; retention deletes the oldest records first"
+            )
+    return None

@@ -132,9 +132,14 @@ def _output_manifest(view: DerivedView, output: Log, revision: int) -> dict[str,
 
 
 def input_change(previous: Mapping[str, Any] | None, generation: int) -> Classification | None:
-    """How an unclassified change of the definition is carried out: when the spec has not
-    changed since status was last written, what changed is an input's serving topic (an upstream
-    view cut over), which is reprocessed; otherwise the edit awaits its classification."""
+    """How an unclassified change of the definition is carried out: as status recorded for this
+    generation (an edit classified when it was handled, e.g. refused); else, when the spec has
+    not changed since status was last written, what changed is an input's serving topic (an
+    upstream view cut over), which is reprocessed; otherwise the edit awaits its
+    classification."""
+    recorded = (previous or {}).get("lastChange") or {}
+    if recorded.get("generation") == generation and recorded.get("classification"):
+        return Classification(recorded["classification"], tuple(recorded.get("reasons") or ()))
     observed = int((previous or {}).get("observedGeneration") or 0)
     if not observed or observed != generation:
         return None
@@ -179,10 +184,13 @@ def plan_view(
     generation: int = 0,
     now: datetime | None = None,
     edited_from: DerivedView | None = None,
+    history_lost: str | None = None,
 ) -> ViewPlan:
     """The plan of `view` (checked in `pipeline`) at `generation`, given its previous status.
     A change of its definition is carried out as `change` says; for an edit from the spec
-    `edited_from` it is classified here (`plan.revisions.classify_view_change`)."""
+    `edited_from` it is classified here (`plan.revisions.classify_view_change`). A reprocess is
+    refused when `history_lost` says the inputs' history is incomplete (`lost_history`) and the
+    spec does not allow partial history."""
     ref = Ref.of(view)
     before = dict(previous or {})
     serving = int(before.get("servingRevision") or 0)
@@ -219,6 +227,7 @@ def plan_view(
         topic_of=lambda r: revision_topic(output, r),
         group_of=lambda r: consumer_group(view.metadata.namespace, view.metadata.name, r),
         delete_retired=output.spec.deletion_policy == "Delete",
+        history_lost=history_lost,
     )
     plan = ViewPlan(
         lifecycle.serving,

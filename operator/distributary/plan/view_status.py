@@ -13,7 +13,7 @@ restarting makes it Reconciling.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -27,7 +27,7 @@ from distributary.plan.conditions import (
     rfc3339,
 )
 from distributary.plan.kappa import CATCHING_UP, LIVE, SERVING, progress_message, reprocess_progress
-from distributary.plan.positions import Offsets
+from distributary.plan.positions import Offsets, data_loss_risk
 from distributary.plan.progress import records_behind
 from distributary.plan.revisions import change_status
 from distributary.plan.spark_state import ATTEMPTS_BEFORE_STALLED, AppState
@@ -175,6 +175,28 @@ def _observed_row(
     return row, positions, lag
 
 
+def _risks(row: Mapping[str, Any], group: Offsets | None, seen: ViewObservation) -> list[str]:
+    """Where revision `row`'s position is at risk of losing records to retention."""
+    if group is None or seen.starts is None or seen.ends is None:
+        return []
+    found = []
+    for source in row.get("inputs") or []:
+        topic = str(source["topic"])
+        risk = data_loss_risk(
+            group.get(topic, {}), seen.starts.get(topic, {}), seen.ends.get(topic, {})
+        )
+        if risk:
+            found.append(f"revision {row['revision']} reading {source['log']} ({topic}) {risk}")
+    return found
+
+
+def data_loss_condition(risks: Sequence[str]) -> ExtraCondition:
+    """`DataLossRisk`: True with where, when a consumer is near (or past) its inputs' retention."""
+    if risks:
+        return ExtraCondition("DataLossRisk", "True", "NearRetention", "; ".join(risks))
+    return ExtraCondition("DataLossRisk", "False", "WithinRetention", "no consumer is near it")
+
+
 def view_status(
     plan: ViewPlan,
     seen: ViewObservation,
@@ -192,6 +214,7 @@ def view_status(
     inputs: list[dict[str, Any]] = []
     lag: int | None = None
     catching_up: dict[str, Any] | None = None
+    risks: list[str] = []
     for index, row in enumerate(rows):
         if row["revision"] == running:
             row["inputs"] = runner_inputs(plan)
@@ -199,12 +222,15 @@ def view_status(
             continue
         group = groups.get(int(row["revision"]))
         rows[index], positions, row_lag = _observed_row(row, group, seen, now)
+        risks += _risks(row, group, seen)
         if row["phase"] == SERVING:
             inputs, lag = positions, row_lag
         else:
             catching_up = rows[index]
     old: Sequence[Condition] = [Condition.model_validate(c) for c in before.get("conditions") or []]
     observation = _observation(plan, seen, generation, lag, catching_up)
+    if seen.starts is not None:
+        observation = replace(observation, extras=(*observation.extras, data_loss_condition(risks)))
     status: dict[str, Any] = {
         "observedGeneration": generation,
         "conditions": [

@@ -165,3 +165,24 @@ def test_reprocess_progress_counts_from_the_first_retained_offset() -> None:
         "revision 2 reprocessing 43%: 1.2M of 2.8M records"
     )
     assert progress_message(3, 0, 0).startswith("revision 3 reprocessing 100%")
+
+
+def test_a_reprocess_over_lost_history_is_refused_unless_partial_history_is_allowed() -> None:
+    serving = list(run([], "h1").rows)
+    lost = "input log clicks (topic clicks) has lost its history to retention: partition 0..."
+    refused = step(
+        serving, spec_hash="h2", change=REPROCESS, upgrade=UPGRADE, lags={}, now=T0,
+        topic_of=lambda r: f"out.r{r}", group_of=lambda r: f"g.r{r}", delete_retired=False,
+        history_lost=lost,
+    )  # fmt: skip
+    assert refused.problem is not None
+    assert refused.problem.reason == "HistoryIncomplete"
+    assert "allowPartialHistory: true" in refused.problem.message
+    assert (refused.started, phases(refused)) == (None, [(1, "Serving")])
+    partial = Upgrade.model_validate({"allowPartialHistory": True})
+    allowed = step(
+        serving, spec_hash="h2", change=REPROCESS, upgrade=partial, lags={}, now=T0,
+        topic_of=lambda r: f"out.r{r}", group_of=lambda r: f"g.r{r}", delete_retired=False,
+        history_lost=lost,
+    )  # fmt: skip
+    assert allowed.started == 2

@@ -121,3 +121,28 @@ def test_watermarks_split_into_start_and_end_offsets() -> None:
     start, end = split_watermarks({"clicks": {0: (3, 10), 1: (0, 0)}})
     assert start == {"clicks": {0: 3, 1: 0}}
     assert end == {"clicks": {0: 10, 1: 0}}
+
+
+def test_history_is_lost_when_a_partition_no_longer_starts_at_0() -> None:
+    from distributary.plan.positions import lost_history
+
+    assert lost_history({"clicks": {0: 0, 1: 0}}, {"clicks": "clicks"}) is None
+    message = lost_history({"clicks": {0: 0, 1: 250}}, {"clicks": "clicks"})
+    assert message == (
+        "input log clicks (topic clicks) has lost its history to retention: "
+        "partition 1 starts at offset 250, not 0"
+    )
+
+
+def test_a_consumer_near_the_oldest_retained_record_is_at_risk() -> None:
+    from distributary.plan.positions import data_loss_risk
+
+    # Retention has deleted up to 100 of 1,100: a consumer at 150 is within 10% of the edge.
+    risk = data_loss_risk({0: 150}, {0: 100}, {0: 1100})
+    assert risk is not None
+    assert "position 150 is 50 record(s) from the oldest retained offset 100" in risk
+    assert data_loss_risk({0: 900}, {0: 100}, {0: 1100}) is None  # well inside
+    assert data_loss_risk({0: 1100}, {0: 1090}, {0: 1100}) is None  # caught up: nothing to lose
+    assert data_loss_risk({0: 5}, {0: 0}, {0: 1100}) is None  # nothing deleted yet
+    lost = data_loss_risk({0: 40}, {0: 100}, {0: 1100})
+    assert lost == "partition 0: records 40 to 99 were deleted before read"

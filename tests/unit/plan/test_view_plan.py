@@ -180,3 +180,22 @@ def test_an_upstream_cutover_makes_a_reader_reprocess_without_an_edit() -> None:
     assert moved.lifecycle.change.kind == "Reprocess"
     # An edit not yet classified (generation 5 unseen) waits for its handler instead.
     assert planned(after, views, "big", previous, 5).runner is None
+
+
+def test_a_refused_edit_stays_refused_when_observed_again_without_its_handler() -> None:
+    views = [view("big", "clicks", "SELECT user FROM src")]
+    row = {"revision": 1, "specHash": "0123456789ab", "phase": "Serving"}
+    refused = {
+        "generation": 2,
+        "classification": "Forbidden",
+        "reasons": ["output.log changed from a to b: it is immutable"],
+    }
+    previous = {
+        "servingRevision": 1,
+        "revisions": [row],
+        "observedGeneration": 2,
+        "lastChange": refused,
+    }
+    again = planned([log("clicks")], views, "big", previous, 2)
+    assert again.runner is None
+    assert [p.reason for p in again.problems] == ["ChangeForbidden"]

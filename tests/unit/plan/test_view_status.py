@@ -117,3 +117,28 @@ def test_lag_is_unknown_not_zero_while_the_inputs_end_offsets_are_unread() -> No
     assert status["lag"] is None
     assert status["inputs"][0]["lag"] is None
     assert "CaughtUp" not in kinds(status)
+
+
+def test_data_loss_risk_names_the_revision_input_and_partition() -> None:
+    seen = ViewObservation(
+        "big-r1",
+        AppState("RUNNING", running=True),
+        0,
+        committed={"clicks": {0: 120}},
+        ends={"clicks": {0: 1100}},
+        starts={"clicks": {0: 100}},
+    )
+    status = view_status(plan(), seen, None, 1, NOW)
+    risk = next(c for c in status["conditions"] if c["type"] == "DataLossRisk")
+    assert (risk["status"], risk["reason"]) == ("True", "NearRetention")
+    assert risk["message"].startswith("revision 1 reading clicks (clicks) partition 0:")
+    safe = ViewObservation(
+        "big-r1",
+        AppState("RUNNING", running=True),
+        0,
+        committed={"clicks": {0: 1100}},
+        ends={"clicks": {0: 1100}},
+        starts={"clicks": {0: 100}},
+    )
+    calm = view_status(plan(), safe, None, 1, NOW)
+    assert kinds(calm)["DataLossRisk"] == ("False", "WithinRetention")
