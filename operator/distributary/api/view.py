@@ -131,6 +131,48 @@ class Upgrade(ApiModel):
     )
 
 
+REQUEST_ID_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+class Rewind(ApiModel):
+    """A request to move the view's position: carried out once per `requestId`."""
+
+    request_id: Annotated[
+        str, StringConstraints(min_length=1, max_length=40, pattern=REQUEST_ID_PATTERN)
+    ] = Field(
+        description="Names this request; a new id asks for a new rewind (e.g. a date or a ticket)."
+    )
+    to: Position = Field(description="Where the serving revision reads from next.")
+    inputs: list[SqlIdentifier] = Field(
+        default_factory=list,
+        max_length=16,
+        description="The aliases of the inputs to rewind; empty: every input.",
+    )
+
+
+class RewoundPartition(StatusModel):
+    """One partition a rewind moved."""
+
+    topic: str = Field(description="The input topic.")
+    partition: int = Field(description="The partition.")
+    from_offset: int | None = Field(default=None, description="The position before.")
+    to_offset: int = Field(description="The position after.")
+
+
+class RewindStatus(StatusModel):
+    """The last rewind, recorded before it is carried out and marked Done after."""
+
+    request_id: str = Field(description="The request carried out.")
+    revision: int = Field(description="The revision rewound.")
+    phase: Literal["Pending", "Done"] = Field(description="Pending while it is carried out.")
+    offsets: list[RewoundPartition] = Field(
+        default_factory=list, description="Old and new position per partition."
+    )
+    completed_at: str | None = Field(
+        default=None, json_schema_extra={"format": "date-time"}, description="When it was done."
+    )
+
+
 class ViewSpec(ApiModel):
     """A Spark SQL query over logs, and the log it writes."""
 
@@ -141,6 +183,12 @@ class ViewSpec(ApiModel):
                 "j.alias.lowerAscii() == i.alias.lowerAscii()))",
                 "each input needs its own alias",
                 field_path=".inputs",
+            ),
+            cel(
+                "!has(self.rewind) || !has(self.rewind.inputs) || "
+                "self.rewind.inputs.all(a, self.inputs.exists(i, i.alias == a))",
+                "rewind.inputs names the aliases of inputs",
+                field_path=".rewind",
             ),
         )
     )
@@ -158,6 +206,12 @@ class ViewSpec(ApiModel):
     spark: SparkSettings = Field(
         default_factory=SparkSettings, description="How the Spark application runs."
     )
+    rewind: Rewind | None = Field(
+        default=None,
+        description="Move the serving revision's position (a new requestId each time): the "
+        "operator stops it, sets its consumer group's offsets and starts it again on a fresh "
+        "checkpoint from there.",
+    )
 
     @model_validator(mode="after")
     def _check_aliases(self) -> ViewSpec:
@@ -168,6 +222,13 @@ class ViewSpec(ApiModel):
                     f"inputs: alias {item.alias!r} is used twice; give each input its own alias"
                 )
             seen.add(item.alias.lower())
+        if self.rewind is not None:
+            unknown = sorted(set(self.rewind.inputs) - {i.alias for i in self.inputs})
+            if unknown:
+                raise ValueError(
+                    f"rewind.inputs: {unknown[0]!r} is not an input alias; name one of "
+                    f"{', '.join(i.alias for i in self.inputs)} (or none: every input)"
+                )
         return self
 
 
@@ -202,6 +263,9 @@ class Revision(StatusModel):
     )
     records_total: int | None = Field(
         default=None, description="Records its inputs hold, while reprocessing."
+    )
+    checkpoint: str | None = Field(
+        default=None, description="The checkpoint's folder under the revision's, after a rewind."
     )
     caught_up_since: str | None = Field(
         default=None,
@@ -255,6 +319,7 @@ class ViewStatus(StatusModel):
     last_change: Change | None = Field(
         default=None, description="How the last edit was classified."
     )
+    last_rewind: RewindStatus | None = Field(default=None, description="The last rewind.")
     pending_action: PendingAction | None = Field(
         default=None, description="What the operator is doing now."
     )

@@ -29,13 +29,20 @@ from distributary.controllers import metrics
 from distributary.controllers.applications import Runtime, run_application
 from distributary.controllers.settings import OperatorSettings
 from distributary.kafka.admin import KafkaAdminError
-from distributary.plan.conditions import Problem
+from distributary.plan.conditions import Problem, rfc3339
 from distributary.plan.kappa import LIVE, mark_deleted
-from distributary.plan.positions import lost_history
+from distributary.plan.positions import lost_history, rewind_targets
 from distributary.plan.progress import progress_key
+from distributary.plan.runner_spec import starting_position
 from distributary.plan.spark import application_name, spark_application
 from distributary.plan.spark_state import AppState, restart_delay, spark_application_state
-from distributary.plan.view_plan import ViewPlan, namespace_pipeline, plan_view
+from distributary.plan.view_plan import (
+    ViewPlan,
+    namespace_pipeline,
+    plan_view,
+    rewind_folder,
+    with_checkpoint,
+)
 from distributary.plan.view_status import ViewObservation, start_record, view_status
 
 GROUP, VERSION = "distributary.dev", "v1alpha1"
@@ -273,6 +280,113 @@ async def _serve(settings: OperatorSettings, plan: ViewPlan, indexes: Any) -> No
     )
 
 
+def runtime_revision(plan: ViewPlan) -> int:
+    """The revision the plan runs."""
+    assert plan.runner is not None
+    return plan.runner.revision
+
+
+def _rewind_offsets(
+    settings: OperatorSettings, plan: ViewPlan, view: DerivedView
+) -> list[dict[str, Any]]:
+    """Each rewound partition's position now and after the rewind the spec asks for."""
+    rewind = view.spec.rewind
+    assert rewind is not None
+    assert plan.runner is not None
+    start = starting_position(rewind.to)
+    chosen = set(rewind.inputs) or {str(s.alias) for s in plan.runner.inputs}
+    topics = sorted({s.topic for s in plan.runner.inputs if s.alias in chosen})
+    committed = settings.admin.committed(plan.runner.consumer_group)
+    marks = settings.admin.watermarks(topics)
+    by_time = (
+        settings.admin.offsets_for_time(topics, start.timestamp_ms)
+        if start.kind == "timestamp" and start.timestamp_ms is not None
+        else {}
+    )
+    rows = []
+    for topic in topics:
+        targets = rewind_targets(
+            start.kind,
+            {p: low for p, (low, _) in marks[topic].items()},
+            {p: high for p, (_, high) in marks[topic].items()},
+            explicit=start.offsets,
+            by_time=by_time.get(topic),
+        )
+        for partition, target in targets.items():
+            before = committed.get(topic, {}).get(partition)
+            rows.append(
+                {"topic": topic, "partition": partition, "fromOffset": before, "toOffset": target}
+            )
+    return rows
+
+
+def _carry_out_rewind(
+    settings: OperatorSettings, plan: ViewPlan, view: DerivedView, offsets: list[dict[str, Any]]
+) -> None:
+    """Stop the revision's application, then set its consumer group's offsets: it starts
+    again on a fresh checkpoint, from the group's offsets (the runner's rule)."""
+    assert plan.runner is not None
+    _stop_revisions(settings, view, [plan.runner.revision])
+    targets: dict[str, dict[int, int]] = {}
+    for row in offsets:
+        targets.setdefault(row["topic"], {})[int(row["partition"])] = int(row["toOffset"])
+    settings.admin.commit(plan.runner.consumer_group, targets)
+
+
+async def _rewind(
+    settings: OperatorSettings,
+    plan: ViewPlan,
+    view: DerivedView,
+    status: Any,
+    now: datetime,
+    generation: int,
+) -> tuple[ViewPlan, dict[str, Any] | None]:
+    """Carry out the spec's rewind once per request id: record it (with the offsets before and
+    after) before acting, stop the revision, move its group, and point it at a fresh checkpoint.
+    The plan to go on with, and the `lastRewind` to record."""
+    rewind = view.spec.rewind
+    last = dict(status.get("lastRewind") or {})
+    if rewind is None or plan.runner is None or plan.lifecycle is None:
+        return plan, None
+    if last.get("requestId") == rewind.request_id and last.get("phase") == "Done":
+        return plan, None
+    meta = view.metadata
+    if last.get("requestId") != rewind.request_id:
+        offsets = await asyncio.to_thread(_rewind_offsets, settings, plan, view)
+        last = {
+            "requestId": rewind.request_id,
+            "revision": plan.runner.revision,
+            "phase": "Pending",
+            "offsets": offsets,
+        }
+        record = {
+            "lastRewind": last,
+            "pendingAction": {
+                "action": "Rewind",
+                "revision": plan.runner.revision,
+                "generation": generation,
+                "startedAt": rfc3339(now),
+            },
+        }
+        await asyncio.to_thread(
+            settings.kube.patch_status, view.api_version, view.kind, meta.namespace, meta.name,
+            record,
+        )  # fmt: skip
+    await asyncio.to_thread(_carry_out_rewind, settings, plan, view, last["offsets"])
+    folder = rewind_folder(rewind.request_id)
+    rows = tuple(
+        {**row, "checkpoint": folder} if row["revision"] == plan.runner.revision else row
+        for row in plan.lifecycle.rows
+    )
+    moved = replace(
+        plan,
+        runner=with_checkpoint(plan.runner, folder),
+        lifecycle=replace(plan.lifecycle, rows=rows),
+    )
+    done = {**last, "phase": "Done", "completedAt": rfc3339(now)}
+    return moved, done
+
+
 async def reconcile_view(
     body: kopf.Body,
     status: kopf.Status,
@@ -332,14 +446,20 @@ async def reconcile_view(
             plan = replace(
                 plan, lifecycle=replace(lifecycle, rows=tuple(mark_deleted(lifecycle.rows, gone)))
             )
+    rewound = None
     if plan.runner is not None and plan.output_log is not None:
         await _make_topics(settings, plan, found)
+        plan, rewound = await _rewind(settings, plan, found, status, now, generation)
+        if rewound is not None:
+            message = f"Rewound revision {rewound['revision']} ({rewound['requestId']})."
+            kopf.info(body, reason="Rewound", message=message)
         attempts = int((status.get("sparkApplication") or {}).get("attempts") or 0)
         runtime = _runtime(settings, plan, found)
         app, attempts = await run_application(settings, runtime, attempts)
         observed = await _observe(settings, plan)
         progress = settings.progress.poll() if settings.progress is not None else {}
-        key = progress_key("DerivedView", meta.namespace, meta.name, plan.runner.revision)
+        revision = runtime_revision(plan)
+        key = progress_key("DerivedView", meta.namespace, meta.name, revision)
         seen = ViewObservation(
             runtime.name,
             app,
@@ -350,6 +470,8 @@ async def reconcile_view(
             starts=observed.get("starts"),
         )
     written = view_status(plan, seen, status, generation, now)
+    if rewound is not None:
+        written["lastRewind"] = rewound
     patch.status.update(written)
     metrics.record_view(meta.namespace, meta.name, written)
     if seen.app is not None and seen.app.ended:

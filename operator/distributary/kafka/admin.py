@@ -200,6 +200,13 @@ class KafkaAdmin:
         """The offset the next record of every partition of `topics` will get."""
         return split_watermarks(self.watermarks(topics))[1]
 
+    def offsets_for_time(self, topics: Iterable[str], timestamp_ms: int) -> Offsets:
+        """The offset of the first record at or after `timestamp_ms` in every partition of
+        `topics`; -1 where the partition has none."""
+        partitions = {topic: self._partition_ids(topic) for topic in sorted(set(topics))}
+        spec = OffsetSpec.for_timestamp(timestamp_ms)
+        return self._list_offsets(partitions, spec, f"timestamp {timestamp_ms}")
+
     def committed(self, group: str) -> Offsets:
         """The offsets consumer group `group` has committed; empty when it has none."""
         self._group_members(group)

@@ -215,3 +215,31 @@ def data_loss_risk(
                 f"retained offset {first}; retention deletes the oldest records first"
             )
     return None
+
+
+def rewind_targets(
+    kind: str,
+    starts: Mapping[int, int],
+    ends: Mapping[int, int],
+    *,
+    explicit: Mapping[int, int] | None = None,
+    by_time: Mapping[int, int] | None = None,
+) -> dict[int, int]:
+    """Where a rewind puts a consumer in each partition of one topic, kept within what the
+    partition retains: the first retained offset (earliest), the end (latest), the first record
+    at or after a time (`by_time`, -1 where there is none: the end), or `explicit` offsets
+    (partitions not named: earliest)."""
+    targets = {}
+    for partition, end in sorted(ends.items()):
+        first = starts.get(partition, 0)
+        if kind == "latest":
+            wanted = end
+        elif kind == "timestamp":
+            found = (by_time or {}).get(partition, -1)
+            wanted = end if found < 0 else found
+        elif kind == "offsets":
+            wanted = (explicit or {}).get(partition, first)
+        else:
+            wanted = first
+        targets[partition] = min(max(wanted, first), end)
+    return targets

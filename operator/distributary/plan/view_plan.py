@@ -66,7 +66,44 @@ def namespace_pipeline(
     logs: Iterable[Mapping[str, Any]], views: Iterable[Mapping[str, Any]]
 ) -> tuple[Pipeline, dict[str, LogStatus], dict[str, str]]:
     """The graph of a namespace's resources, the child Logs' statuses by name, and the views
-    whose spec does not even parse, with the message."""
+    whose spec does not even parse, with the message.
+
+    Building it is the costly part of planning a view (every Log's schema and every view's SQL
+    are analysed), and each view is planned against its whole namespace: so the last graph
+    built is kept, and given again for the same resources at the same resourceVersions in any
+    order, as when the observer plans every view of a namespace from one listing."""
+    logs, views = list(logs), list(views)
+    key = (_versions(logs), _versions(views))
+    if _last_built and _last_built[0][0] == key:
+        pipeline, children, invalid = _last_built[0][1]
+    else:
+        pipeline, children, invalid = _build_pipeline(logs, views)
+        known = key[0] is not None and key[1] is not None  # bodies from files have no version
+        _last_built[:] = [(key, (pipeline, children, invalid))] if known else []
+    return pipeline, dict(children), dict(invalid)
+
+
+_Built = tuple[Pipeline, dict[str, LogStatus], dict[str, str]]
+_Versions = frozenset[tuple[str, str, str, str]] | None
+_last_built: list[tuple[tuple[_Versions, _Versions], _Built]] = []  # one graph, the last
+
+
+def _versions(bodies: list[Mapping[str, Any]]) -> _Versions:
+    """What identifies the bodies' contents on one API server: each one's kind, namespace, name
+    and resourceVersion. None when a body has no resourceVersion (never kept, never reused)."""
+    found = set()
+    for body in bodies:
+        meta = body.get("metadata") or {}
+        if not meta.get("resourceVersion"):
+            return None
+        found.add(
+            (str(body.get("kind")), str(meta.get("namespace")), str(meta.get("name")),
+             str(meta["resourceVersion"]))
+        )  # fmt: skip
+    return frozenset(found)
+
+
+def _build_pipeline(logs: list[Mapping[str, Any]], views: list[Mapping[str, Any]]) -> _Built:
     resources: list[Any] = []
     children: dict[str, LogStatus] = {}
     invalid: dict[str, str] = {}
@@ -255,6 +292,7 @@ def plan_view(
         bootstrap_servers=bootstrap_servers,
         starting_positions=fresh,
     )
+    runner = with_checkpoint(runner, (lifecycle.row(current) or {}).get("checkpoint"))
     return replace(
         plan,
         topics=(
@@ -265,6 +303,20 @@ def plan_view(
         runner=runner,
         starts=lifecycle.started is not None,
     )
+
+
+def with_checkpoint(runner: RunnerSpec, folder: str | None) -> RunnerSpec:
+    """`runner` checkpointing in `folder` under its revision's checkpoint (a rewind's fresh
+    checkpoint), or as it is without one."""
+    if not folder:
+        return runner
+    location = f"{runner.checkpoint_location.rstrip('/')}/{folder}"
+    return runner.model_copy(update={"checkpoint_location": location})
+
+
+def rewind_folder(request_id: str) -> str:
+    """The checkpoint folder of rewind `request_id`."""
+    return f"rewind-{request_id}"
 
 
 def _taken(view: DerivedView) -> str:

@@ -146,3 +146,16 @@ def test_a_consumer_near_the_oldest_retained_record_is_at_risk() -> None:
     assert data_loss_risk({0: 5}, {0: 0}, {0: 1100}) is None  # nothing deleted yet
     lost = data_loss_risk({0: 40}, {0: 100}, {0: 1100})
     assert lost == "partition 0: records 40 to 99 were deleted before read"
+
+
+def test_a_rewind_lands_within_what_each_partition_retains() -> None:
+    from distributary.plan.positions import rewind_targets
+
+    starts, ends = {0: 10, 1: 0}, {0: 50, 1: 30}
+    assert rewind_targets("earliest", starts, ends) == {0: 10, 1: 0}
+    assert rewind_targets("latest", starts, ends) == {0: 50, 1: 30}
+    # The first record at or after the time; a partition with none (-1) goes to its end.
+    assert rewind_targets("timestamp", starts, ends, by_time={0: 42, 1: -1}) == {0: 42, 1: 30}
+    # Explicit offsets, clamped to the retained range; a partition not named starts earliest.
+    assert rewind_targets("offsets", starts, ends, explicit={0: 5}) == {0: 10, 1: 0}
+    assert rewind_targets("offsets", starts, ends, explicit={0: 20, 1: 99}) == {0: 20, 1: 30}
