@@ -37,7 +37,17 @@ class DirectTopics:
     def apply(self, desired: DesiredTopic, managed: frozenset[str] = frozenset()) -> TopicPlan:
         """Bring the topic to `desired` and return the plan: the actions now done and the changes
         refused. `managed` are the config keys set by the operator before, the only ones it may
-        unset. Raises `KafkaAdminError` when Kafka refuses an action."""
+        unset. Raises `KafkaAdminError` when Kafka refuses an action. Two controllers may make
+        one topic (a view and its output Log): when the other created it between this look and
+        this create, look again and plan from there."""
+        try:
+            return self._apply(desired, managed)
+        except KafkaAdminError as exc:
+            if exc.code != "TOPIC_ALREADY_EXISTS":
+                raise
+            return self._apply(desired, managed)
+
+    def _apply(self, desired: DesiredTopic, managed: frozenset[str]) -> TopicPlan:
         observed = self.admin.describe_topic(desired.name)
         plan = plan_topic(desired, observed, managed_configs=managed, can_reassign=False)
         for action in plan.actions:

@@ -9,12 +9,15 @@ handler retries an unreachable Kafka with kopf's back-off.
 
 Deleting a Log never deletes its topic unless `deletionPolicy: Delete` says so; only such Logs
 carry a finalizer, and its handler gives up after a bounded time (with an event saying the topic
-was left behind) so that a Kafka outage cannot block a namespace's deletion forever.
+was left behind) so that a Kafka outage cannot block a namespace's deletion forever. A view's
+output Log takes every topic the view wrote with it (`plan.log_deletion`): each revision's and
+the view's dead letters, since it is what garbage collection leaves of the view.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -27,6 +30,7 @@ from distributary.controllers import metrics
 from distributary.controllers.settings import OperatorSettings
 from distributary.kafka.admin import KafkaAdminError
 from distributary.kube.resources import KubeError
+from distributary.plan.log_deletion import deleted_topics
 from distributary.plan.log_status import LogReconcile, log_status
 from distributary.plan.pipeline import revision_topic
 from distributary.plan.spark import owner_reference
@@ -156,24 +160,44 @@ async def forget(body: kopf.Body, **_: Any) -> None:
 async def delete_topic(
     body: kopf.Body, status: kopf.Status, memo: kopf.Memo, runtime: timedelta, **_: Any
 ) -> None:
-    """With `deletionPolicy: Delete`, delete the topic (the user asked for it)."""
+    """With `deletionPolicy: Delete`, delete the topic (the user asked for it); a view's output
+    Log takes every revision's topic and the view's dead-letter topic with it."""
     settings: OperatorSettings = memo.settings
     spec = body.get("spec") or {}
-    topic = status.get("topicName") or spec.get("topicName") or body.meta["name"]
     found = _log(body)
-    try:
-        if settings.topic_backend == "strimzi" and isinstance(found, Log):
-            # Strimzi's topic operator deletes the topic with its KafkaTopic.
-            await asyncio.to_thread(settings.strimzi.delete, found, _desired(found))
-        else:
-            await asyncio.to_thread(settings.admin.delete_topic, topic)
-    except (KafkaAdminError, KubeError) as exc:
-        if runtime.total_seconds() < DELETE_TIMEOUT:
-            message = f"topic {topic} not deleted yet: {exc}"
-            raise kopf.TemporaryError(message, delay=RETRY_SECONDS) from exc
+    if isinstance(found, Log):
+        topics = deleted_topics(found, status.get("topicName"))
+    else:
+        topics = (str(status.get("topicName") or spec.get("topicName") or body.meta["name"]),)
+    given_up = runtime.total_seconds() >= DELETE_TIMEOUT
+    left: dict[str, Exception] = {}
+    for topic in topics:  # each deletion is idempotent: a retry starts again from the first
+        try:
+            await _delete(settings, found, topic)
+        except (KafkaAdminError, KubeError) as exc:
+            if not given_up:
+                message = f"topic {topic} not deleted yet: {exc}"
+                raise kopf.TemporaryError(message, delay=RETRY_SECONDS) from exc
+            left[topic] = exc  # past the deadline: still try the others
+    if left:
         # Let the Log go rather than block its namespace's deletion forever; say so loudly.
-        kopf.warn(body, reason="TopicLeftBehind", message=f"Topic {topic} was not deleted: {exc}")
+        reasons = "; ".join(f"{topic}: {exc}" for topic, exc in left.items())
+        kopf.warn(
+            body, reason="TopicLeftBehind", message=f"{_named(list(left))} not deleted: {reasons}"
+        )
         return
     kopf.info(
-        body, reason="TopicDeleted", message=f"Topic {topic} deleted (deletionPolicy: Delete)."
+        body, reason="TopicDeleted", message=f"{_named(topics)} deleted (deletionPolicy: Delete)."
     )
+
+
+async def _delete(settings: OperatorSettings, found: Log | str, topic: str) -> None:
+    if settings.topic_backend == "strimzi" and isinstance(found, Log):
+        # Strimzi's topic operator deletes the topic with its KafkaTopic (if it is this Log's).
+        await asyncio.to_thread(settings.strimzi.delete, found, desired_topic(found, topic=topic))
+    else:
+        await asyncio.to_thread(settings.admin.delete_topic, topic)
+
+
+def _named(topics: Sequence[str]) -> str:
+    return f"Topic {topics[0]}" if len(topics) == 1 else f"Topics {', '.join(topics)}"

@@ -39,6 +39,8 @@ async def observe_forever(settings: OperatorSettings) -> None:
                 await observe_namespace(settings, namespace)
             except (KubeError, KafkaAdminError) as exc:
                 LOGGER.warning("observing %s: %s", namespace or "every namespace", exc)
+            except Exception:  # the loop must outlive any one failure; the next round retries
+                LOGGER.exception("observing %s failed", namespace or "every namespace")
 
 
 async def observe_namespace(settings: OperatorSettings, namespace: str | None) -> None:
@@ -104,14 +106,25 @@ async def _observe(settings: OperatorSettings, item: dict[str, Any], indexes: An
     body = kopf.Body(cast(kopf.RawBody, item))
     patch = kopf.Patch()
     reconcile = reconcile_view if item["kind"] == "DerivedView" else reconcile_job
-    with contextlib.suppress(kopf.TemporaryError):  # the status written says what is awaited
-        await reconcile(body, body.status, patch, settings, indexes)
-    update = dict(patch.get("status") or {})
-    if _changed(item.get("status") or {}, update):
-        namespace, name = item["metadata"]["namespace"], item["metadata"]["name"]
-        await asyncio.to_thread(
-            settings.kube.patch_status, API, item["kind"], namespace, name, update
-        )
+    namespace, name = item["metadata"]["namespace"], item["metadata"]["name"]
+    try:
+        with contextlib.suppress(kopf.TemporaryError):  # the status says what is awaited
+            await reconcile(body, body.status, patch, settings, indexes)
+        update = dict(patch.get("status") or {})
+        if _changed(item.get("status") or {}, update):
+            # Only onto the status this round read: a newer one (a handler's write-ahead
+            # record, a cutover) is never overwritten; the next round starts from it.
+            version = item["metadata"].get("resourceVersion")
+            await asyncio.to_thread(
+                settings.kube.patch_status, API, item["kind"], namespace, name, update, version
+            )
+    except KubeError as exc:
+        if exc.status != 409:
+            LOGGER.warning("observing %s %s/%s: %s", item["kind"], namespace, name, exc)
+    except KafkaAdminError as exc:
+        LOGGER.warning("observing %s %s/%s: %s", item["kind"], namespace, name, exc)
+    except Exception:  # one resource never stops the others
+        LOGGER.exception("observing %s %s/%s failed", item["kind"], namespace, name)
 
 
 def _changed(before: dict[str, Any], update: dict[str, Any]) -> bool:

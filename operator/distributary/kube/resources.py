@@ -232,17 +232,23 @@ class Kube:
         namespace: str | None,
         name: str,
         status: Mapping[str, Any],
+        resource_version: str | None = None,
     ) -> dict[str, Any]:
         """Merge `status` into the object's status through the status subresource (lists such
-        as `conditions` are replaced whole) and return the object."""
+        as `conditions` are replaced whole) and return the object. With `resource_version`, only
+        if the object is still at that version (else a KubeError with status 409): a status
+        computed from an older read never overwrites a newer one."""
         resource = self._resource(api_version, kind)
         what = f"the status of {_describe(kind, namespace, name)}"
         path = f"{resource.path(name=name, namespace=namespace)}/status"
+        body: dict[str, Any] = {"status": dict(status)}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
         try:
             patched: dict[str, Any] = self._client().request(
                 "patch",
                 path,
-                body={"status": dict(status)},
+                body=body,
                 content_type="application/merge-patch+json",
                 _request_timeout=REQUEST_TIMEOUT,
                 serializer=_plain,

@@ -93,7 +93,9 @@ def _cutover_due(
     """The catching-up row with its lag recorded, and whether it has stayed caught up long
     enough to serve."""
     if lag is None or lag > upgrade.cutover_max_lag:
-        return {**row, "lag": lag, "caughtUpSince": None}, False
+        # No nulls in status rows: the API server drops them, and the next read would differ.
+        kept = {k: v for k, v in row.items() if k not in ("lag", "caughtUpSince")}
+        return ({**kept, "lag": lag} if lag is not None else kept), False
     since = parse_time(row.get("caughtUpSince")) or now
     window = timedelta(milliseconds=duration_ms(upgrade.cutover_window))
     updated = {**row, "lag": lag, "caughtUpSince": rfc3339(since)}

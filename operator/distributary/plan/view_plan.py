@@ -44,6 +44,7 @@ from distributary.plan.topics import DesiredTopic, desired_topic
 
 VIEW_LABEL = "distributary.dev/view"
 SERVING_ANNOTATION = "distributary.dev/serving-revision"
+LATEST_ANNOTATION = "distributary.dev/latest-revision"  # the newest, e.g. one catching up
 
 
 def is_child_log(body: Mapping[str, Any]) -> bool:
@@ -156,14 +157,19 @@ def serving_log(log: Log, children: Mapping[str, LogStatus], pipeline: Pipeline)
     return log.model_copy(update={"status": status})
 
 
-def _output_manifest(view: DerivedView, output: Log, revision: int) -> dict[str, Any]:
+def _output_manifest(
+    view: DerivedView, output: Log, revision: int, latest: int | None = None
+) -> dict[str, Any]:
     owner = owner_reference(owner_of(view))
     return log_manifest(
         output.metadata.name,
         view.metadata.namespace,
         output.spec,
         labels={"app.kubernetes.io/managed-by": "distributary", VIEW_LABEL: view.metadata.name},
-        annotations={SERVING_ANNOTATION: str(revision)},
+        annotations={
+            SERVING_ANNOTATION: str(revision),
+            LATEST_ANNOTATION: str(max(latest or revision, revision)),
+        },
         ownerReferences=[owner],
     )
 
@@ -270,7 +276,9 @@ def plan_view(
         lifecycle.serving,
         problems=(lifecycle.problem,) if lifecycle.problem else (),
         spec_hash=spec_hash,
-        output_log=_output_manifest(view, output, lifecycle.serving),
+        output_log=_output_manifest(
+            view, output, lifecycle.serving, max(int(r["revision"]) for r in lifecycle.rows)
+        ),
         lifecycle=lifecycle,
     )
     if lifecycle.current is None:

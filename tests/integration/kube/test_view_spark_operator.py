@@ -7,7 +7,9 @@ as the Spark operator would, and checks that the view follows it: Reconciling wh
 application starts, Ready while it runs, and Restarting when it ends, since a streaming
 application must never end, even with success. The restart deletes and re-creates the
 application after the back-off; deleting the view garbage-collects the application and the output
-Log. Everything else is real: a SparkApplication CRD shaped like the Spark operator's
+Log. A view whose output says `deletionPolicy: Delete` takes every topic it wrote with it (each
+revision's, the dead letters); one that keeps the default, Retain, leaves them all in Kafka.
+Everything else is real: a SparkApplication CRD shaped like the Spark operator's
 (tests/data/spark-operator), server-side apply, topics in Kafka, the garbage collector.
 """
 
@@ -38,6 +40,25 @@ CLICKS = {
     "metadata": {"name": "so-clicks"},
     "spec": {"partitions": 2, "schema": "user STRING, amount INT", "key": ["user"]},
 }
+DELETED = "so-small-clicks"  # its output says deletionPolicy: Delete
+
+
+def small_clicks(below: int) -> dict[str, Any]:
+    """A view whose output is deleted with it; a new threshold reprocesses it as a new revision,
+    and the replaced revision's topic is kept for an hour."""
+    return {
+        "apiVersion": "distributary.dev/v1alpha1",
+        "kind": "DerivedView",
+        "metadata": {"name": DELETED},
+        "spec": {
+            "inputs": [{"log": "so-clicks", "alias": "clicks"}],
+            "sql": f"SELECT user, amount FROM clicks WHERE amount < {below}",
+            "output": {"mode": "append", "deletionPolicy": "Delete"},
+            "upgrade": {"cutoverWindow": "1s", "retireAfter": "1h"},
+        },
+    }
+
+
 BIG_CLICKS = {
     "apiVersion": "distributary.dev/v1alpha1",
     "kind": "DerivedView",
@@ -63,11 +84,13 @@ def view(cluster: Cluster) -> dict[str, Any] | None:
     return cluster.get("dview", VIEW)
 
 
-def set_application_state(cluster: Cluster, state: str, **extra: Any) -> None:
+def set_application_state(
+    cluster: Cluster, state: str, application: str = APPLICATION, **extra: Any
+) -> None:
     """Write the application's status as the Spark operator does (driverInfo is required)."""
     status = {
         "applicationState": {"state": state},
-        "driverInfo": {"podName": f"{APPLICATION}-driver", "webUIPort": 4040},
+        "driverInfo": {"podName": f"{application}-driver", "webUIPort": 4040},
         "sparkApplicationId": "spark-0123456789abcdef",
         "submissionAttempts": 1,
         "executionAttempts": 1,
@@ -75,7 +98,7 @@ def set_application_state(cluster: Cluster, state: str, **extra: Any) -> None:
         **extra,
     }
     cluster.kubectl(
-        "patch", SPARK_APPLICATION, APPLICATION, "-n", NAMESPACE, "--subresource=status",
+        "patch", SPARK_APPLICATION, application, "-n", NAMESPACE, "--subresource=status",
         "--type=merge", "-p", json.dumps({"status": status}),
     )  # fmt: skip
 
@@ -202,3 +225,66 @@ def test_deleting_the_view_collects_its_application_and_output_log(
         lambda: application(cluster) is None and cluster.get("dlog", VIEW) is None,
         timeout=90,
     )
+
+
+def running(cluster: Cluster, application: str) -> bool:
+    """Set the application running once it exists, as the Spark operator would; whether it is."""
+    found = cluster.get(SPARK_APPLICATION, application)
+    if found is None:
+        return False
+    state = ((found.get("status") or {}).get("applicationState") or {}).get("state")
+    if state != "RUNNING":
+        set_application_state(cluster, "RUNNING", application)
+    return True
+
+
+def serving_annotation(cluster: Cluster, name: str) -> str | None:
+    annotations = ((cluster.get("dlog", name) or {}).get("metadata") or {}).get("annotations")
+    return (annotations or {}).get("distributary.dev/serving-revision")
+
+
+def dead_letters(name: str) -> str:
+    return f"distributary.{NAMESPACE}.{name}.dlq"
+
+
+def test_deleting_views_deletes_the_topics_they_wrote_only_under_delete(
+    created: dict[str, Any], cluster: Cluster, operator: Operator, broker: EmbeddedBroker
+) -> None:
+    admin = KafkaAdmin(broker.bootstrap_servers)
+    cluster.apply(small_clicks(10))
+    waiting(
+        operator,
+        f"{DELETED}.r1 and its dead-letter topic",
+        lambda: (
+            admin.describe_topic(f"{DELETED}.r1") and admin.describe_topic(dead_letters(DELETED))
+        ),
+    )
+    # A new query: revision 2 reprocesses beside revision 1, then serves; revision 1 retires
+    # and its topic stays (for an hour), as an older revision's does.
+    cluster.apply(small_clicks(5))
+    waiting(
+        operator,
+        "the output Log serving revision 2, and both revisions' topics",
+        lambda: (
+            running(cluster, f"{DELETED}-r2")
+            and serving_annotation(cluster, DELETED) == "2"
+            and admin.describe_topic(f"{DELETED}.r2") is not None
+            and admin.describe_topic(f"{DELETED}.r1") is not None
+        ),
+    )
+    cluster.kubectl("delete", "dview", VIEW, DELETED, "-n", NAMESPACE, "--ignore-not-found")
+    waiting(
+        operator,
+        "both output Logs garbage-collected",
+        lambda: cluster.get("dlog", VIEW) is None and cluster.get("dlog", DELETED) is None,
+        timeout=90,
+    )
+    gone = [f"{DELETED}.r1", f"{DELETED}.r2", dead_letters(DELETED)]
+    waiting(
+        operator,
+        f"{', '.join(gone)} deleted",
+        lambda: all(admin.describe_topic(topic) is None for topic in gone),
+    )
+    # so-big-clicks keeps the default, Retain: its topics outlive it.
+    assert admin.describe_topic(f"{VIEW}.r1") is not None
+    assert admin.describe_topic(dead_letters(VIEW)) is not None

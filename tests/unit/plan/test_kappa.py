@@ -71,7 +71,7 @@ def test_cutover_waits_until_the_lag_has_stayed_low_for_the_window() -> None:
     assert (first.serving, first.cut_over) == (1, None)
     assert (first.row(2) or {})["caughtUpSince"] == "2026-11-22T12:00:01Z"
     blip = run(list(first.rows), "h2", lags={2: 7}, now=T0 + timedelta(seconds=5))
-    assert (blip.row(2) or {})["caughtUpSince"] is None  # the window starts again
+    assert "caughtUpSince" not in (blip.row(2) or {})  # the window starts again
     again = run(list(blip.rows), "h2", lags={2: 0}, now=T0 + timedelta(seconds=6))
     early = run(list(again.rows), "h2", lags={2: 0}, now=T0 + timedelta(seconds=15))
     assert early.cut_over is None

@@ -1,0 +1,163 @@
+"""The operator image's Dockerfile agrees with the project and the Helm chart that runs it.
+
+No Docker engine is needed: the Dockerfile is read as text and what it declares (Python version,
+user, ports, entry point, tag) compared with pyproject.toml, the chart's values and templates, and
+the `distributary operator` command itself.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from distributary.cli import main
+from distributary.controllers.main import operator
+
+ROOT = Path(__file__).resolve().parents[3]
+DOCKERFILE = ROOT / "operator_image" / "Dockerfile"
+CHART = ROOT / "charts" / "distributary"
+
+
+def text() -> str:
+    return DOCKERFILE.read_text()
+
+
+def build_args() -> dict[str, str]:
+    """The ARG defaults declared before the first FROM."""
+    head = text().split("\nFROM ", 1)[0]
+    return dict(re.findall(r"^ARG (\w+)=(\S+)$", head, re.MULTILINE))
+
+
+def substituted(value: str) -> str:
+    args = build_args()
+    return re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], value)
+
+
+def instructions(name: str) -> list[str]:
+    """The arguments of every `name` instruction (e.g. FROM, EXPOSE), in order."""
+    return re.findall(rf"^{name} (.+)$", text(), re.MULTILINE)
+
+
+def final_stage() -> str:
+    return "FROM " + text().split("\nFROM ")[-1]
+
+
+def project() -> dict[str, Any]:
+    return dict(tomllib.loads((ROOT / "pyproject.toml").read_text()))
+
+
+def values() -> dict[str, Any]:
+    return dict(yaml.safe_load((CHART / "values.yaml").read_text()))
+
+
+def app_version() -> str:
+    return str(yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"])
+
+
+def exec_form(instruction: str) -> list[str]:
+    (found,) = instructions(instruction)
+    parsed = json.loads(found)
+    assert isinstance(parsed, list), f"{instruction} must be in exec form (a JSON list)"
+    return [str(item) for item in parsed]
+
+
+def option_default(name: str) -> Any:
+    (param,) = [p for p in operator.params if p.name == name]
+    return param.default
+
+
+def test_python_is_the_lowest_version_the_project_allows() -> None:
+    version = build_args()["PYTHON_VERSION"]
+    assert re.fullmatch(r"\d+\.\d+\.\d+", version), "pin a patch release, not a moving tag"
+    minimum = re.fullmatch(r">=(\d+\.\d+)", project()["project"]["requires-python"])
+    assert minimum is not None
+    assert version.rsplit(".", 1)[0] == minimum.group(1)
+    assert project()["tool"]["mypy"]["python_version"] == minimum.group(1)
+
+
+def test_every_stage_is_the_slim_python_image_of_that_version() -> None:
+    bases = [substituted(line.split()[0]) for line in instructions("FROM")]
+    args = build_args()
+    expected = f"python:{args['PYTHON_VERSION']}-slim-{args['DEBIAN_RELEASE']}"
+    assert bases == [expected, expected]  # the venv is copied between identical Pythons
+
+
+def test_the_project_is_installed_without_its_dev_extras() -> None:
+    build = text().split("\nFROM ")[1]
+    assert re.search(r'"\$venv/bin/pip" install /tmp/distributary$', build, re.MULTILINE)
+    assert "[dev]" not in text()
+    assert "--no-deps" not in build  # pyspark comes with the declared dependencies
+    dependencies = project()["project"]["dependencies"]
+    assert any(d.startswith("pyspark==") for d in dependencies), (
+        "pyspark is no longer a dependency: the image comment about it is stale"
+    )
+
+
+def test_entry_point_is_the_console_script_and_the_default_command_the_operator() -> None:
+    scripts = project()["project"]["scripts"]
+    assert exec_form("ENTRYPOINT") == ["distributary"]
+    assert scripts["distributary"] == "distributary.cli:main"
+    assert exec_form("CMD") == ["operator"]
+    with click.Context(main) as context:
+        assert main.get_command(context, "operator") is operator
+
+
+def test_the_charts_arguments_start_with_the_operator_command_and_name_its_flags() -> None:
+    template = (CHART / "templates" / "deployment.yaml").read_text()
+    args = template.split("          args:\n", 1)[1].split("\n          env:", 1)[0]
+    first = args.splitlines()[0].strip()
+    assert first == "- operator"  # replaces CMD: `distributary operator ...`
+    flags = set(re.findall(r'printf "--([a-z-]+)=', args))
+    assert flags >= {"health-port", "metrics-port"}
+    known = {name for p in operator.params for name in p.opts}
+    assert {f"--{flag}" for flag in flags} <= known
+
+
+def test_exposed_ports_are_the_charts_and_the_commands_defaults() -> None:
+    exposed = sorted(int(port) for line in instructions("EXPOSE") for port in line.split())
+    ports = values()["ports"]
+    assert exposed == sorted([ports["health"], ports["metrics"]])
+    assert option_default("health_port") == ports["health"]
+    assert option_default("metrics_port") == ports["metrics"]
+
+
+def test_the_probes_path_is_the_operators_liveness_endpoint() -> None:
+    template = (CHART / "templates" / "deployment.yaml").read_text()
+    paths = set(re.findall(r"httpGet:\s+path: (\S+)\s+port: health", template))
+    assert paths == {"/healthz"}
+    source = (ROOT / "operator" / "distributary" / "controllers" / "main.py").read_text()
+    assert 'liveness_endpoint=f"http://0.0.0.0:{health_port}/healthz"' in source
+
+
+def test_runs_as_the_charts_non_root_user() -> None:
+    users = re.findall(r"^USER (\S+)$", final_stage(), re.MULTILINE)
+    assert users, "the image must say which user it runs as"
+    context = values()["podSecurityContext"]
+    assert users[-1] == f"{context['runAsUser']}:{context['runAsGroup']}"
+    assert context["runAsNonRoot"] is True
+    assert f"--uid {context['runAsUser']}" in final_stage()
+    assert f"--gid {context['runAsGroup']}" in final_stage()
+
+
+def test_the_charts_default_image_is_this_one_with_the_build_command_documented() -> None:
+    repository = values()["image"]["repository"]
+    assert values()["image"]["tag"] == ""  # the chart's appVersion
+    command = f"docker build -f {DOCKERFILE.relative_to(ROOT)} -t {repository}:{app_version()} ."
+    assert command in text()
+    assert command in (ROOT / "README.md").read_text()
+    assert f'org.opencontainers.image.title="{repository}"' in text()
+
+
+def test_what_the_build_copies_exists() -> None:
+    for line in instructions("COPY"):
+        if line.startswith("--from="):
+            continue
+        *sources, _target = line.split()
+        for source in sources:
+            assert (ROOT / source).exists(), f"COPY {source}: not in the repository"
