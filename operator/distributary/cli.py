@@ -23,6 +23,7 @@ from distributary.cli_wait import wait
 from distributary.controllers.main import operator
 from distributary.diagram import draw
 from distributary.graph import Pipeline
+from distributary.plan.changes import PlannedChange, pipeline_changes
 from distributary.plan.pipeline import (
     DEFAULT_CHECKPOINT_ROOT,
     DEFAULT_IMAGE,
@@ -187,8 +188,16 @@ def _option_group(func: F) -> F:
 @main.command()
 @PATHS
 @_option_group
+@click.option(
+    "--against",
+    "against",
+    multiple=True,
+    type=click.Path(exists=True, path_type=Path),
+    help="The previous files (repeatable): show how each view's and job's change is carried out.",
+)
 def plan(
     paths: tuple[Path, ...],
+    against: tuple[Path, ...],
     output: str,
     backend: str,
     strimzi_cluster: str,
@@ -213,6 +222,30 @@ def plan(
         click.echo(yaml.safe_dump_all(planned.manifests(), sort_keys=False, width=100), nl=False)
     else:
         click.echo(_render_text(planned, pipeline, settings))
+        if against:
+            before = load_checked(against, "compared")
+            click.echo(_render_changes(pipeline_changes(before, pipeline), against))
+
+
+_CHANGE_MEANING = {
+    "New": "starts as revision 1",
+    "Removed": "its application stops; its output log's data stays unless its policy says Delete",
+    "Ignore": "nothing to do",
+    "RestartInPlace": "restarts from its checkpoint",
+    "Reprocess": "recomputed beside the serving revision, which readers keep until cutover",
+    "Forbidden": "refused: the resource is Stalled until the change is undone",
+}
+
+
+def _render_changes(changes: list[PlannedChange], against: tuple[Path, ...]) -> str:
+    lines = [f"Changes against {', '.join(map(str, against))}:"]
+    if not changes:
+        lines.append("  none")
+    for change in changes:
+        what = f"{change.ref.kind} {change.ref.name}"
+        lines.append(f"  {what}: {change.kind} ({_CHANGE_MEANING[change.kind]})")
+        lines += [f"      - {reason}" for reason in change.reasons]
+    return "\n".join(lines)
 
 
 @main.command()

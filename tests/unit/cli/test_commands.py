@@ -168,3 +168,25 @@ def test_the_console_script_runs() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("valid: 1 log, 1 view, 0 jobs")
+
+
+def test_plan_against_the_previous_files_classifies_each_change(tmp_path: Path) -> None:
+    old = tmp_path / "old"
+    new = tmp_path / "new"
+    old.mkdir()
+    new.mkdir()
+    gone = VIEW.replace("name: urls", "name: gone")
+    (old / "pipeline.yaml").write_text("---\n".join([LOG, VIEW, gone]))
+    changed = VIEW.replace("SELECT user_id, url FROM c", "SELECT user_id FROM c")
+    added = VIEW.replace("name: urls", "name: added")
+    (new / "pipeline.yaml").write_text("---\n".join([LOG, changed, added]))
+    code, out, _ = run("plan", str(new), "--against", str(old))
+    assert code == 0
+    changes = out[out.index("Changes against") :].splitlines()
+    at = next(i for i, line in enumerate(changes) if line.startswith("  DerivedView urls:"))
+    assert changes[at].startswith("  DerivedView urls: Reprocess (recomputed beside the serving")
+    assert changes[at + 1].startswith("      - ")
+    assert "  DerivedView added: New (starts as revision 1)" in changes
+    assert any(line.startswith("  DerivedView gone: Removed") for line in changes)
+    code, out, _ = run("plan", str(old), "--against", str(old))
+    assert out.rstrip().endswith("Changes against " + str(old) + ":\n  none")
