@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import Field, StringConstraints, model_validator
+from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
 from distributary.api.common import (
     GROUP_VERSION,
@@ -29,6 +29,7 @@ from distributary.api.common import (
     cel,
     validations,
 )
+from distributary.api.view import REQUEST_ID_PATTERN, RewindStatus
 
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
@@ -59,8 +60,35 @@ class JobUpgrade(ApiModel):
     )
 
 
+class JobRewind(ApiModel):
+    """A request to move the job's position: carried out once per `requestId`."""
+
+    request_id: Annotated[
+        str, StringConstraints(min_length=1, max_length=40, pattern=REQUEST_ID_PATTERN)
+    ] = Field(
+        description="Names this request; a new id asks for a new rewind (e.g. a date or a ticket)."
+    )
+    to: Position = Field(description="Where the job reads from next.")
+    inputs: list[KubeName] = Field(
+        default_factory=list,
+        max_length=16,
+        description="The input logs to rewind; empty: every input.",
+    )
+
+
 class JobSpec(ApiModel):
     """The application to run, what it reads and writes, and how Spark runs it."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "!has(self.rewind) || !has(self.rewind.inputs) || "
+                "self.rewind.inputs.all(l, has(self.inputs) && self.inputs.exists(i, i.log == l))",
+                "rewind.inputs names logs the job reads",
+                field_path=".rewind",
+            ),
+        )
+    )
 
     image: Annotated[str, StringConstraints(min_length=1, max_length=512)] = Field(
         description="The container image with the application and its dependencies."
@@ -94,6 +122,12 @@ class JobSpec(ApiModel):
     spark: SparkSettings = Field(
         default_factory=SparkSettings, description="How the Spark application runs."
     )
+    rewind: JobRewind | None = Field(
+        default=None,
+        description="Move the job's position (a new requestId each time): the operator stops "
+        "it, sets its consumer group's offsets and starts it again on a fresh checkpoint; the "
+        "job starts from the group's offsets when it reads through distributary.streamjob.",
+    )
 
     @model_validator(mode="after")
     def _check_logs(self) -> JobSpec:
@@ -104,6 +138,13 @@ class JobSpec(ApiModel):
             twice = sorted({n for n in names if names.count(n) > 1})
             if twice:
                 raise ValueError(f"{field}: log {twice[0]!r} is named twice; name it once")
+        if self.rewind is not None:
+            unknown = sorted(set(self.rewind.inputs) - {i.log for i in self.inputs})
+            if unknown:
+                raise ValueError(
+                    f"rewind.inputs: {unknown[0]!r} is not an input of the job; name one of "
+                    f"{', '.join(i.log for i in self.inputs) or 'its inputs'} (or none: all)"
+                )
         for name in self.env:
             if re.fullmatch(ENV_NAME_PATTERN, name) is None:
                 raise ValueError(f"env: {name!r} is not a valid environment variable name")
@@ -134,6 +175,7 @@ class JobStatus(StatusModel):
     last_change: Change | None = Field(
         default=None, description="How the last edit was classified."
     )
+    last_rewind: RewindStatus | None = Field(default=None, description="The last rewind.")
     pending_action: PendingAction | None = Field(
         default=None, description="What the operator is doing now."
     )

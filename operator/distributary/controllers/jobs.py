@@ -21,18 +21,23 @@ import kopf
 from distributary.api import ResourceError, parse_resource
 from distributary.api.job import StreamJob
 from distributary.controllers import metrics
-from distributary.controllers.applications import Runtime, run_application
+from distributary.controllers.applications import (
+    Runtime,
+    move_group,
+    rewind_offsets,
+    run_application,
+)
 from distributary.controllers.settings import OperatorSettings
 from distributary.controllers.views import GROUP, SPARK_API, VERSION
 from distributary.kafka.admin import KafkaAdminError
-from distributary.plan.conditions import Problem
-from distributary.plan.job_plan import JobPlan, plan_job
+from distributary.plan.conditions import Problem, rfc3339
+from distributary.plan.job_plan import JobPlan, plan_job, with_job_rewind
 from distributary.plan.job_status import job_start_record, job_status
 from distributary.plan.positions import Offsets
 from distributary.plan.progress import progress_key
 from distributary.plan.spark import application_name, label_value
 from distributary.plan.spark_state import AppState, restart_delay, spark_application_state
-from distributary.plan.view_plan import namespace_pipeline
+from distributary.plan.view_plan import namespace_pipeline, rewind_folder
 from distributary.plan.view_status import ViewObservation
 
 
@@ -138,6 +143,63 @@ def _retire_others(settings: OperatorSettings, job: StreamJob, revision: int) ->
     return stopped
 
 
+def _stop_revision(settings: OperatorSettings, job: StreamJob, revision: int) -> None:
+    """Stop one revision's application (for a rewind)."""
+    namespace, name = job.metadata.namespace, job.metadata.name
+    if settings.spark_runtime == "local":
+        settings.local_runtime.stop(settings.local_runtime.job(namespace, name, revision))
+    else:
+        app = application_name(name, revision, "StreamJob")
+        settings.kube.delete(SPARK_API, "SparkApplication", namespace, app)
+
+
+async def _rewind(
+    settings: OperatorSettings,
+    plan: JobPlan,
+    job: StreamJob,
+    status: Any,
+    now: datetime,
+    generation: int,
+) -> tuple[JobPlan, dict[str, Any] | None]:
+    """Carry out the spec's rewind once per request id (as for views: recorded with the
+    offsets before and after, then the job stopped, its group moved, a fresh checkpoint); the
+    plan to go on with and the `lastRewind` to record."""
+    rewind = job.spec.rewind
+    last = dict(status.get("lastRewind") or {})
+    if rewind is None or plan.launch is None or plan.consumer_group is None:
+        return plan, None
+    if last.get("requestId") == rewind.request_id and last.get("phase") == "Done":
+        return plan, None
+    group, meta = plan.consumer_group, job.metadata
+    if last.get("requestId") != rewind.request_id:
+        chosen = set(rewind.inputs) or {i.log for i in plan.inputs}
+        topics = sorted({i.topic for i in plan.inputs if i.log in chosen})
+        offsets = await asyncio.to_thread(rewind_offsets, settings.admin, group, topics, rewind.to)
+        last = {
+            "requestId": rewind.request_id,
+            "revision": plan.revision,
+            "phase": "Pending",
+            "offsets": offsets,
+        }
+        record = {
+            "lastRewind": last,
+            "pendingAction": {
+                "action": "Rewind",
+                "revision": plan.revision,
+                "generation": generation,
+                "startedAt": rfc3339(now),
+            },
+        }
+        await asyncio.to_thread(
+            settings.kube.patch_status, job.api_version, job.kind, meta.namespace, meta.name,
+            record,
+        )  # fmt: skip
+    await asyncio.to_thread(_stop_revision, settings, job, plan.revision)
+    await asyncio.to_thread(move_group, settings.admin, group, last["offsets"])
+    moved = with_job_rewind(plan, rewind_folder(rewind.request_id), "distributary-spark", job)
+    return moved, {**last, "phase": "Done", "completedAt": rfc3339(now)}
+
+
 async def _positions(
     settings: OperatorSettings, plan: JobPlan
 ) -> tuple[Offsets | None, Offsets | None]:
@@ -174,6 +236,7 @@ async def reconcile_job(
         found, body, status, settings, indexes, old if isinstance(old, StreamJob) else None
     )
     seen = ViewObservation()
+    rewound = None
     if plan.spec_hash is not None:
         meta = found.metadata
         if plan.starts:
@@ -186,6 +249,10 @@ async def reconcile_job(
         stopped = await asyncio.to_thread(_retire_others, settings, found, plan.revision)
         if stopped:
             kopf.info(body, reason="RevisionStopped", message=f"Stopped {', '.join(stopped)}.")
+        plan, rewound = await _rewind(settings, plan, found, status, now, generation)
+        if rewound is not None:
+            message = f"Rewound revision {rewound['revision']} ({rewound['requestId']})."
+            kopf.info(body, reason="Rewound", message=message)
         attempts = int((status.get("sparkApplication") or {}).get("attempts") or 0)
         runtime = _runtime(settings, plan, found)
         app, attempts = await run_application(settings, runtime, attempts)
@@ -194,6 +261,8 @@ async def reconcile_job(
         key = progress_key("StreamJob", meta.namespace, meta.name, plan.revision)
         seen = ViewObservation(runtime.name, app, attempts, committed, ends, progress.get(key))
     written = job_status(plan, seen, status, generation, now)
+    if rewound is not None:
+        written["lastRewind"] = rewound
     patch.status.update(written)
     metrics.record_job(found.metadata.namespace, found.metadata.name, written)
     if seen.app is not None and seen.app.ended:

@@ -26,14 +26,18 @@ from distributary.api import ResourceError, owner_of, parse_resource
 from distributary.api.log import Log
 from distributary.api.view import DerivedView
 from distributary.controllers import metrics
-from distributary.controllers.applications import Runtime, run_application
+from distributary.controllers.applications import (
+    Runtime,
+    move_group,
+    rewind_offsets,
+    run_application,
+)
 from distributary.controllers.settings import OperatorSettings
 from distributary.kafka.admin import KafkaAdminError
 from distributary.plan.conditions import Problem, rfc3339
 from distributary.plan.kappa import LIVE, mark_deleted
-from distributary.plan.positions import lost_history, rewind_targets
+from distributary.plan.positions import lost_history
 from distributary.plan.progress import progress_key
-from distributary.plan.runner_spec import starting_position
 from distributary.plan.spark import application_name, spark_application
 from distributary.plan.spark_state import AppState, restart_delay, spark_application_state
 from distributary.plan.view_plan import (
@@ -293,31 +297,9 @@ def _rewind_offsets(
     rewind = view.spec.rewind
     assert rewind is not None
     assert plan.runner is not None
-    start = starting_position(rewind.to)
     chosen = set(rewind.inputs) or {str(s.alias) for s in plan.runner.inputs}
     topics = sorted({s.topic for s in plan.runner.inputs if s.alias in chosen})
-    committed = settings.admin.committed(plan.runner.consumer_group)
-    marks = settings.admin.watermarks(topics)
-    by_time = (
-        settings.admin.offsets_for_time(topics, start.timestamp_ms)
-        if start.kind == "timestamp" and start.timestamp_ms is not None
-        else {}
-    )
-    rows = []
-    for topic in topics:
-        targets = rewind_targets(
-            start.kind,
-            {p: low for p, (low, _) in marks[topic].items()},
-            {p: high for p, (_, high) in marks[topic].items()},
-            explicit=start.offsets,
-            by_time=by_time.get(topic),
-        )
-        for partition, target in targets.items():
-            before = committed.get(topic, {}).get(partition)
-            rows.append(
-                {"topic": topic, "partition": partition, "fromOffset": before, "toOffset": target}
-            )
-    return rows
+    return rewind_offsets(settings.admin, plan.runner.consumer_group, topics, rewind.to)
 
 
 def _carry_out_rewind(
@@ -327,10 +309,7 @@ def _carry_out_rewind(
     again on a fresh checkpoint, from the group's offsets (the runner's rule)."""
     assert plan.runner is not None
     _stop_revisions(settings, view, [plan.runner.revision])
-    targets: dict[str, dict[int, int]] = {}
-    for row in offsets:
-        targets.setdefault(row["topic"], {})[int(row["partition"])] = int(row["toOffset"])
-    settings.admin.commit(plan.runner.consumer_group, targets)
+    move_group(settings.admin, plan.runner.consumer_group, offsets)
 
 
 async def _rewind(

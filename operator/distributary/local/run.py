@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from distributary.artifacts import SPARK_KAFKA_CONNECTOR, jars
@@ -26,6 +26,7 @@ from distributary.graph import Pipeline
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.progress import ProgressReader
 from distributary.local.broker import EmbeddedBroker, die_with_parent
+from distributary.local.revisions import LocalPlan, LocalRevisions, plan_views
 from distributary.local.state import RunState, ServedLog, write_run_state
 from distributary.local.status import Snapshot, observe
 from distributary.plan.pipeline import PipelinePlan, PlanSettings, plan_pipeline
@@ -55,6 +56,9 @@ class LocalRun:
     runner: subprocess.Popen[bytes] | None = None
     plan: PipelinePlan | None = None
     specs: list[RunnerSpec] = field(default_factory=list)
+    bootstrap: str | None = None
+    revisions: LocalRevisions | None = None
+    local_plan: LocalPlan | None = None
 
     @property
     def runner_log(self) -> Path:
@@ -71,33 +75,98 @@ class LocalRun:
         return self.broker.bootstrap_servers
 
     def prepare(self, bootstrap: str) -> None:
-        """Plan the pipeline and create or update its topics."""
+        """Plan the pipeline (each view at the revisions the state folder records, a changed
+        one reprocessing beside its serving revision) and create or update its topics."""
+        self.bootstrap = bootstrap
+        self.revisions = LocalRevisions.load(self.state_dir)
+        self._replan()
+
+    def _replan(self) -> None:
+        assert self.bootstrap is not None
+        assert self.revisions is not None
         checkpoints = (self.state_dir / "checkpoints").resolve()
         settings = PlanSettings(
-            backend="direct", checkpoint_root=checkpoints.as_uri(), bootstrap_servers=bootstrap
+            backend="direct", checkpoint_root=checkpoints.as_uri(), bootstrap_servers=self.bootstrap
         )
-        self.plan = plan_pipeline(self.pipeline, settings)
-        topics = DirectTopics(KafkaAdmin(bootstrap))
+        planned = plan_pipeline(self.pipeline, settings)
+        self.local_plan = plan_views(
+            self.pipeline,
+            self.revisions,
+            checkpoint_root=checkpoints.as_uri(),
+            bootstrap_servers=self.bootstrap,
+            localize=self._local,
+        )
+        serving = self.local_plan.serving
+        self.plan = replace(
+            planned,
+            topics=tuple(
+                replace(t, topic=replace(t.topic, name=serving.get(t.log.name, t.topic.name)))
+                for t in planned.topics
+            ),
+        )
+        self.specs = list(self.local_plan.specs)
+        topics = DirectTopics(KafkaAdmin(self.bootstrap))
         for desired in self._topics():
             result = topics.apply(desired)
             for refusal in result.refusals:
                 self.say(f"warning: topic {desired.name}: {refusal.message}")
-        self.specs = [self._local(v.runner) for v in self.plan.views]
         served = {t.log.name: ServedLog(t.topic.name, t.log.namespace) for t in self.plan.topics}
+        paths = tuple(map(str, self.paths))
         write_run_state(
-            self.state_dir,
-            RunState(bootstrap_servers=bootstrap, paths=tuple(map(str, self.paths)), logs=served),
+            self.state_dir, RunState(bootstrap_servers=self.bootstrap, paths=paths, logs=served)
         )
+        self.revisions.save()
+        for name, plan in self.local_plan.views.items():
+            for problem in plan.problems:
+                self.say(f"view {name}: {problem.message}")
+
+    def advance(self, snapshot: Snapshot) -> bool:
+        """Carry the revisions on from what `snapshot` shows (cutover of a caught-up revision,
+        retirement); True when the runner must restart on other specs."""
+        assert self.revisions is not None
+        self.revisions.record_lags({(v.name, v.revision): v.lag for v in snapshot.views})
+        before = [s.model_dump_json() for s in self.specs]
+        self._replan()
+        admin = KafkaAdmin(self.bootstrap or "")
+        assert self.local_plan is not None
+        for name, plan in self.local_plan.views.items():
+            lifecycle = plan.lifecycle
+            if lifecycle is None:
+                continue
+            if lifecycle.cut_over is not None:
+                self.say(f"view {name}: revision {lifecycle.cut_over} caught up and serves now")
+            if lifecycle.delete_topics:
+                for topic in lifecycle.delete_topics:
+                    admin.delete_topic(topic)
+                self.revisions.topics_deleted(name, list(lifecycle.delete_topics))
+                self.revisions.save()
+        return [s.model_dump_json() for s in self.specs] != before
 
     def _topics(self) -> list[DesiredTopic]:
         assert self.plan is not None
         desired = [t.topic for t in self.plan.topics]
+        by_log = {t.log.name: t.topic for t in self.plan.topics}
+        for spec in self.specs:  # every running revision's own topic (one may catch up)
+            if spec.output is not None and spec.output.log in by_log:
+                desired.append(replace(by_log[spec.output.log], name=spec.output.topic))
         compacted = {"cleanup.policy": "compact"}
         desired.append(DesiredTopic(PROGRESS_TOPIC, 1, None, compacted))
-        for view in self.plan.views:
-            partitions = max(i.partitions for i in view.runner.inputs)
-            desired.append(DesiredTopic(view.runner.dead_letter_topic, partitions, None, {}))
-        return desired
+        for spec in self.specs:
+            partitions = max(i.partitions for i in spec.inputs)
+            desired.append(DesiredTopic(spec.dead_letter_topic, partitions, None, {}))
+        return list({d.name: d for d in desired}.values())
+
+    def restart_runner(self) -> None:
+        """Stop the runner (its queries checkpoint) and start it on the current specs."""
+        runner, self.runner = self.runner, None
+        if runner is not None and runner.poll() is None:
+            runner.send_signal(signal.SIGTERM)
+            try:
+                runner.wait(60)
+            except subprocess.TimeoutExpired:
+                runner.kill()
+                runner.wait()
+        self.start_runner()
 
     def _local(self, spec: RunnerSpec) -> RunnerSpec:
         conf = {
@@ -186,11 +255,15 @@ def watch(
         while True:
             assert run.plan is not None
             snapshot = observe(run.plan, run.specs, admin, reader.poll())
+            if run.advance(snapshot):
+                run.restart_runner()
+                continue
             show(snapshot)
             failure = run.runner_failed() or (until_caught_up and _failed_view(snapshot, run))
             if failure:
                 raise RunError(failure)
-            if stopping() or (until_caught_up and caught_up(snapshot)):
+            settled = caught_up(snapshot) and not (run.revisions and run.revisions.catching_up())
+            if stopping() or (until_caught_up and settled):
                 return snapshot
             time.sleep(POLL_SECONDS)
     finally:

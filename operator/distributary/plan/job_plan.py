@@ -15,7 +15,7 @@ Spark cannot restore a checkpoint whose sources changed.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from distributary.api import owner_of
@@ -28,7 +28,7 @@ from distributary.plan.progress import PROGRESS_TOPIC
 from distributary.plan.revisions import Classification, classify_job_change
 from distributary.plan.runner_spec import consumer_group, reading_topic
 from distributary.plan.spark import Application, job_launch, spark_application_of
-from distributary.plan.view_plan import serving_log
+from distributary.plan.view_plan import rewind_folder, serving_log
 
 
 @dataclass(frozen=True)
@@ -109,6 +109,23 @@ def _change(
     return Classification("Reprocess", ("the job's definition changed: a new revision starts",))
 
 
+CHECKPOINT_VARIABLE = "DISTRIBUTARY_CHECKPOINT_LOCATION"
+
+
+def with_job_checkpoint(launch: Application, folder: str) -> Application:
+    """`launch` checkpointing in `folder` under its revision's checkpoint (a rewind's)."""
+    location = f"{launch.env[CHECKPOINT_VARIABLE].rstrip('/')}/{folder}"
+    return replace(launch, env={**launch.env, CHECKPOINT_VARIABLE: location})
+
+
+def with_job_rewind(plan: JobPlan, folder: str, service_account: str, job: StreamJob) -> JobPlan:
+    """`plan` with its application on the fresh checkpoint of a rewind."""
+    assert plan.launch is not None
+    launch = with_job_checkpoint(plan.launch, folder)
+    application = spark_application_of(launch, job.spec.spark, service_account, owner_of(job))
+    return replace(plan, launch=launch, application=application)
+
+
 def plan_job(
     pipeline: Pipeline,
     children: Mapping[str, LogStatus],
@@ -164,6 +181,9 @@ def plan_job(
         bootstrap_servers=bootstrap_servers,
         progress_topic=PROGRESS_TOPIC,
     )
+    rewound = before.get("lastRewind") or {}
+    if rewound.get("revision") == revision and rewound.get("phase") == "Done":
+        launch = with_job_checkpoint(launch, rewind_folder(str(rewound["requestId"])))
     application = spark_application_of(launch, job.spec.spark, service_account, owner_of(job))
     return JobPlan(
         revision,

@@ -12,11 +12,17 @@ application. Deleting the job garbage-collects its application.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.integration.kube.operator_harness import Cluster, Operator, condition, is_true, wait_for
+
+from distributary.kafka.admin import KafkaAdmin
+from distributary.kafka.records import produce
+from distributary.local.broker import EmbeddedBroker
+from distributary.schema import RecordSchema
 
 ROOT = Path(__file__).resolve().parents[3]
 SPARK_CRD = ROOT / "tests" / "data" / "spark-operator" / "sparkapplication-crd.yaml"
@@ -210,6 +216,41 @@ def test_under_reprocess_a_new_revision_replaces_the_old_application(
     assert condition(job(cluster), "Stalled") is None or (
         (condition(job(cluster), "Stalled") or {}).get("status") == "False"
     )
+
+
+def test_a_rewind_moves_the_group_and_restarts_on_a_fresh_checkpoint(
+    created: dict[str, Any], cluster: Cluster, operator: Operator, broker: EmbeddedBroker
+) -> None:
+    schema = RecordSchema.parse("user STRING, url STRING", [])
+    produce(broker.bootstrap_servers, "js-visits", [schema.encode({"user": "u", "url": "/"})] * 5)
+    ends = KafkaAdmin(broker.bootstrap_servers).end_offsets(["js-visits"])["js-visits"]
+    before = application(cluster, 2)
+    assert before is not None
+    rewind = {"requestId": "skip-backlog", "to": {"from": "Latest"}}
+    spec = {
+        "arguments": ["--mode", "careful"],
+        "inputs": [{"log": "js-visits"}],
+        "upgrade": {"strategy": "Reprocess"},
+        "rewind": rewind,
+    }
+    cluster.apply(job_manifest(**spec))
+    done = waiting(
+        operator,
+        "the rewind done",
+        lambda: (r := job(cluster)["status"].get("lastRewind")) and r["phase"] == "Done" and r,
+    )
+    assert (done["requestId"], done["revision"]) == ("skip-backlog", 2)
+    assert sorted((o["partition"], o["toOffset"]) for o in done["offsets"]) == sorted(ends.items())
+    group = f"distributary.{NAMESPACE}.{JOB}.r2"
+    assert KafkaAdmin(broker.bootstrap_servers).committed(group)["js-visits"] == ends
+    after = waiting(operator, "revision 2's application again", lambda: application(cluster, 2))
+    assert after["metadata"]["uid"] != before["metadata"]["uid"]
+    location = env_of(after)["DISTRIBUTARY_CHECKPOINT_LOCATION"]
+    assert location.endswith(f"/{JOB}/r2/rewind-skip-backlog")
+    time.sleep(5)  # observer rounds: the same request is not carried out again
+    again = application(cluster, 2)
+    assert again is not None
+    assert again["metadata"]["uid"] == after["metadata"]["uid"]
 
 
 def test_a_job_writing_a_log_that_does_not_exist_stalls_and_names_it(

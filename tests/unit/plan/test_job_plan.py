@@ -158,3 +158,18 @@ def test_only_resources_changing_under_reprocess_keep_the_revision() -> None:
     assert (plan.revision, plan.starts) == (1, False)
     assert plan.change is not None
     assert plan.change.kind == "RestartInPlace"
+
+
+def test_after_a_rewind_the_revision_runs_on_the_rewinds_fresh_checkpoint() -> None:
+    status = {
+        **running(job()),
+        "lastRewind": {"requestId": "again", "revision": 1, "phase": "Done", "offsets": []},
+    }
+    plan = planned(job(), status)
+    assert env(plan)["DISTRIBUTARY_CHECKPOINT_LOCATION"] == (
+        "s3a://bucket/ck/shop/enrich/r1/rewind-again"
+    )
+    # A rewind of an older revision does not follow the job into a new one.
+    reprocess = job(arguments=["x"], upgrade={"strategy": "Reprocess"})
+    moved = planned(reprocess, {**status, **running(job(upgrade={"strategy": "Reprocess"}))})
+    assert env(moved)["DISTRIBUTARY_CHECKPOINT_LOCATION"] == "s3a://bucket/ck/shop/enrich/r2"

@@ -1,0 +1,175 @@
+"""Revisions in `distributary run`: the operator's reprocessing, on one machine.
+
+A view's revisions live in `<state dir>/revisions.json` as they live in a view's status under
+the operator: the lifecycle's rows (`plan.kappa`), the spec the view last ran with, and the
+runner spec of each revision that may run. Each time the pipeline is planned, every view goes
+through the same planner as under the operator (`plan.view_plan.plan_view`), in the pipeline's
+order, each reading its inputs at the topics their views serve: a view whose SQL changed since
+the last run starts revision N+1 beside N; once N+1 has caught up it serves, N stops, and the
+views that read its output reprocess in turn.
+
+    {"views": {"default/enriched": {"view": {...spec...}, "status": {"servingRevision": 1,
+      "revisions": [...]}, "specs": {"1": {...runner spec...}}}}}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from distributary.api.log import LogStatus
+from distributary.api.view import DerivedView
+from distributary.graph import Pipeline, Ref
+from distributary.plan.kappa import CATCHING_UP, mark_deleted
+from distributary.plan.runner_spec import RunnerSpec
+from distributary.plan.view_plan import ViewPlan, plan_view
+
+REVISIONS_FILE = "revisions.json"
+
+
+def _key(ref: Ref) -> str:
+    return f"{ref.namespace}/{ref.name}"
+
+
+@dataclass
+class LocalRevisions:
+    """The revisions of every view of a run, kept in the state folder."""
+
+    state_dir: Path
+    views: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, state_dir: Path) -> LocalRevisions:
+        """The revisions recorded in `state_dir` (none for a first run)."""
+        path = state_dir / REVISIONS_FILE
+        try:
+            data = json.loads(path.read_text("utf-8"))
+        except FileNotFoundError:
+            return cls(state_dir)
+        except (OSError, ValueError) as exc:
+            raise ValueError(
+                f"{path} cannot be read ({exc}): delete it to start every view at revision 1 "
+                "again (their outputs are recomputed)"
+            ) from None
+        return cls(state_dir, dict(data.get("views") or {}))
+
+    def save(self) -> None:
+        """Write the file atomically (a temporary file renamed over it)."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(dir=self.state_dir, prefix=".revisions.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                json.dump({"views": self.views}, out, indent=1, sort_keys=True)
+            os.replace(temporary, self.state_dir / REVISIONS_FILE)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+
+    def record_lags(self, lags: Mapping[tuple[str, int], int]) -> None:
+        """Each running revision's lag (by view name and revision), as the rows carry it."""
+        for entry in self.views.values():
+            name = entry["view"]["metadata"]["name"]
+            for row in entry["status"].get("revisions") or []:
+                lag = lags.get((name, int(row["revision"])))
+                if lag is not None:
+                    row["lag"] = lag
+
+    def topics_deleted(self, name: str, topics: list[str]) -> None:
+        """Record that retired topics of view `name` were deleted."""
+        for entry in self.views.values():
+            if entry["view"]["metadata"]["name"] == name:
+                status = entry["status"]
+                status["revisions"] = mark_deleted(status.get("revisions") or [], topics)
+
+    def catching_up(self) -> list[str]:
+        """The views with a revision catching up."""
+        return sorted(
+            entry["view"]["metadata"]["name"]
+            for entry in self.views.values()
+            if any(r.get("phase") == CATCHING_UP for r in entry["status"].get("revisions") or [])
+        )
+
+
+@dataclass(frozen=True)
+class LocalPlan:
+    """Every view's plan, the runner specs to run, and each log's serving topic."""
+
+    views: dict[str, ViewPlan]
+    specs: list[RunnerSpec]
+    serving: dict[str, str]  # derived log name -> the topic its view serves
+
+
+def plan_views(
+    pipeline: Pipeline,
+    revisions: LocalRevisions,
+    *,
+    checkpoint_root: str,
+    bootstrap_servers: str,
+    localize: Any,
+    now: datetime | None = None,
+) -> LocalPlan:
+    """Plan every view in order, record the outcome in `revisions`, and list the specs to run:
+    each view's current revision, and beside a catching-up one the revision still serving (its
+    recorded spec). `localize(spec)` adds this machine's Spark settings."""
+    moment = now or datetime.now(UTC)
+    children: dict[str, LogStatus] = {}
+    plans: dict[str, ViewPlan] = {}
+    specs: list[RunnerSpec] = []
+    serving: dict[str, str] = {}
+    for ref in pipeline.order:
+        if ref not in pipeline.views:
+            continue
+        view = pipeline.views[ref]
+        entry = revisions.views.get(_key(ref))
+        before = DerivedView.model_validate(entry["view"]) if entry else None
+        edited = before if before is not None and before.spec != view.spec else None
+        previous = dict(entry["status"]) if entry else None
+        if previous is not None:
+            previous["observedGeneration"] = 1  # the spec as last run: only inputs may differ
+        plan = plan_view(
+            pipeline,
+            children,
+            view,
+            previous,
+            checkpoint_root=checkpoint_root,
+            bootstrap_servers=bootstrap_servers,
+            generation=1,
+            now=moment,
+            edited_from=edited,
+        )
+        plans[ref.name] = plan
+        recorded = dict((entry or {}).get("specs") or {})
+        if plan.runner is not None:
+            runner = localize(plan.runner)
+            specs.append(runner)
+            recorded[str(runner.revision)] = runner.model_dump(mode="json")
+            if plan.revision != runner.revision and str(plan.revision) in recorded:
+                specs.append(RunnerSpec.model_validate(recorded[str(plan.revision)]))
+        if plan.lifecycle is not None:
+            row = plan.lifecycle.row(plan.revision) or {}
+            output = pipeline.output(ref)
+            if output is not None and row.get("topic"):
+                serving[output.metadata.name] = str(row["topic"])
+                children[output.metadata.name] = LogStatus(topic_name=str(row["topic"]))
+            status = {"servingRevision": plan.revision, "revisions": list(plan.lifecycle.rows)}
+            if plan.lifecycle.change is not None:
+                change = plan.lifecycle.change
+                status["lastChange"] = {"classification": change.kind, "reasons": change.reasons}
+            elif entry and entry["status"].get("lastChange"):
+                status["lastChange"] = entry["status"]["lastChange"]
+            live = {str(r["revision"]) for r in plan.lifecycle.rows if r["phase"] != "Retired"}
+            # A refused edit is not what runs: the next run compares with what does.
+            ran = view if not plan.problems or entry is None else before
+            assert ran is not None
+            revisions.views[_key(ref)] = {
+                "view": ran.model_dump(mode="json", by_alias=True, exclude_none=True),
+                "status": status,
+                "specs": {k: v for k, v in recorded.items() if k in live},
+            }
+    return LocalPlan(plans, specs, serving)
