@@ -29,7 +29,7 @@ from distributary.api.common import (
     cel,
     validations,
 )
-from distributary.api.view import REQUEST_ID_PATTERN, RewindStatus
+from distributary.api.view import RewindRequest, RewindStatus
 
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
@@ -60,15 +60,9 @@ class JobUpgrade(ApiModel):
     )
 
 
-class JobRewind(ApiModel):
+class JobRewind(RewindRequest):
     """A request to move the job's position: carried out once per `requestId`."""
 
-    request_id: Annotated[
-        str, StringConstraints(min_length=1, max_length=40, pattern=REQUEST_ID_PATTERN)
-    ] = Field(
-        description="Names this request; a new id asks for a new rewind (e.g. a date or a ticket)."
-    )
-    to: Position = Field(description="Where the job reads from next.")
     inputs: list[KubeName] = Field(
         default_factory=list,
         max_length=16,

@@ -134,15 +134,20 @@ class Upgrade(ApiModel):
 REQUEST_ID_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 
-class Rewind(ApiModel):
-    """A request to move the view's position: carried out once per `requestId`."""
+class RewindRequest(ApiModel):
+    """A request to move a consumer's position: carried out once per `requestId`."""
 
     request_id: Annotated[
         str, StringConstraints(min_length=1, max_length=40, pattern=REQUEST_ID_PATTERN)
     ] = Field(
         description="Names this request; a new id asks for a new rewind (e.g. a date or a ticket)."
     )
-    to: Position = Field(description="Where the serving revision reads from next.")
+    to: Position = Field(description="Where it reads from next.")
+
+
+class Rewind(RewindRequest):
+    """A request to move the view's serving revision: carried out once per `requestId`."""
+
     inputs: list[SqlIdentifier] = Field(
         default_factory=list,
         max_length=16,

@@ -12,11 +12,13 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from distributary.api.common import Position
 from distributary.controllers.settings import OperatorSettings
 from distributary.kafka.admin import KafkaAdmin
+from distributary.plan.conditions import rfc3339
 from distributary.plan.positions import rewind_targets
 from distributary.plan.runner_spec import starting_position
 from distributary.plan.spark_state import AppState, restart_delay
@@ -91,3 +93,61 @@ def move_group(admin: KafkaAdmin, group: str, offsets: list[dict[str, Any]]) -> 
     for row in offsets:
         targets.setdefault(str(row["topic"]), {})[int(row["partition"])] = int(row["toOffset"])
     admin.commit(group, targets)
+
+
+@dataclass(frozen=True)
+class RewindTarget:
+    """What a rewind moves: the resource (for its status), its revision and consumer group, the
+    topics, and how to stop the revision's application."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    revision: int
+    group: str
+    topics: list[str]
+    stop: Callable[[], object]
+
+
+async def rewind_once(
+    settings: OperatorSettings,
+    target: RewindTarget,
+    request_id: str,
+    to: Position,
+    status: Any,
+    now: datetime,
+    generation: int,
+) -> dict[str, Any] | None:
+    """Carry out a rewind once per request id: record it in status with every partition's
+    offsets before and after (the write-ahead record a restarted operator carries on), stop the
+    revision, move its group. The `lastRewind` to record, or None when it was done before."""
+    last = dict(status.get("lastRewind") or {})
+    if last.get("requestId") == request_id and last.get("phase") == "Done":
+        return None
+    if last.get("requestId") != request_id:
+        offsets = await asyncio.to_thread(
+            rewind_offsets, settings.admin, target.group, target.topics, to
+        )
+        last = {
+            "requestId": request_id,
+            "revision": target.revision,
+            "phase": "Pending",
+            "offsets": offsets,
+        }
+        record = {
+            "lastRewind": last,
+            "pendingAction": {
+                "action": "Rewind",
+                "revision": target.revision,
+                "generation": generation,
+                "startedAt": rfc3339(now),
+            },
+        }
+        await asyncio.to_thread(
+            settings.kube.patch_status, target.api_version, target.kind, target.namespace,
+            target.name, record,
+        )  # fmt: skip
+    await asyncio.to_thread(target.stop)
+    await asyncio.to_thread(move_group, settings.admin, target.group, last["offsets"])
+    return {**last, "phase": "Done", "completedAt": rfc3339(now)}

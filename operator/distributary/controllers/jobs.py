@@ -22,15 +22,15 @@ from distributary.api import ResourceError, parse_resource
 from distributary.api.job import StreamJob
 from distributary.controllers import metrics
 from distributary.controllers.applications import (
+    RewindTarget,
     Runtime,
-    move_group,
-    rewind_offsets,
+    rewind_once,
     run_application,
 )
 from distributary.controllers.settings import OperatorSettings
 from distributary.controllers.views import GROUP, SPARK_API, VERSION
 from distributary.kafka.admin import KafkaAdminError
-from distributary.plan.conditions import Problem, rfc3339
+from distributary.plan.conditions import Problem
 from distributary.plan.job_plan import JobPlan, plan_job, with_job_rewind
 from distributary.plan.job_status import job_start_record, job_status
 from distributary.plan.positions import Offsets
@@ -161,43 +161,29 @@ async def _rewind(
     now: datetime,
     generation: int,
 ) -> tuple[JobPlan, dict[str, Any] | None]:
-    """Carry out the spec's rewind once per request id (as for views: recorded with the
-    offsets before and after, then the job stopped, its group moved, a fresh checkpoint); the
-    plan to go on with and the `lastRewind` to record."""
+    """The spec's rewind, carried out once (`rewind_once`); the plan to go on with (on the
+    rewind's fresh checkpoint) and the `lastRewind` to record."""
     rewind = job.spec.rewind
-    last = dict(status.get("lastRewind") or {})
     if rewind is None or plan.launch is None or plan.consumer_group is None:
         return plan, None
-    if last.get("requestId") == rewind.request_id and last.get("phase") == "Done":
+    chosen = set(rewind.inputs) or {i.log for i in plan.inputs}
+    meta = job.metadata
+    target = RewindTarget(
+        job.api_version,
+        job.kind,
+        meta.namespace,
+        meta.name,
+        plan.revision,
+        plan.consumer_group,
+        sorted({i.topic for i in plan.inputs if i.log in chosen}),
+        lambda: _stop_revision(settings, job, plan.revision),
+    )
+    done = await rewind_once(
+        settings, target, rewind.request_id, rewind.to, status, now, generation
+    )
+    if done is None:
         return plan, None
-    group, meta = plan.consumer_group, job.metadata
-    if last.get("requestId") != rewind.request_id:
-        chosen = set(rewind.inputs) or {i.log for i in plan.inputs}
-        topics = sorted({i.topic for i in plan.inputs if i.log in chosen})
-        offsets = await asyncio.to_thread(rewind_offsets, settings.admin, group, topics, rewind.to)
-        last = {
-            "requestId": rewind.request_id,
-            "revision": plan.revision,
-            "phase": "Pending",
-            "offsets": offsets,
-        }
-        record = {
-            "lastRewind": last,
-            "pendingAction": {
-                "action": "Rewind",
-                "revision": plan.revision,
-                "generation": generation,
-                "startedAt": rfc3339(now),
-            },
-        }
-        await asyncio.to_thread(
-            settings.kube.patch_status, job.api_version, job.kind, meta.namespace, meta.name,
-            record,
-        )  # fmt: skip
-    await asyncio.to_thread(_stop_revision, settings, job, plan.revision)
-    await asyncio.to_thread(move_group, settings.admin, group, last["offsets"])
-    moved = with_job_rewind(plan, rewind_folder(rewind.request_id), "distributary-spark", job)
-    return moved, {**last, "phase": "Done", "completedAt": rfc3339(now)}
+    return with_job_rewind(plan, rewind_folder(rewind.request_id), "distributary-spark", job), done
 
 
 async def _positions(

@@ -27,14 +27,14 @@ from distributary.api.log import Log
 from distributary.api.view import DerivedView
 from distributary.controllers import metrics
 from distributary.controllers.applications import (
+    RewindTarget,
     Runtime,
-    move_group,
-    rewind_offsets,
+    rewind_once,
     run_application,
 )
 from distributary.controllers.settings import OperatorSettings
 from distributary.kafka.admin import KafkaAdminError
-from distributary.plan.conditions import Problem, rfc3339
+from distributary.plan.conditions import Problem
 from distributary.plan.kappa import LIVE, mark_deleted
 from distributary.plan.positions import lost_history
 from distributary.plan.progress import progress_key
@@ -290,28 +290,6 @@ def runtime_revision(plan: ViewPlan) -> int:
     return plan.runner.revision
 
 
-def _rewind_offsets(
-    settings: OperatorSettings, plan: ViewPlan, view: DerivedView
-) -> list[dict[str, Any]]:
-    """Each rewound partition's position now and after the rewind the spec asks for."""
-    rewind = view.spec.rewind
-    assert rewind is not None
-    assert plan.runner is not None
-    chosen = set(rewind.inputs) or {str(s.alias) for s in plan.runner.inputs}
-    topics = sorted({s.topic for s in plan.runner.inputs if s.alias in chosen})
-    return rewind_offsets(settings.admin, plan.runner.consumer_group, topics, rewind.to)
-
-
-def _carry_out_rewind(
-    settings: OperatorSettings, plan: ViewPlan, view: DerivedView, offsets: list[dict[str, Any]]
-) -> None:
-    """Stop the revision's application, then set its consumer group's offsets: it starts
-    again on a fresh checkpoint, from the group's offsets (the runner's rule)."""
-    assert plan.runner is not None
-    _stop_revisions(settings, view, [plan.runner.revision])
-    move_group(settings.admin, plan.runner.consumer_group, offsets)
-
-
 async def _rewind(
     settings: OperatorSettings,
     plan: ViewPlan,
@@ -320,49 +298,39 @@ async def _rewind(
     now: datetime,
     generation: int,
 ) -> tuple[ViewPlan, dict[str, Any] | None]:
-    """Carry out the spec's rewind once per request id: record it (with the offsets before and
-    after) before acting, stop the revision, move its group, and point it at a fresh checkpoint.
-    The plan to go on with, and the `lastRewind` to record."""
+    """The spec's rewind of the running revision, carried out once (`rewind_once`); the plan to
+    go on with (on the rewind's fresh checkpoint) and the `lastRewind` to record."""
     rewind = view.spec.rewind
-    last = dict(status.get("lastRewind") or {})
-    if rewind is None or plan.runner is None or plan.lifecycle is None:
+    runner = plan.runner
+    if rewind is None or runner is None or plan.lifecycle is None:
         return plan, None
-    if last.get("requestId") == rewind.request_id and last.get("phase") == "Done":
-        return plan, None
+    chosen = set(rewind.inputs) or {str(s.alias) for s in runner.inputs}
     meta = view.metadata
-    if last.get("requestId") != rewind.request_id:
-        offsets = await asyncio.to_thread(_rewind_offsets, settings, plan, view)
-        last = {
-            "requestId": rewind.request_id,
-            "revision": plan.runner.revision,
-            "phase": "Pending",
-            "offsets": offsets,
-        }
-        record = {
-            "lastRewind": last,
-            "pendingAction": {
-                "action": "Rewind",
-                "revision": plan.runner.revision,
-                "generation": generation,
-                "startedAt": rfc3339(now),
-            },
-        }
-        await asyncio.to_thread(
-            settings.kube.patch_status, view.api_version, view.kind, meta.namespace, meta.name,
-            record,
-        )  # fmt: skip
-    await asyncio.to_thread(_carry_out_rewind, settings, plan, view, last["offsets"])
+    target = RewindTarget(
+        view.api_version,
+        view.kind,
+        meta.namespace,
+        meta.name,
+        runner.revision,
+        runner.consumer_group,
+        sorted({s.topic for s in runner.inputs if s.alias in chosen}),
+        lambda: _stop_revisions(settings, view, [runner.revision]),
+    )
+    done = await rewind_once(
+        settings, target, rewind.request_id, rewind.to, status, now, generation
+    )
+    if done is None:
+        return plan, None
     folder = rewind_folder(rewind.request_id)
     rows = tuple(
-        {**row, "checkpoint": folder} if row["revision"] == plan.runner.revision else row
+        {**row, "checkpoint": folder} if row["revision"] == runner.revision else row
         for row in plan.lifecycle.rows
     )
     moved = replace(
         plan,
-        runner=with_checkpoint(plan.runner, folder),
+        runner=with_checkpoint(runner, folder),
         lifecycle=replace(plan.lifecycle, rows=rows),
     )
-    done = {**last, "phase": "Done", "completedAt": rfc3339(now)}
     return moved, done
 
 

@@ -158,15 +158,20 @@ class LocalRun:
 
     def restart_runner(self) -> None:
         """Stop the runner (its queries checkpoint) and start it on the current specs."""
+        self._stop_runner()
+        self.start_runner()
+
+    def _stop_runner(self) -> None:
+        """Stop the runner gracefully (SIGTERM), by force after a minute."""
         runner, self.runner = self.runner, None
         if runner is not None and runner.poll() is None:
+            self.say("Stopping Spark (the queries finish their batch and checkpoint) ...")
             runner.send_signal(signal.SIGTERM)
             try:
                 runner.wait(60)
             except subprocess.TimeoutExpired:
                 runner.kill()
                 runner.wait()
-        self.start_runner()
 
     def _local(self, spec: RunnerSpec) -> RunnerSpec:
         conf = {
@@ -207,15 +212,7 @@ class LocalRun:
 
     def stop(self) -> None:
         """Stop the runner (gracefully, then by force) and the embedded broker."""
-        runner, self.runner = self.runner, None
-        if runner is not None and runner.poll() is None:
-            self.say("Stopping Spark (the queries finish their batch and checkpoint) ...")
-            runner.send_signal(signal.SIGTERM)
-            try:
-                runner.wait(60)
-            except subprocess.TimeoutExpired:
-                runner.kill()
-                runner.wait()
+        self._stop_runner()
         if self.broker is not None:
             self.say("Stopping Kafka ...")
             self.broker.stop()

@@ -17,12 +17,12 @@ from distributary.api.common import Condition
 from distributary.plan.conditions import Observation, conditions, rfc3339
 from distributary.plan.job_plan import JobPlan
 from distributary.plan.positions import Offsets
-from distributary.plan.progress import records_behind
 from distributary.plan.revisions import change_status
 from distributary.plan.view_status import (
     ViewObservation,
     application_findings,
     caught_up,
+    input_positions,
     progress_status,
     total_lag,
 )
@@ -30,21 +30,8 @@ from distributary.plan.view_status import (
 
 def job_positions(plan: JobPlan, committed: Offsets, ends: Offsets) -> list[dict[str, Any]]:
     """Each input's position and lag, as status lists them (lag None while its end is unknown)."""
-    rows = []
-    for source in plan.inputs:
-        position = committed.get(source.topic, {})
-        end = ends.get(source.topic)
-        rows.append(
-            {
-                "log": source.log,
-                "topic": source.topic,
-                "position": {str(p): o for p, o in sorted(position.items())},
-                "lag": records_behind({source.topic: position}, {source.topic: end})
-                if end
-                else None,
-            }
-        )
-    return rows
+    sources = [{"log": i.log, "topic": i.topic} for i in plan.inputs]
+    return input_positions(sources, committed, ends)
 
 
 def job_status(

@@ -72,21 +72,23 @@ def namespace_pipeline(
     Building it is the costly part of planning a view (every Log's schema and every view's SQL
     are analysed), and each view is planned against its whole namespace: so the last graph
     built is kept, and given again for the same resources at the same resourceVersions in any
-    order, as when the observer plans every view of a namespace from one listing."""
+    order, as when the observer plans every view of a namespace from one listing. Callers on
+    several threads share it: the slot is read and replaced whole, never changed in place."""
     logs, views = list(logs), list(views)
     key = (_versions(logs), _versions(views))
-    if _last_built and _last_built[0][0] == key:
-        pipeline, children, invalid = _last_built[0][1]
+    last = _last_built[0]
+    if last is not None and last[0] == key:
+        pipeline, children, invalid = last[1]
     else:
         pipeline, children, invalid = _build_pipeline(logs, views)
         known = key[0] is not None and key[1] is not None  # bodies from files have no version
-        _last_built[:] = [(key, (pipeline, children, invalid))] if known else []
+        _last_built[0] = (key, (pipeline, children, invalid)) if known else None
     return pipeline, dict(children), dict(invalid)
 
 
 _Built = tuple[Pipeline, dict[str, LogStatus], dict[str, str]]
 _Versions = frozenset[tuple[str, str, str, str]] | None
-_last_built: list[tuple[tuple[_Versions, _Versions], _Built]] = []  # one graph, the last
+_last_built: list[tuple[tuple[_Versions, _Versions], _Built] | None] = [None]  # one slot
 
 
 def _versions(bodies: list[Mapping[str, Any]]) -> _Versions:

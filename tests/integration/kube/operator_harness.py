@@ -145,3 +145,11 @@ class Operator:
             (self.folder / f"operator-{n}.log").read_text(errors="replace")[-4000:]
             for n in range(1, self.starts + 1)
         )
+
+
+def waiting(operator: Operator, what: str, probe: Callable[[], Any], timeout: float = 60) -> Any:
+    """`wait_for`, with the operator's log in the failure."""
+    try:
+        return wait_for(what, probe, timeout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n--- operator log ---\n{operator.logs()}") from None

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.integration.kube.operator_harness import Cluster, Operator, is_true, wait_for
+from tests.integration.kube.operator_harness import Cluster, Operator, is_true, waiting
 from tests.integration.spark_pipelines import read_topic
 
 from distributary.kafka.admin import KafkaAdmin
@@ -89,13 +89,6 @@ def caught_up_at(cluster: Cluster, revision: int) -> bool:
         and is_true(found, "CaughtUp")
         and status.get("lag") == 0
     )
-
-
-def waiting(operator: Operator, what: str, probe: Any, timeout: float = 60) -> Any:
-    try:
-        return wait_for(what, probe, timeout)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n--- operator log ---\n{operator.logs()}") from None
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.integration.kube.operator_harness import Cluster, Operator, condition, is_true, wait_for
+from tests.integration.kube.operator_harness import (
+    Cluster,
+    Operator,
+    condition,
+    is_true,
+    waiting,
+)
 
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.records import produce
@@ -83,13 +89,6 @@ def set_running(cluster: Cluster, revision: int) -> None:
 
 def env_of(app: dict[str, Any]) -> dict[str, str]:
     return {item["name"]: item["value"] for item in app["spec"]["driver"].get("env") or []}
-
-
-def waiting(operator: Operator, what: str, probe: Any, timeout: float = 60) -> Any:
-    try:
-        return wait_for(what, probe, timeout)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n--- operator log ---\n{operator.logs()}") from None
 
 
 @pytest.fixture(scope="module")

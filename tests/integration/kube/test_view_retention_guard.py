@@ -15,7 +15,14 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
-from tests.integration.kube.operator_harness import Cluster, Operator, condition, is_true, wait_for
+from tests.integration.kube.operator_harness import (
+    Cluster,
+    Operator,
+    condition,
+    is_true,
+    wait_for,
+    waiting,
+)
 
 from distributary.kafka.cluster import client_config
 from distributary.kafka.records import produce
@@ -53,13 +60,6 @@ def guarded(threshold: int, **upgrade: Any) -> dict[str, Any]:
 
 def view(cluster: Cluster) -> dict[str, Any]:
     return cluster.get("dview", "rg-view") or {}
-
-
-def waiting(operator: Operator, what: str, probe: Any, timeout: float = 60) -> Any:
-    try:
-        return wait_for(what, probe, timeout)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n--- operator log ---\n{operator.logs()}") from None
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from tests.integration.kube.operator_harness import Cluster, Operator, is_true, wait_for
+from tests.integration.kube.operator_harness import waiting as harness_waiting
 from tests.integration.spark_pipelines import read_topic
 
 from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
@@ -66,10 +67,8 @@ def status(cluster: Cluster) -> dict[str, Any]:
 
 
 def waiting(operator: Operator, what: str, probe: Any, timeout: float = 240) -> Any:
-    try:
-        return wait_for(what, probe, timeout)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n--- operator log ---\n{operator.logs()}") from None
+    """`waiting` with this module's longer default (Spark starts several times)."""
+    return harness_waiting(operator, what, probe, timeout)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.integration.kube.operator_harness import Cluster, Operator, condition, is_true, wait_for
+from tests.integration.kube.operator_harness import (
+    Cluster,
+    Operator,
+    condition,
+    is_true,
+    waiting,
+)
 
 from distributary.kafka.admin import KafkaAdmin
 from distributary.local.broker import EmbeddedBroker
@@ -111,14 +117,6 @@ def reconciling_because(cluster: Cluster, reason: str) -> dict[str, Any] | None:
 def spark_status(cluster: Cluster) -> dict[str, Any]:
     """What the view's status says of its Spark application."""
     return dict(((view(cluster) or {}).get("status") or {}).get("sparkApplication") or {})
-
-
-def waiting(operator: Operator, what: str, probe: Any, timeout: float = 60) -> Any:
-    """`wait_for`, with the operator's log in the failure."""
-    try:
-        return wait_for(what, probe, timeout)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n--- operator log ---\n{operator.logs()}") from None
 
 
 @pytest.fixture(scope="module")
