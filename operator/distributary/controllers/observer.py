@@ -31,9 +31,13 @@ LOGGER = logging.getLogger("distributary.observer")
 
 
 async def observe_forever(settings: OperatorSettings) -> None:
-    """Observe every `settings.observe_interval` seconds until cancelled."""
+    """Observe every `settings.observe_interval` seconds (from the start of one round to the
+    start of the next) until cancelled."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
     while True:
-        await asyncio.sleep(settings.observe_interval)
+        await asyncio.sleep(max(0.0, started + settings.observe_interval - loop.time()))
+        started = loop.time()
         for namespace in settings.namespaces or (None,):
             try:
                 await observe_namespace(settings, namespace)
