@@ -7,9 +7,13 @@ kube-controller-manager from Go modules (minutes), so its progress lines bypass 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from tests.integration.kube.operator_harness import Cluster, Operator
@@ -81,3 +85,19 @@ def operator(
     running.start()
     yield running
     running.stop()
+    stop_local_processes(running.folder / "local")
+
+
+def stop_local_processes(folder: Path) -> None:
+    """Kill what the local runtime left running under `folder` (runners outlive the operator
+    by design, so a restarted operator adopts them): one test module's Spark must not slow the
+    next."""
+    for pid_file in folder.rglob("runner.pid"):
+        try:
+            pid = int(pid_file.read_text().strip())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if str(pid_file.parent).encode() in cmdline:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)  # its own session: the JVM goes with it
