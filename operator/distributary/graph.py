@@ -552,7 +552,8 @@ def _order(
             waiting[after] -= 1
             if waiting[after] == 0:
                 heapq.heappush(ready, (after._rank(), after))
-    stuck = sorted((ref for ref in waiting if ref not in set(order)), key=Ref._rank)
+    placed = set(order)
+    stuck = sorted((ref for ref in waiting if ref not in placed), key=Ref._rank)
     return order + stuck, _cycles(stuck, nexts)
 
 

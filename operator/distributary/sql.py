@@ -14,6 +14,7 @@ window functions are not known to sqlglot; they are typed as the struct Spark gi
 from __future__ import annotations
 
 import difflib
+import functools
 import itertools
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -93,6 +94,11 @@ def canonical_sql(sql: str) -> str:
 
 def parse_ddl(ddl: str) -> list[Column]:
     """Columns of a Spark DDL schema such as `user STRING, ts TIMESTAMP`, or raise `SqlError`."""
+    return list(_parsed_ddl(ddl))
+
+
+@functools.lru_cache(maxsize=4096)  # a namespace's graph parses every Log's schema each build
+def _parsed_ddl(ddl: str) -> tuple[Column, ...]:
     try:
         table = sqlglot.parse_one(f"CREATE TABLE t ({ddl})", read=DIALECT)
     except SqlglotError as exc:
@@ -113,7 +119,7 @@ def parse_ddl(ddl: str) -> list[Column]:
         raise SqlError(f"names column {twice[0]!r} twice")
     if not columns:
         raise SqlError("has no columns")
-    return columns
+    return tuple(columns)
 
 
 def to_ddl(columns: list[Column]) -> str:

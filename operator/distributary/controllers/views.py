@@ -354,7 +354,13 @@ async def reconcile_view(
         return
     old = _view(body, old_spec) if old_spec else None
     edited_from = old if isinstance(old, DerivedView) else None
-    plan = await asyncio.to_thread(_plan, found, body, status, settings, indexes, edited_from)
+    # The indexes change on the event loop: the thread plans from a copy of this namespace's.
+    namespace = found.metadata.namespace
+    seen_now = {
+        kind: {namespace: list(indexes.get(kind, {}).get(namespace, []))}
+        for kind in ("logs", "views", "jobs")
+    }
+    plan = await asyncio.to_thread(_plan, found, body, status, settings, seen_now, edited_from)
     meta = found.metadata
     seen = ViewObservation()
     lifecycle = plan.lifecycle

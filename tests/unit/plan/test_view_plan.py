@@ -199,3 +199,19 @@ def test_a_refused_edit_stays_refused_when_observed_again_without_its_handler() 
     again = planned([log("clicks")], views, "big", previous, 2)
     assert again.runner is None
     assert [p.reason for p in again.problems] == ["ChangeForbidden"]
+
+
+def test_the_namespace_graph_is_reused_only_for_the_same_resource_versions() -> None:
+    logs = [log("clicks", resourceVersion="10")]
+    views = [view("big", "clicks", "SELECT user, n FROM src")]
+    views[0]["metadata"]["resourceVersion"] = "11"
+    first, _, _ = namespace_pipeline(logs, views)
+    again, _, _ = namespace_pipeline(logs, views)
+    assert again is first  # the observer plans every view of a namespace from one listing
+    views[0]["metadata"]["resourceVersion"] = "12"
+    views[0]["spec"]["sql"] = "SELECT user FROM src"
+    changed, _, _ = namespace_pipeline(logs, views)
+    assert changed is not first
+    assert next(iter(changed.views.values())).spec.sql == "SELECT user FROM src"
+    bare = [log("clicks")]  # no resourceVersion (files, tests): never kept
+    assert namespace_pipeline(bare, [])[0] is not namespace_pipeline(bare, [])[0]
