@@ -9,21 +9,20 @@ keeps failing, makes the job Stalled while the running revision is left as it is
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from distributary.api.common import Condition
-from distributary.plan.conditions import Observation, conditions, rfc3339
+from distributary.plan.conditions import Observation, rfc3339
 from distributary.plan.job_plan import JobPlan
 from distributary.plan.positions import Offsets
-from distributary.plan.revisions import change_status
 from distributary.plan.view_status import (
     ViewObservation,
     application_findings,
     caught_up,
     input_positions,
-    progress_status,
+    running_fields,
+    status_of,
     total_lag,
 )
 
@@ -55,15 +54,7 @@ def job_status(
         ready_message=f"Revision {plan.revision} runs"
         + (f"; lag {lag}" if lag is not None else ""),
     )
-    old: Sequence[Condition] = [Condition.model_validate(c) for c in before.get("conditions") or []]
-    status: dict[str, Any] = {
-        "observedGeneration": generation,
-        "conditions": [
-            c.model_dump(by_alias=True, exclude_none=True)
-            for c in conditions(observation, old, now)
-        ],
-        "pendingAction": None,
-    }
+    status = status_of(observation, before, now)
     if plan.spec_hash is not None:
         status["revision"] = plan.revision
         status["specHash"] = plan.spec_hash
@@ -73,18 +64,7 @@ def job_status(
         status["lag"] = lag
     elif plan.inputs and plan.launch is not None:
         status["inputs"] = [{"log": i.log, "topic": i.topic} for i in plan.inputs]
-    if seen.application is not None:
-        status["sparkApplication"] = {
-            "name": seen.application,
-            "state": seen.app.state if seen.app else None,
-            "attempts": seen.attempts,
-        }
-    if seen.progress:
-        status["lastProgress"] = progress_status(seen.progress)
-    if plan.change is not None:
-        status["lastChange"] = change_status(plan.change, generation).model_dump(
-            by_alias=True, exclude_none=True
-        )
+    status.update(running_fields(seen, plan.change, generation))
     return status
 
 

@@ -29,7 +29,7 @@ from distributary.plan.conditions import (
 from distributary.plan.kappa import CATCHING_UP, LIVE, SERVING, progress_message, reprocess_progress
 from distributary.plan.positions import Offsets, data_loss_risk
 from distributary.plan.progress import records_behind
-from distributary.plan.revisions import change_status
+from distributary.plan.revisions import Classification, change_status
 from distributary.plan.spark_state import ATTEMPTS_BEFORE_STALLED, AppState
 from distributary.plan.view_plan import ViewPlan
 
@@ -227,18 +227,10 @@ def view_status(
             inputs, lag = positions, row_lag
         else:
             catching_up = rows[index]
-    old: Sequence[Condition] = [Condition.model_validate(c) for c in before.get("conditions") or []]
     observation = _observation(plan, seen, generation, lag, catching_up)
     if seen.starts is not None:
         observation = replace(observation, extras=(*observation.extras, data_loss_condition(risks)))
-    status: dict[str, Any] = {
-        "observedGeneration": generation,
-        "conditions": [
-            c.model_dump(by_alias=True, exclude_none=True)
-            for c in conditions(observation, old, now)
-        ],
-        "pendingAction": None,
-    }
+    status = status_of(observation, before, now)
     if rows:
         status["servingRevision"] = plan.revision
         status["revisions"] = rows
@@ -247,18 +239,43 @@ def view_status(
     if inputs:
         status["inputs"] = inputs
         status["lag"] = lag
+    change = plan.lifecycle.change if plan.lifecycle is not None else None
+    status.update(running_fields(seen, change, generation))
+    return status
+
+
+def status_of(observation: Observation, before: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """The part of a view's or job's status every reconcile writes: the generation observed,
+    the conditions (kept where unchanged), no pending action."""
+    old: Sequence[Condition] = [Condition.model_validate(c) for c in before.get("conditions") or []]
+    return {
+        "observedGeneration": observation.generation,
+        "conditions": [
+            c.model_dump(by_alias=True, exclude_none=True)
+            for c in conditions(observation, old, now)
+        ],
+        "pendingAction": None,
+    }
+
+
+def running_fields(
+    seen: ViewObservation, change: Classification | None, generation: int
+) -> dict[str, Any]:
+    """What a view's or job's status says of its running application, its last batch and how
+    the last edit was classified (only what is known)."""
+    fields: dict[str, Any] = {}
     if seen.application is not None:
-        status["sparkApplication"] = {
+        fields["sparkApplication"] = {
             "name": seen.application,
             "state": seen.app.state if seen.app else None,
             "attempts": seen.attempts,
         }
     if seen.progress:
-        status["lastProgress"] = progress_status(seen.progress)
-    if plan.lifecycle is not None and plan.lifecycle.change is not None:
-        change = change_status(plan.lifecycle.change, generation)
-        status["lastChange"] = change.model_dump(by_alias=True, exclude_none=True)
-    return status
+        fields["lastProgress"] = progress_status(seen.progress)
+    if change is not None:
+        record = change_status(change, generation)
+        fields["lastChange"] = record.model_dump(by_alias=True, exclude_none=True)
+    return fields
 
 
 def progress_status(record: Mapping[str, Any]) -> dict[str, Any]:
