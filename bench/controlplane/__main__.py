@@ -11,7 +11,8 @@ Logs first, and the clock runs from the first create until every one is Ready.
 Why it is shaped this way:
 - No Spark operator runs (it would need a kubelet), so the benchmark stands in for it as the
   tests do: each SparkApplication the operator creates is set to RUNNING through the status
-  subresource, once. The operator sees that on its next observe round, as it would in a cluster.
+  subresource, once. The operator's watch of SparkApplications sees it, as it would in a
+  cluster.
 - Readiness is read from watches, not polls: a poll lists every object each time and would load
   the API server (and the 2 cores) more than the operator under test does.
 - API requests are the API server's own counter (`apiserver_request_total`) read before and

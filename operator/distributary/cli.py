@@ -17,13 +17,21 @@ import yaml
 
 from distributary import __version__
 from distributary.api.crd import drift, write_crds
+from distributary.cli_plan import (
+    ClusterTarget,
+    comparison_options,
+    read_cluster,
+    render_changes,
+    render_cluster,
+)
 from distributary.cli_records import UserError, produce, tail
 from distributary.cli_run import load_checked, run
 from distributary.cli_wait import wait
 from distributary.controllers.main import operator
 from distributary.diagram import draw
 from distributary.graph import Pipeline
-from distributary.plan.changes import PlannedChange, pipeline_changes
+from distributary.plan.changes import pipeline_changes
+from distributary.plan.cluster_changes import cluster_changes
 from distributary.plan.pipeline import (
     DEFAULT_CHECKPOINT_ROOT,
     DEFAULT_IMAGE,
@@ -188,25 +196,30 @@ def _option_group(func: F) -> F:
 @main.command()
 @PATHS
 @_option_group
-@click.option(
-    "--against",
-    "against",
-    multiple=True,
-    type=click.Path(exists=True, path_type=Path),
-    help="The previous files (repeatable): show how each view's and job's change is carried out.",
-)
+@comparison_options
 def plan(
     paths: tuple[Path, ...],
-    against: tuple[Path, ...],
     output: str,
     backend: str,
     strimzi_cluster: str,
     image: str,
     checkpoint_root: str,
     bootstrap_servers: str | None,
+    against: tuple[Path, ...],
+    against_cluster: bool,
+    kubeconfig: Path | None,
+    context: str | None,
+    namespace: str | None,
 ) -> None:
-    """Show what the pipeline would create: topics with their configs, Spark applications."""
+    """Show what the pipeline would create: topics with their configs, Spark applications.
+
+    With --against OLD, or --against-cluster, also how each view's and job's change from there
+    is carried out (Ignore, RestartInPlace, Reprocess, Forbidden)."""
+    target = ClusterTarget.of(against, against_cluster, kubeconfig, context, namespace, output)
     pipeline = load_checked(paths, "planned")
+    cluster = None
+    if target is not None:
+        pipeline, cluster = read_cluster(target, pipeline, paths)
     settings = PlanSettings(
         backend="strimzi" if backend == "strimzi" else "direct",
         strimzi_cluster=strimzi_cluster,
@@ -220,32 +233,13 @@ def plan(
         raise UserError(str(exc)) from None
     if output == "yaml":
         click.echo(yaml.safe_dump_all(planned.manifests(), sort_keys=False, width=100), nl=False)
-    else:
-        click.echo(_render_text(planned, pipeline, settings))
-        if against:
-            before = load_checked(against, "compared")
-            click.echo(_render_changes(pipeline_changes(before, pipeline), against))
-
-
-_CHANGE_MEANING = {
-    "New": "starts as revision 1",
-    "Removed": "its application stops; its output log's data stays unless its policy says Delete",
-    "Ignore": "nothing to do",
-    "RestartInPlace": "restarts from its checkpoint",
-    "Reprocess": "recomputed beside the serving revision, which readers keep until cutover",
-    "Forbidden": "refused: the resource is Stalled until the change is undone",
-}
-
-
-def _render_changes(changes: list[PlannedChange], against: tuple[Path, ...]) -> str:
-    lines = [f"Changes against {', '.join(map(str, against))}:"]
-    if not changes:
-        lines.append("  none")
-    for change in changes:
-        what = f"{change.ref.kind} {change.ref.name}"
-        lines.append(f"  {what}: {change.kind} ({_CHANGE_MEANING[change.kind]})")
-        lines += [f"      - {reason}" for reason in change.reasons]
-    return "\n".join(lines)
+        return
+    click.echo(_render_text(planned, pipeline, settings))
+    if against:
+        before = load_checked(against, "compared")
+        click.echo(render_changes(pipeline_changes(before, pipeline), against))
+    if cluster is not None:
+        click.echo(render_cluster(cluster_changes(pipeline, cluster.resources), cluster))
 
 
 @main.command()

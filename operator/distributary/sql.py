@@ -87,6 +87,7 @@ def parse_query(sql: str) -> exp.Query:
     return statement
 
 
+@functools.lru_cache(maxsize=4096)  # a view's revision hash is taken on every reconcile
 def canonical_sql(sql: str) -> str:
     """The query in one normal form: comments, spacing and keyword case do not change it."""
     return parse_query(sql).sql(dialect=DIALECT, comments=False, normalize=False, pretty=False)
@@ -203,7 +204,27 @@ def analyze_query(sql: str, tables: Mapping[str, Sequence[Column]]) -> QueryAnal
     unknown schema, so its columns are not checked. Raises `SqlError` for SQL that does not parse,
     a table that is not an alias, a column its table does not have, an output column without a
     name, and two output columns with one name.
+
+    The answer depends on nothing else, so it is kept: the operator checks a view in its
+    namespace's graph on every reconcile, and analysing its SQL is most of that work.
     """
+    found = _analyzed(sql, tuple((alias, tuple(columns)) for alias, columns in tables.items()))
+    if isinstance(found, SqlError):
+        raise SqlError(str(found), table=found.table)
+    return found
+
+
+@functools.lru_cache(maxsize=4096)
+def _analyzed(
+    sql: str, tables: tuple[tuple[str, tuple[Column, ...]], ...]
+) -> QueryAnalysis | SqlError:
+    try:
+        return _analyze(sql, dict(tables))
+    except SqlError as exc:
+        return exc
+
+
+def _analyze(sql: str, tables: Mapping[str, Sequence[Column]]) -> QueryAnalysis:
     query = parse_query(sql)
     inputs = _Inputs(tables)
     _check_output_names(query)

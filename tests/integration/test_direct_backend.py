@@ -116,3 +116,44 @@ def test_ensure_creates_or_updates_each_topic(topics: DirectTopics, admin: Kafka
     )
     assert admin.describe_topic(new) == ObservedTopic(new, 1, 1, {})
     assert all(plan.in_sync for plan in topics.ensure([DesiredTopic(new, 1, None, {})]).values())
+
+
+def test_many_topics_reconciled_at_once_each_get_their_own_outcome(
+    topics: DirectTopics, admin: KafkaAdmin, broker: EmbeddedBroker
+) -> None:
+    new = [unique(f"many{i}") for i in range(30)]
+    grown, same, refused = unique("grown"), unique("same"), unique("refused")
+    topics.apply(DesiredTopic(grown, 1, None, {}))
+    topics.apply(DesiredTopic(same, 2, None, {"retention.ms": HOUR}))
+    admin_client = KafkaAdmin(broker.bootstrap_servers)
+    from confluent_kafka import Producer  # a record, so that watermarks say something
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    producer.produce(same, b"one", partition=1)
+    producer.flush(10)
+    requests = [(DesiredTopic(name, 2, None, {}), frozenset[str]()) for name in new] + [
+        (DesiredTopic(grown, 3, None, {"retention.ms": HOUR}), frozenset[str]()),
+        (DesiredTopic(same, 2, None, {"retention.ms": HOUR}), frozenset({"retention.ms"})),
+        (DesiredTopic(refused, 1, None, {"retention.ms": "a week"}), frozenset[str]()),
+    ]
+    outcomes = topics.reconcile_many(requests)
+    assert sorted(outcomes) == sorted([*new, grown, same, refused])
+    for name in new:
+        outcome = outcomes[name]
+        assert not isinstance(outcome, KafkaAdminError)
+        assert outcome.plan.actions == (CreateTopic(name, 2, None, {}),)
+        assert (outcome.partitions, outcome.watermarks) == (2, {name: {0: (0, 0), 1: (0, 0)}})
+        assert admin_client.describe_topic(name) == ObservedTopic(name, 2, 1, {})
+    grew = outcomes[grown]  # more than a create: the one-topic way
+    assert not isinstance(grew, KafkaAdminError)
+    assert grew.plan.actions == (AlterConfigs(set={"retention.ms": HOUR}), AddPartitions(3))
+    assert grew.partitions == 3
+    kept = outcomes[same]
+    assert not isinstance(kept, KafkaAdminError)
+    assert kept.plan.in_sync
+    assert kept.watermarks == {same: {0: (0, 0), 1: (0, 1)}}
+    failed = outcomes[refused]  # Kafka's refusal of one topic is that topic's alone
+    assert isinstance(failed, KafkaAdminError)
+    assert f"topic '{refused}'" in str(failed)
+    assert "spec.config" in str(failed)
+    assert admin_client.describe_topic(refused) is None

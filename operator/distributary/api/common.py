@@ -263,7 +263,9 @@ class SparkSettings(ApiModel):
     )
     max_offsets_per_trigger: Annotated[int, Field(ge=1)] | None = Field(
         default=None,
-        description="The most records one micro-batch reads over all partitions; unset: no limit.",
+        description="The most records one micro-batch reads over all partitions; unset: no "
+        "limit, except for a revision reprocessing its inputs' history, which reads 250000 at "
+        "most so that its progress shows batch by batch.",
     )
     spark_conf: dict[str, Annotated[str, StringConstraints(max_length=4096)]] = Field(
         default_factory=dict,

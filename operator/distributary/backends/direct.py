@@ -13,9 +13,11 @@ Nothing here prints; callers decide how to show plans.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
+from distributary.plan.positions import Watermarks
 from distributary.plan.topics import (
     AddPartitions,
     AlterConfigs,
@@ -26,6 +28,15 @@ from distributary.plan.topics import (
     TopicPlan,
     plan_topic,
 )
+
+
+@dataclass(frozen=True)
+class TopicOutcome:
+    """A topic brought to its spec: the plan carried out, its partitions and its watermarks."""
+
+    plan: TopicPlan
+    partitions: int
+    watermarks: Watermarks
 
 
 class DirectTopics:
@@ -65,6 +76,63 @@ class DirectTopics:
         return {
             topic.name: self.apply(topic, managed.get(topic.name, frozenset())) for topic in desired
         }
+
+    def reconcile(
+        self, desired: DesiredTopic, managed: frozenset[str] = frozenset()
+    ) -> TopicOutcome:
+        """`apply`, then the topic's partitions and watermarks as the brokers now show them."""
+        plan = self.apply(desired, managed)
+        observed = self.admin.describe_topic(desired.name)
+        marks = self.admin.watermarks([desired.name])
+        return TopicOutcome(plan, observed.partitions if observed else desired.partitions, marks)
+
+    def reconcile_many(
+        self, requests: Sequence[tuple[DesiredTopic, frozenset[str]]]
+    ) -> dict[str, TopicOutcome | KafkaAdminError]:
+        """`reconcile` of many topics (distinct names), each one's outcome or error by name.
+
+        The common case takes five requests whatever the number of topics: the topics and their
+        configs are described, the missing ones created, and their watermarks read, each for all
+        at once. A topic that needs more (partitions added, configs changed) or that Kafka
+        refused in the batch goes the one-topic way, which retries what is worth retrying and
+        says what went wrong. Raises `KafkaAdminError` only when Kafka does not answer at all."""
+        wanted = {desired.name: (desired, managed) for desired, managed in requests}
+        observed = self.admin.describe_topics(wanted)
+        plans = {
+            name: plan_topic(desired, observed[name], managed_configs=managed, can_reassign=False)
+            for name, (desired, managed) in wanted.items()
+            if name in observed
+        }
+        creates = [a for plan in plans.values() for a in plan.actions if isinstance(a, CreateTopic)]
+        refused = {name for name, error in self.admin.create_topics(creates).items() if error}
+        one_by_one = (set(wanted) - set(plans)) | refused
+        one_by_one |= {
+            name
+            for name, plan in plans.items()
+            if any(not isinstance(action, CreateTopic) for action in plan.actions)
+        }
+        counts = {}
+        for name in plans.keys() - one_by_one:
+            seen = observed[name]
+            counts[name] = seen.partitions if seen else wanted[name][0].partitions
+        # A topic made just now is empty: its watermarks are known without asking.
+        made = {name: counts[name] for name in counts if observed[name] is None}
+        marks = self.admin.watermarks_each({n: c for n, c in counts.items() if n not in made})
+        marks |= {name: {name: dict.fromkeys(range(n), (0, 0))} for name, n in made.items()}
+        outcomes: dict[str, TopicOutcome | KafkaAdminError] = {}
+        for name, count in counts.items():
+            try:  # a new partition's leader may still be elected: asked alone, it is awaited
+                found = marks[name] if name in marks else self.admin.watermarks([name])
+            except KafkaAdminError as exc:
+                outcomes[name] = exc
+                continue
+            outcomes[name] = TopicOutcome(plans[name], count, found)
+        for name in sorted(one_by_one):
+            try:
+                outcomes[name] = self.reconcile(*wanted[name])
+            except KafkaAdminError as exc:
+                outcomes[name] = exc
+        return outcomes
 
     def _perform(self, topic: str, action: TopicAction) -> None:
         match action:

@@ -12,7 +12,6 @@ job's Logs are its own resources; the job creates no topics.
 from __future__ import annotations
 
 import asyncio
-import copy
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,7 +27,7 @@ from distributary.controllers.applications import (
     run_application,
 )
 from distributary.controllers.settings import OperatorSettings
-from distributary.controllers.views import GROUP, SPARK_API, VERSION
+from distributary.controllers.views import GROUP, SPARK_API, VERSION, index_entry
 from distributary.kafka.admin import KafkaAdminError
 from distributary.plan.conditions import Problem
 from distributary.plan.job_plan import JobPlan, plan_job, with_job_rewind
@@ -37,14 +36,14 @@ from distributary.plan.positions import Offsets
 from distributary.plan.progress import progress_key
 from distributary.plan.spark import application_name, label_value
 from distributary.plan.spark_state import AppState, restart_delay, spark_application_state
-from distributary.plan.view_plan import namespace_pipeline, rewind_folder
+from distributary.plan.view_plan import namespace_pipeline, planning_bodies, rewind_folder
 from distributary.plan.view_status import ViewObservation
 
 
 @kopf.index(GROUP, VERSION, "streamjobs")
 def jobs_by_namespace(body: kopf.Body, namespace: str | None, **_: Any) -> dict[str, Any]:
     """Every StreamJob, by namespace: the graph needs them to find each log's one writer."""
-    return {str(namespace): copy.deepcopy(dict(body))}
+    return {str(namespace): index_entry(body)}
 
 
 def _job(body: kopf.Body | dict[str, Any], spec: Any = None) -> StreamJob | str:
@@ -71,13 +70,9 @@ def _plan(
     old: StreamJob | None,
 ) -> JobPlan:
     namespace = job.metadata.namespace
-    others = [
-        item
-        for item in indexes["jobs"].get(namespace, [])
-        if item["metadata"]["name"] != job.metadata.name
-    ]
-    resources = [*indexes["views"].get(namespace, []), *others, dict(body)]
-    pipeline, children, _invalid = namespace_pipeline(indexes["logs"].get(namespace, []), resources)
+    writers = [*indexes["views"].get(namespace, []), *indexes["jobs"].get(namespace, [])]
+    logs, lineage = planning_bodies(indexes["logs"].get(namespace, []), writers, dict(body))
+    pipeline, children, _invalid = namespace_pipeline(logs, lineage)
     return plan_job(
         pipeline,
         children,
@@ -111,8 +106,8 @@ def _runtime(settings: OperatorSettings, plan: JobPlan, job: StreamJob) -> Runti
         )
 
     def start() -> AppState:
-        if manifest is not None:
-            settings.kube.apply(manifest)
+        if manifest is not None:  # the applied object carries its status
+            return spark_application_state(settings.kube.apply(manifest))
         return state()
 
     def remove() -> None:
@@ -243,7 +238,7 @@ async def reconcile_job(
         runtime = _runtime(settings, plan, found)
         app, attempts = await run_application(settings, runtime, attempts)
         committed, ends = await _positions(settings, plan)
-        progress = settings.progress.poll() if settings.progress is not None else {}
+        progress = settings.progress.poll(timeout=0) if settings.progress is not None else {}
         key = progress_key("StreamJob", meta.namespace, meta.name, plan.revision)
         seen = ViewObservation(runtime.name, app, attempts, committed, ends, progress.get(key))
     written = job_status(plan, seen, status, generation, now)

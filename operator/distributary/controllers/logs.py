@@ -79,18 +79,16 @@ async def _apply(
         if result.plan is None:
             return result
         return await _with_offsets(settings, result)
-    try:
-        plan = await asyncio.to_thread(settings.topics.apply, desired, frozenset(managed or []))
-        observed = await asyncio.to_thread(settings.admin.describe_topic, desired.name)
-        marks = await asyncio.to_thread(settings.admin.watermarks, [desired.name])
+    try:  # with the topics of every other Log reconciling now (`topic_batches.py`)
+        done = await settings.topic_batches.reconcile(desired, frozenset(managed or []))
     except KafkaAdminError as exc:
         return LogReconcile(generation, desired.name, unreachable=str(exc))
     return LogReconcile(
         generation,
         desired.name,
-        plan=plan,
-        partitions=observed.partitions if observed else desired.partitions,
-        watermarks=marks,
+        plan=done.plan,
+        partitions=done.partitions,
+        watermarks=done.watermarks,
     )
 
 

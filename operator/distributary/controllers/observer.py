@@ -25,9 +25,11 @@ from distributary.controllers.views import reconcile_view
 from distributary.kafka.admin import KafkaAdminError
 from distributary.kube.resources import KubeError
 from distributary.plan.log_status import offsets_status, subscribers
+from distributary.plan.positions import Watermarks
 
 API = "distributary.dev/v1alpha1"
 LOGGER = logging.getLogger("distributary.observer")
+NUDGE_ATTEMPTS, NUDGE_PAUSE = 5, 1.0
 
 
 async def observe_forever(settings: OperatorSettings) -> None:
@@ -53,14 +55,14 @@ async def observe_namespace(settings: OperatorSettings, namespace: str | None) -
     logs = await asyncio.to_thread(kube.list, API, "Log", namespace)
     views = await asyncio.to_thread(kube.list, API, "DerivedView", namespace)
     jobs = await asyncio.to_thread(kube.list, API, "StreamJob", namespace)
-    for log in logs:
-        if not (log.get("metadata") or {}).get("deletionTimestamp"):
-            readers = [
-                r
-                for r in [*views, *jobs]
-                if r["metadata"]["namespace"] == log["metadata"]["namespace"]
-            ]
-            await _observe_log(settings, log, readers)
+    live = [log for log in logs if not (log.get("metadata") or {}).get("deletionTimestamp")]
+    marks = await _watermarks(settings, live)
+    readers_in: dict[str, list[dict[str, Any]]] = {}
+    for reader in [*views, *jobs]:
+        readers_in.setdefault(reader["metadata"]["namespace"], []).append(reader)
+    for log in live:
+        readers = readers_in.get(log["metadata"]["namespace"], [])
+        await _observe_log(settings, log, readers, marks)
     by_namespace: dict[str, dict[str, list[dict[str, Any]]]] = {"logs": {}, "views": {}, "jobs": {}}
     for kind, items in (("logs", logs), ("views", views), ("jobs", jobs)):
         for item in items:
@@ -88,14 +90,32 @@ async def _stop_orphans(
             await asyncio.to_thread(settings.local_runtime.stop, app)
 
 
+async def _watermarks(settings: OperatorSettings, logs: list[dict[str, Any]]) -> Watermarks:
+    """The watermarks of every Log's topic, read for all of them at once (three requests)."""
+    topics = {str(topic) for log in logs if (topic := (log.get("status") or {}).get("topicName"))}
+    if not topics:
+        return {}
+    admin = settings.admin
+    counts = await asyncio.to_thread(admin.list_partitions, topics)
+    each = await asyncio.to_thread(admin.watermarks_each, {t: n for t, n in counts.items() if n})
+    return {topic: marks[topic] for topic, marks in each.items()}
+
+
 async def _observe_log(
-    settings: OperatorSettings, log: dict[str, Any], views: list[dict[str, Any]]
+    settings: OperatorSettings, log: dict[str, Any], views: list[dict[str, Any]], read: Watermarks
 ) -> None:
     status = log.get("status") or {}
     topic = status.get("topicName")
     if not topic:
         return
-    marks = await asyncio.to_thread(settings.admin.watermarks, [topic])
+    if topic in read:
+        marks = {topic: read[topic]}
+    else:  # not answered with the others (e.g. not made yet by Strimzi): asked alone
+        try:
+            marks = await asyncio.to_thread(settings.admin.watermarks, [topic])
+        except KafkaAdminError as exc:  # one Log's topic never stops the round
+            LOGGER.debug("observing Log %s: %s", log["metadata"]["name"], exc)
+            return
     update = offsets_status(topic, marks)
     update["subscribers"] = subscribers(log["metadata"]["name"], views)
     namespace, name = log["metadata"]["namespace"], log["metadata"]["name"]
@@ -105,8 +125,9 @@ async def _observe_log(
         await asyncio.to_thread(settings.kube.patch_status, API, "Log", namespace, name, update)
 
 
-async def _observe(settings: OperatorSettings, item: dict[str, Any], indexes: Any) -> None:
-    """Reconcile a view or job as on a change, and write its status if it changed."""
+async def _observe(settings: OperatorSettings, item: dict[str, Any], indexes: Any) -> bool:
+    """Reconcile a view or job as on a change, and write its status if it changed; False when
+    the status had changed since `item` was read (nothing was written)."""
     body = kopf.Body(cast(kopf.RawBody, item))
     patch = kopf.Patch()
     reconcile = reconcile_view if item["kind"] == "DerivedView" else reconcile_job
@@ -123,12 +144,56 @@ async def _observe(settings: OperatorSettings, item: dict[str, Any], indexes: An
                 settings.kube.patch_status, API, item["kind"], namespace, name, update, version
             )
     except KubeError as exc:
-        if exc.status != 409:
-            LOGGER.warning("observing %s %s/%s: %s", item["kind"], namespace, name, exc)
+        if exc.status == 409:
+            return False
+        LOGGER.warning("observing %s %s/%s: %s", item["kind"], namespace, name, exc)
     except KafkaAdminError as exc:
         LOGGER.warning("observing %s %s/%s: %s", item["kind"], namespace, name, exc)
     except Exception:  # one resource never stops the others
         LOGGER.exception("observing %s %s/%s failed", item["kind"], namespace, name)
+    return True
+
+
+async def application_changed(
+    body: kopf.Body, type: str | None, memo: kopf.Memo, **found: Any
+) -> None:
+    """A SparkApplication changed: when its state did, reconcile the view or job that owns it
+    now rather than at the next round, so that a view turns Ready when its application runs
+    (and an ended one is restarted) within moments. Registered for the spark-operator runtime.
+    kopf's first listing only records the states: the first round looks at everything."""
+    settings: OperatorSettings = memo.settings
+    meta = body.meta
+    key = (str(meta.get("namespace")), str(meta.get("name")))
+    state = str(((body.get("status") or {}).get("applicationState") or {}).get("state") or "")
+    before = settings.application_states.get(key)
+    if type == "DELETED":
+        settings.application_states.pop(key, None)
+        return
+    settings.application_states[key] = state
+    if type is None or before == state:
+        return
+    indexes = {
+        "logs": found["logs_by_namespace"],
+        "views": found["views_by_namespace"],
+        "jobs": found.get("jobs_by_namespace", {}),
+    }
+    for owner in meta.get("ownerReferences") or []:
+        kind = {"DerivedView": "views", "StreamJob": "jobs"}.get(str(owner.get("kind")))
+        if kind is None or not owner.get("controller"):
+            continue
+        for _ in range(NUDGE_ATTEMPTS):  # a handler wrote status meanwhile: look again at it
+            item = next(
+                (
+                    dict(item)
+                    for item in indexes[kind].get(key[0], [])
+                    if item["metadata"]["name"] == owner.get("name")
+                    and not item["metadata"].get("deletionTimestamp")
+                ),
+                None,
+            )
+            if item is None or await _observe(settings, item, indexes):
+                break
+            await asyncio.sleep(NUDGE_PAUSE)
 
 
 def _changed(before: dict[str, Any], update: dict[str, Any]) -> bool:

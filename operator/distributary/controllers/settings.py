@@ -11,6 +11,7 @@ from typing import Literal
 from distributary.backends.direct import DirectTopics
 from distributary.backends.local_spark import LocalRuntime
 from distributary.backends.strimzi import StrimziTopics
+from distributary.controllers.topic_batches import TopicBatches
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.progress import ProgressReader
 from distributary.kube.resources import Kube
@@ -53,10 +54,14 @@ class OperatorSettings:
     namespaces: tuple[str, ...] = ()
     state_dir: Path = Path("/var/lib/distributary/local")
     restart_due: dict[tuple[str, str], float] = field(default_factory=dict, repr=False)
+    # The last state seen of each SparkApplication (namespace, name): `observer.py` acts on
+    # changes.
+    application_states: dict[tuple[str, str], str] = field(default_factory=dict, repr=False)
     _admin: KafkaAdmin | None = field(default=None, repr=False)
     _kube: Kube | None = field(default=None, repr=False)
     _local: LocalRuntime | None = field(default=None, repr=False)
     _progress: ProgressReader | None = field(default=None, repr=False)
+    _batches: TopicBatches | None = field(default=None, repr=False)
 
     @property
     def admin(self) -> KafkaAdmin:
@@ -98,3 +103,10 @@ class OperatorSettings:
     def topics(self) -> DirectTopics:
         """The direct topic backend, on the shared admin client."""
         return DirectTopics(self.admin)
+
+    @property
+    def topic_batches(self) -> TopicBatches:
+        """The direct backend's topic work of many Logs at once (`topic_batches.py`)."""
+        if self._batches is None:
+            self._batches = TopicBatches(self.topics.reconcile_many)
+        return self._batches

@@ -34,16 +34,22 @@ from distributary.controllers.applications import (
 )
 from distributary.controllers.settings import OperatorSettings
 from distributary.kafka.admin import KafkaAdminError
+from distributary.kube.resources import KubeError
 from distributary.plan.conditions import Problem
 from distributary.plan.kappa import LIVE, mark_deleted
 from distributary.plan.positions import lost_history
 from distributary.plan.progress import progress_key
 from distributary.plan.spark import application_name, spark_application
 from distributary.plan.spark_state import AppState, restart_delay, spark_application_state
+from distributary.plan.topics import desired_topic
 from distributary.plan.view_plan import (
+    LATEST_ANNOTATION,
+    SERVING_ANNOTATION,
     ViewPlan,
+    holds,
     namespace_pipeline,
     plan_view,
+    planning_bodies,
     rewind_folder,
     with_checkpoint,
 )
@@ -54,16 +60,40 @@ API = f"{GROUP}/{VERSION}"
 SPARK_API = "sparkoperator.k8s.io/v1beta2"
 
 
+INDEXED_METADATA = (
+    "name", "namespace", "uid", "resourceVersion", "generation", "labels", "ownerReferences",
+    "deletionTimestamp",
+)  # fmt: skip
+INDEXED_ANNOTATIONS = (SERVING_ANNOTATION, LATEST_ANNOTATION)
+
+
+def index_entry(body: kopf.Body) -> dict[str, Any]:
+    """What the indexes keep of an object: what planning and observing read (its spec, status
+    and identity), not its managedFields or kopf's annotations, which would make up most of the
+    operator's memory in a namespace of thousands of objects."""
+    meta = body.get("metadata") or {}
+    kept = {key: copy.deepcopy(meta[key]) for key in INDEXED_METADATA if key in meta}
+    annotations = meta.get("annotations") or {}
+    kept["annotations"] = {k: annotations[k] for k in INDEXED_ANNOTATIONS if k in annotations}
+    entry = {key: copy.deepcopy(body[key]) for key in ("spec", "status") if key in body}
+    return {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": kept,
+        **entry,
+    }
+
+
 @kopf.index(GROUP, VERSION, "logs")
 def logs_by_namespace(body: kopf.Body, namespace: str | None, **_: Any) -> dict[str, Any]:
     """Every Log, by namespace: the inputs and outputs views are checked against."""
-    return {str(namespace): copy.deepcopy(dict(body))}
+    return {str(namespace): index_entry(body)}
 
 
 @kopf.index(GROUP, VERSION, "derivedviews")
 def views_by_namespace(body: kopf.Body, namespace: str | None, **_: Any) -> dict[str, Any]:
     """Every DerivedView, by namespace: the graph needs all of them to find cycles and writers."""
-    return {str(namespace): copy.deepcopy(dict(body))}
+    return {str(namespace): index_entry(body)}
 
 
 def _indexes(found: dict[str, Any]) -> dict[str, Any]:
@@ -106,15 +136,9 @@ def _plan(
     """The view's plan; a reprocess it would start is checked against its inputs' retained
     history first (the retention guard)."""
     namespace = view.metadata.namespace
-    logs = list(indexes["logs"].get(namespace, []))
-    views = [
-        v
-        for v in indexes["views"].get(namespace, [])
-        if v["metadata"]["name"] != view.metadata.name
-    ]
-    views.append(dict(body))
-    views += indexes.get("jobs", {}).get(namespace, [])  # writers of logs too
-    pipeline, children, _invalid = namespace_pipeline(logs, views)
+    writers = [*indexes["views"].get(namespace, []), *indexes.get("jobs", {}).get(namespace, [])]
+    logs, lineage = planning_bodies(indexes["logs"].get(namespace, []), writers, dict(body))
+    pipeline, children, _invalid = namespace_pipeline(logs, lineage)
     planned = functools.partial(
         plan_view,
         pipeline,
@@ -161,8 +185,8 @@ def _runtime(settings: OperatorSettings, plan: ViewPlan, view: DerivedView) -> R
     def start() -> AppState:
         owner = owner_of(view)
         manifest = spark_application(runner, view.spec.spark, image=settings.image, owner=owner)
-        settings.kube.apply(manifest)
-        return state()
+        # The applied object carries the Spark operator's status: no second read needed.
+        return spark_application_state(settings.kube.apply(manifest))
 
     def remove() -> None:
         settings.kube.delete(SPARK_API, "SparkApplication", namespace, name)
@@ -179,8 +203,7 @@ async def _make_topics(settings: OperatorSettings, plan: ViewPlan, view: Derived
             for topic in plan.topics:
                 await asyncio.to_thread(settings.strimzi.apply, output, topic, owner)
             return
-        for topic in plan.topics:
-            await asyncio.to_thread(settings.topics.apply, topic)
+        await asyncio.gather(*(settings.topic_batches.reconcile(t) for t in plan.topics))
     except KafkaAdminError as exc:
         raise kopf.TemporaryError(f"view topics: {exc}", delay=15) from exc
 
@@ -245,20 +268,41 @@ def read_topics(readers: Any) -> set[str]:
     return found
 
 
-def _delete_topics(settings: OperatorSettings, topics: Any, busy: set[str]) -> list[str]:
+def _delete_topics(
+    settings: OperatorSettings, topics: Any, busy: set[str], output: dict[str, Any]
+) -> list[str]:
     """Delete retired revisions' topics (their output Log says Delete) that no live revision of
     another view or job reads any more (a reader moves off at its own cutover); those now
-    gone."""
+    gone. Under the strimzi backend a topic goes with its KafkaTopic, which Strimzi's topic
+    operator deletes it for (deleting the topic alone, it would make it again)."""
+    log = Log.model_validate(output)
     gone = []
     for topic in topics:
         if topic in busy:
             continue
         try:
-            settings.admin.delete_topic(topic)
-        except KafkaAdminError:
+            if settings.topic_backend == "strimzi":
+                settings.strimzi.delete(log, desired_topic(log, topic=topic))
+            else:
+                settings.admin.delete_topic(topic)
+        except (KafkaAdminError, KubeError):
             continue  # tried again on the next reconcile
         gone.append(topic)
     return gone
+
+
+def _child(plan: ViewPlan, indexes: Any) -> dict[str, Any] | None:
+    """The view's output Log as the index holds it, None before it is made."""
+    assert plan.output_log is not None
+    meta = plan.output_log["metadata"]
+    return next(
+        (
+            log
+            for log in indexes["logs"].get(meta["namespace"], [])
+            if log["metadata"]["name"] == meta["name"]
+        ),
+        None,
+    )
 
 
 async def _serve(settings: OperatorSettings, plan: ViewPlan, indexes: Any) -> None:
@@ -267,14 +311,7 @@ async def _serve(settings: OperatorSettings, plan: ViewPlan, indexes: Any) -> No
     assert plan.output_log is not None
     serving = plan.lifecycle.row(plan.revision) or {}
     meta = plan.output_log["metadata"]
-    child = next(
-        (
-            log
-            for log in indexes["logs"].get(meta["namespace"], [])
-            if log["metadata"]["name"] == meta["name"]
-        ),
-        None,
-    )
+    child = _child(plan, indexes)
     topic = serving.get("topic")
     if child is None or not topic or (child.get("status") or {}).get("topicName") == topic:
         return
@@ -382,7 +419,8 @@ async def reconcile_view(
         message = f"Revision {lifecycle.cut_over} caught up and serves now."
         kopf.info(body, reason="CutOver", message=message)
     if plan.output_log is not None and lifecycle is not None:
-        await asyncio.to_thread(settings.kube.apply, plan.output_log)
+        if not holds(_child(plan, indexes), plan.output_log):  # else: an apply changes nothing
+            await asyncio.to_thread(settings.kube.apply, plan.output_log)
         await _serve(settings, plan, indexes)
         stopped = await asyncio.to_thread(_stop_revisions, settings, found, lifecycle.stop)
         if stopped:
@@ -394,7 +432,9 @@ async def reconcile_view(
             *indexes.get("jobs", {}).get(namespace, []),
         ]
         busy = read_topics(r for r in readers if r["metadata"]["name"] != meta.name)
-        gone = await asyncio.to_thread(_delete_topics, settings, lifecycle.delete_topics, busy)
+        gone = await asyncio.to_thread(
+            _delete_topics, settings, lifecycle.delete_topics, busy, plan.output_log
+        )
         if gone:
             plan = replace(
                 plan, lifecycle=replace(lifecycle, rows=tuple(mark_deleted(lifecycle.rows, gone)))
@@ -410,7 +450,7 @@ async def reconcile_view(
         runtime = _runtime(settings, plan, found)
         app, attempts = await run_application(settings, runtime, attempts)
         observed = await _observe(settings, plan)
-        progress = settings.progress.poll() if settings.progress is not None else {}
+        progress = settings.progress.poll(timeout=0) if settings.progress is not None else {}
         revision = runtime_revision(plan)
         key = progress_key("DerivedView", meta.namespace, meta.name, revision)
         seen = ViewObservation(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import Any, TypeVar
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
@@ -50,6 +51,8 @@ _TRANSIENT = {
     _E.COORDINATOR_LOAD_IN_PROGRESS, _E.COORDINATOR_NOT_AVAILABLE, _E.NOT_COORDINATOR,
     _E.NOT_LEADER_FOR_PARTITION, _E.LEADER_NOT_AVAILABLE, _E.NOT_CONTROLLER,
     _E._UNKNOWN_PARTITION,
+    # A broker that has just started answers with stale leader epochs for a moment.
+    _E.UNKNOWN_LEADER_EPOCH, _E.FENCED_LEADER_EPOCH,
 }  # fmt: skip
 _UNREACHABLE = {_E._TIMED_OUT, _E._TRANSPORT, _E._ALL_BROKERS_DOWN, _E.REQUEST_TIMED_OUT}
 # A group with members refuses offset changes with one of these, depending on its protocol.
@@ -207,6 +210,153 @@ class KafkaAdmin:
         spec = OffsetSpec.for_timestamp(timestamp_ms)
         return self._list_offsets(partitions, spec, f"timestamp {timestamp_ms}")
 
+    # Many topics per request: what one reconcile of many Logs asks at once. Each answers per
+    # topic, so one topic's failure is that topic's alone; a Kafka that does not answer at all
+    # raises, as the one-topic calls do.
+
+    def list_partitions(self, topics: Iterable[str]) -> dict[str, int | None]:
+        """How many partitions each of `topics` has (None: absent), from one metadata request;
+        a topic whose metadata carries another error is left out."""
+        names = set(topics)
+        listed = self._call(
+            f"listing the topics of Kafka at {self.bootstrap_servers}",
+            lambda t: self._client.list_topics(timeout=t).topics,
+        )
+        found: dict[str, int | None] = dict.fromkeys(names)
+        for name in names & set(listed):
+            error = listed[name].error
+            if error is not None and error.code() != _E.UNKNOWN_TOPIC_OR_PART:
+                del found[name]
+            elif error is None:
+                found[name] = len(listed[name].partitions)
+        return found
+
+    def describe_topics(self, topics: Iterable[str]) -> dict[str, ObservedTopic | None]:
+        """`describe_topic` of many topics in two requests; a topic Kafka answered with an error
+        is left out (ask for it alone to learn why)."""
+        names = set(topics)
+        listed = self._call(
+            f"listing the topics of Kafka at {self.bootstrap_servers}",
+            lambda t: self._client.list_topics(timeout=t).topics,
+        )
+        observed: dict[str, ObservedTopic | None] = {}
+        present = {}
+        for name in names:
+            metadata = listed.get(name)
+            error = None if metadata is None else metadata.error
+            if metadata is None or (error is not None and error.code() == _E.UNKNOWN_TOPIC_OR_PART):
+                observed[name] = None
+            elif error is None:
+                present[name] = metadata.partitions
+        if not present:
+            return observed
+        resources = [ConfigResource(ResourceType.TOPIC, name) for name in sorted(present)]
+        futures = self._call(
+            "reading the configs of many topics",
+            lambda t: self._client.describe_configs(resources, request_timeout=t),
+        )
+        for resource, future in futures.items():
+            try:
+                entries = result_within(future, self.timeout)
+            except KafkaException:
+                continue
+            partitions = present[resource.name]
+            replicas = max((len(p.replicas) for p in partitions.values()), default=0)
+            observed[resource.name] = ObservedTopic(
+                resource.name, len(partitions), replicas, _dynamic(entries)
+            )
+        return observed
+
+    def create_topics(self, actions: Iterable[CreateTopic]) -> dict[str, KafkaAdminError | None]:
+        """Create many topics in one request and wait until the brokers list them all; each
+        topic's error, None for those made."""
+        news = {
+            action.name: NewTopic(
+                action.name,
+                action.partitions,
+                -1 if action.replicas is None else action.replicas,
+                config=dict(action.configs),
+            )
+            for action in actions
+        }
+        if not news:
+            return {}
+        futures = self._call(
+            "creating topics",
+            lambda t: self._client.create_topics(
+                list(news.values()), request_timeout=t, operation_timeout=t
+            ),
+        )
+        errors: dict[str, KafkaAdminError | None] = {}
+        for name, future in futures.items():
+            try:
+                result_within(future, self.timeout)
+                errors[name] = None
+            except KafkaException as exc:
+                errors[name] = self._explain(kafka_error(exc), f"creating topic {name!r}", name, "")
+        made = {name: news[name].num_partitions for name, error in errors.items() if error is None}
+        deadline = time.monotonic() + self.timeout
+        while made:
+            counts = self.list_partitions(made)
+            made = {n: want for n, want in made.items() if (counts.get(n) or 0) < want}
+            if made and time.monotonic() > deadline:
+                for name in made:
+                    errors[name] = KafkaAdminError(
+                        f"waiting for new topic {name!r} to be listed failed: Kafka at "
+                        f"{self.bootstrap_servers} accepted it but its brokers did not show it "
+                        f"within {self.timeout:g}s: see their logs"
+                    )
+                break
+            if made:
+                time.sleep(_RETRY_PAUSE)
+        return errors
+
+    def watermarks_each(self, partitions: Mapping[str, int]) -> dict[str, Watermarks]:
+        """`watermarks` of many topics (`partitions`: each one's partition count) in two
+        requests, each topic's apart; a topic Kafka answered with an error is left out."""
+        request = {t: list(range(count)) for t, count in partitions.items()}
+        earliest, latest = OffsetSpec.earliest(), OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        starts = self._offsets_each(request, earliest)
+        ends = self._offsets_each(request, latest)
+        return {
+            topic: {topic: {p: (starts[topic][p], ends[topic][p]) for p in ids}}
+            for topic, ids in request.items()
+            if topic in starts and topic in ends
+        }
+
+    def _ask_offsets(
+        self, partitions: Mapping[str, list[int]], spec: OffsetSpec, timeout: float
+    ) -> dict[TopicPartition, Any]:
+        request = {TopicPartition(t, p): spec for t, ids in partitions.items() for p in ids}
+        return dict(self._client.list_offsets(request, request_timeout=timeout))
+
+    def _offsets_each(self, partitions: Mapping[str, list[int]], spec: OffsetSpec) -> Offsets:
+        """The offsets of every topic that answered; topics whose partitions answered "not yet"
+        (a leader still being elected) are asked again, together, until `timeout`."""
+        offsets: Offsets = {}
+        asked = dict(partitions)
+        deadline = time.monotonic() + self.timeout
+        while asked:
+            futures = self._call(
+                "reading the offsets of many topics", partial(self._ask_offsets, asked, spec)
+            )
+            found: Offsets = {topic: {} for topic in asked}
+            again: set[str] = set()
+            failed: set[str] = set()
+            for tp, future in futures.items():
+                try:
+                    found[tp.topic][tp.partition] = result_within(future, self.timeout).offset
+                except KafkaException as exc:
+                    transient = kafka_error(exc).code() in _TRANSIENT
+                    (again if transient else failed).add(tp.topic)
+            offsets.update({t: o for t, o in found.items() if t not in again | failed})
+            asked = {t: ids for t, ids in asked.items() if t in again - failed}
+            if asked and time.monotonic() + _RETRY_PAUSE > deadline:
+                break
+            if asked:
+                time.sleep(_RETRY_PAUSE)
+        return offsets
+
     def committed(self, group: str) -> Offsets:
         """The offsets consumer group `group` has committed; empty when it has none."""
         self._group_members(group)
@@ -270,12 +420,7 @@ class KafkaAdmin:
     def _overrides(self, topic: str, timeout: float) -> dict[str, str]:
         resource = ConfigResource(ResourceType.TOPIC, topic)
         entries = _only(self._client.describe_configs([resource], request_timeout=timeout), timeout)
-        dynamic = ConfigSource.DYNAMIC_TOPIC_CONFIG
-        return {
-            name: entry.value
-            for name, entry in sorted(entries.items())
-            if ConfigSource(entry.source) == dynamic and entry.value is not None
-        }
+        return _dynamic(entries)
 
     def _list_offsets(
         self, partitions: Mapping[str, list[int]], spec: OffsetSpec, which: str
@@ -373,6 +518,16 @@ def _only(futures: Mapping[Any, Any], timeout: float) -> Any:
     """The result of the one future a one-resource admin request returns."""
     (future,) = futures.values()
     return result_within(future, timeout)
+
+
+def _dynamic(entries: Mapping[str, Any]) -> dict[str, str]:
+    """A topic's own config overrides among `describe_configs` entries (not broker defaults)."""
+    dynamic = ConfigSource.DYNAMIC_TOPIC_CONFIG
+    return {
+        name: entry.value
+        for name, entry in sorted(entries.items())
+        if ConfigSource(entry.source) == dynamic and entry.value is not None
+    }
 
 
 def _active_group(group: str, members: str) -> str:

@@ -41,6 +41,8 @@ from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 REQUEST_TIMEOUT = 30.0  # seconds for any one call to the API server
 FIELD_MANAGER = "distributary"
+CONNECTIONS = 32  # kept open to the API server, at most
+LIST_PAGE = 500  # objects per list request
 
 
 class KubeError(RuntimeError):
@@ -83,14 +85,16 @@ class Kube:
     def __init__(
         self, kubeconfig: str | os.PathLike[str] | None = None, context: str | None = None
     ) -> None:
+        configuration = client.Configuration()
         try:
             if kubeconfig is None:
-                configuration = client.Configuration()
                 config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-                self._api = client.ApiClient(configuration)
             else:
-                self._api = config.new_client_from_config(  # type: ignore[no-untyped-call]
-                    config_file=os.fspath(kubeconfig), context=context, persist_config=False
+                config.load_kube_config(  # type: ignore[no-untyped-call]
+                    config_file=os.fspath(kubeconfig),
+                    context=context,
+                    client_configuration=configuration,
+                    persist_config=False,
                 )
         except (config.ConfigException, OSError) as exc:
             where = f"kubeconfig {os.fspath(kubeconfig)}" if kubeconfig else "in-cluster config"
@@ -98,6 +102,10 @@ class Kube:
                 f"cannot load the {where}: {exc}; pass --kubeconfig, or run in a Pod with a "
                 "service account"
             ) from exc
+        # As many kept connections as threads that call at once (the operator's worker
+        # threads): beyond the pool, each call would open and drop a TLS connection.
+        configuration.connection_pool_maxsize = CONNECTIONS
+        self._api = client.ApiClient(configuration)
         self.server: str = self._api.configuration.host
         self._lock = threading.Lock()
         # The dynamic client is untyped: kept as Any, and only this class touches it.
@@ -175,26 +183,35 @@ class Kube:
         self, api_version: str, kind: str, namespace: str | None, labels: str | None = None
     ) -> list[dict[str, Any]]:
         """Every object of a kind in a namespace (None: in every namespace), those matching the
-        label selector `labels` when given."""
+        label selector `labels` when given; without their managedFields, which nothing here
+        reads. Read in pages, so that a namespace of thousands of objects is never held twice."""
         resource = self._resource(api_version, kind)
-        try:
-            found: dict[str, Any] = self._client().get(
-                resource,
-                namespace=namespace,
-                label_selector=labels,
-                _request_timeout=REQUEST_TIMEOUT,
-                serializer=_plain,
-            )
-        except ApiException as exc:
-            where = f"{kind} in {namespace or 'every namespace'}"
-            raise self._failure(exc, "listing", where, api_version) from exc
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise self._unreachable(exc) from exc
-        items: list[dict[str, Any]] = found.get("items") or []
-        for item in items:  # a list's items carry neither, and readers expect them
-            item.setdefault("apiVersion", api_version)
-            item.setdefault("kind", kind)
-        return items
+        items: list[dict[str, Any]] = []
+        after: str | None = None
+        while True:
+            try:
+                found: dict[str, Any] = self._client().get(
+                    resource,
+                    namespace=namespace,
+                    label_selector=labels,
+                    limit=LIST_PAGE,
+                    _continue=after,
+                    _request_timeout=REQUEST_TIMEOUT,
+                    serializer=_plain,
+                )
+            except ApiException as exc:
+                where = f"{kind} in {namespace or 'every namespace'}"
+                raise self._failure(exc, "listing", where, api_version) from exc
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                raise self._unreachable(exc) from exc
+            for item in found.get("items") or []:
+                item.setdefault("apiVersion", api_version)  # a list's items carry neither
+                item.setdefault("kind", kind)
+                (item.get("metadata") or {}).pop("managedFields", None)
+                items.append(item)
+            after = (found.get("metadata") or {}).get("continue")
+            if not after:
+                return items
 
     def delete(
         self,

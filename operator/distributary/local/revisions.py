@@ -8,16 +8,24 @@ order, each reading its inputs at the topics their views serve: a view whose SQL
 the last run starts revision N+1 beside N; once N+1 has caught up it serves, N stops, and the
 views that read its output reprocess in turn.
 
+The operator's retention guard holds here too: before a reprocessing revision starts, its
+inputs' first offsets are read (`start_offsets`), and when a partition no longer starts at 0 the
+view is planned again with the history it lost (`plan.positions.lost_history`), which refuses the
+reprocess unless the spec allows partial history. A refused change is recorded in the view's
+`status.problem`, and the serving revision runs on from its recorded spec. The rewinds carried
+out (`local.rewinds`) are kept in `status.rewinds`.
+
     {"views": {"default/enriched": {"view": {...spec...}, "status": {"servingRevision": 1,
       "revisions": [...]}, "specs": {"1": {...runner spec...}}}}}
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,13 +35,15 @@ from distributary.api.log import LogStatus
 from distributary.api.view import DerivedView
 from distributary.graph import Pipeline, Ref
 from distributary.plan.kappa import CATCHING_UP, mark_deleted
+from distributary.plan.positions import Offsets, lost_history
 from distributary.plan.runner_spec import RunnerSpec
 from distributary.plan.view_plan import ViewPlan, plan_view
 
 REVISIONS_FILE = "revisions.json"
 
 
-def _key(ref: Ref) -> str:
+def view_key(ref: Ref) -> str:
+    """The key of a view in the file: `namespace/name`."""
     return f"{ref.namespace}/{ref.name}"
 
 
@@ -87,6 +97,26 @@ class LocalRevisions:
                 status = entry["status"]
                 status["revisions"] = mark_deleted(status.get("revisions") or [], topics)
 
+    def rewinds(self, key: str) -> list[dict[str, Any]]:
+        """The rewinds recorded for view `key` (`namespace/name`), oldest first."""
+        entry = self.views.get(key) or {}
+        return [dict(r) for r in (entry.get("status") or {}).get("rewinds") or []]
+
+    def record_rewind(self, key: str, record: Mapping[str, Any]) -> None:
+        """Record rewind `record` of view `key`, in place of an earlier record of its request."""
+        status = self.views[key]["status"]
+        kept = [r for r in status.get("rewinds") or [] if r["requestId"] != record["requestId"]]
+        status["rewinds"] = [*kept, dict(record)]
+
+    def use_checkpoint(self, key: str, revision: int, folder: str) -> None:
+        """Make revision `revision` of view `key` checkpoint in `folder` from now on (a fresh
+        checkpoint after a rewind), as its row's `checkpoint` says under the operator."""
+        status = self.views[key]["status"]
+        status["revisions"] = [
+            {**row, "checkpoint": folder} if int(row["revision"]) == revision else row
+            for row in status.get("revisions") or []
+        ]
+
     def catching_up(self) -> list[str]:
         """The views with a revision catching up."""
         return sorted(
@@ -105,6 +135,10 @@ class LocalPlan:
     serving: dict[str, str]  # derived log name -> the topic its view serves
 
 
+StartOffsets = Callable[[list[str]], Offsets]
+"""The first retained offset of every partition of some topics (`KafkaAdmin.start_offsets`)."""
+
+
 def plan_views(
     pipeline: Pipeline,
     revisions: LocalRevisions,
@@ -113,10 +147,13 @@ def plan_views(
     bootstrap_servers: str,
     localize: Any,
     now: datetime | None = None,
+    start_offsets: StartOffsets | None = None,
 ) -> LocalPlan:
     """Plan every view in order, record the outcome in `revisions`, and list the specs to run:
-    each view's current revision, and beside a catching-up one the revision still serving (its
-    recorded spec). `localize(spec)` adds this machine's Spark settings."""
+    each view's current revision, and beside a catching-up one, or alone while a change is
+    refused, the revision still serving (its recorded spec). `localize(spec)` adds this
+    machine's Spark settings; `start_offsets`, when given, guards reprocessing against lost
+    history."""
     moment = now or datetime.now(UTC)
     children: dict[str, LogStatus] = {}
     plans: dict[str, ViewPlan] = {}
@@ -126,13 +163,14 @@ def plan_views(
         if ref not in pipeline.views:
             continue
         view = pipeline.views[ref]
-        entry = revisions.views.get(_key(ref))
+        entry = revisions.views.get(view_key(ref))
         before = DerivedView.model_validate(entry["view"]) if entry else None
         edited = before if before is not None and before.spec != view.spec else None
         previous = dict(entry["status"]) if entry else None
         if previous is not None:
             previous["observedGeneration"] = 1  # the spec as last run: only inputs may differ
-        plan = plan_view(
+        planned = functools.partial(
+            plan_view,
             pipeline,
             children,
             view,
@@ -143,33 +181,66 @@ def plan_views(
             now=moment,
             edited_from=edited,
         )
+        plan = history_guard(planned(), planned, start_offsets)
         plans[ref.name] = plan
         recorded = dict((entry or {}).get("specs") or {})
+        running = None
         if plan.runner is not None:
             runner = localize(plan.runner)
             specs.append(runner)
             recorded[str(runner.revision)] = runner.model_dump(mode="json")
-            if plan.revision != runner.revision and str(plan.revision) in recorded:
-                specs.append(RunnerSpec.model_validate(recorded[str(plan.revision)]))
+            running = runner.revision
+        if plan.revision != running and str(plan.revision) in recorded:
+            specs.append(RunnerSpec.model_validate(recorded[str(plan.revision)]))
         if plan.lifecycle is not None:
             row = plan.lifecycle.row(plan.revision) or {}
             output = pipeline.output(ref)
             if output is not None and row.get("topic"):
                 serving[output.metadata.name] = str(row["topic"])
                 children[output.metadata.name] = LogStatus(topic_name=str(row["topic"]))
-            status = {"servingRevision": plan.revision, "revisions": list(plan.lifecycle.rows)}
-            if plan.lifecycle.change is not None:
-                change = plan.lifecycle.change
-                status["lastChange"] = {"classification": change.kind, "reasons": change.reasons}
-            elif entry and entry["status"].get("lastChange"):
-                status["lastChange"] = entry["status"]["lastChange"]
-            live = {str(r["revision"]) for r in plan.lifecycle.rows if r["phase"] != "Retired"}
             # A refused edit is not what runs: the next run compares with what does.
-            ran = view if not plan.problems or entry is None else before
-            assert ran is not None
-            revisions.views[_key(ref)] = {
-                "view": ran.model_dump(mode="json", by_alias=True, exclude_none=True),
-                "status": status,
-                "specs": {k: v for k, v in recorded.items() if k in live},
-            }
+            ran = view if not plan.problems or before is None else before
+            revisions.views[view_key(ref)] = _entry(ran, plan, entry, recorded)
     return LocalPlan(plans, specs, serving)
+
+
+def history_guard(
+    plan: ViewPlan, planned: Callable[..., ViewPlan], start_offsets: StartOffsets | None
+) -> ViewPlan:
+    """`plan`, or, when the reprocessing revision it would start reads an input whose history
+    retention removed, the view planned again with that history lost (`planned(history_lost=)`:
+    refused unless the spec allows partial history). The operator's retention guard."""
+    runner = plan.runner
+    if start_offsets is None or not plan.starts or runner is None or runner.revision <= 1:
+        return plan
+    topics = {source.topic: source.log for source in runner.inputs}
+    lost = lost_history(start_offsets(sorted(topics)), topics)
+    return plan if lost is None else planned(history_lost=lost)
+
+
+def _entry(
+    ran: DerivedView, plan: ViewPlan, entry: Mapping[str, Any] | None, recorded: dict[str, Any]
+) -> dict[str, Any]:
+    """The view's record in the file after `plan`: the spec that runs, status, live specs."""
+    assert plan.lifecycle is not None
+    before = dict((entry or {}).get("status") or {})
+    status: dict[str, Any] = {
+        "servingRevision": plan.revision,
+        "revisions": list(plan.lifecycle.rows),
+    }
+    change = plan.lifecycle.change
+    if change is not None:
+        status["lastChange"] = {"classification": change.kind, "reasons": change.reasons}
+    elif before.get("lastChange"):
+        status["lastChange"] = before["lastChange"]
+    if plan.problems:
+        problem = plan.problems[0]
+        status["problem"] = {"reason": problem.reason, "message": problem.message}
+    if before.get("rewinds"):
+        status["rewinds"] = before["rewinds"]
+    live = {str(r["revision"]) for r in plan.lifecycle.rows if r["phase"] != "Retired"}
+    return {
+        "view": ran.model_dump(mode="json", by_alias=True, exclude_none=True),
+        "status": status,
+        "specs": {k: v for k, v in recorded.items() if k in live},
+    }

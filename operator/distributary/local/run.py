@@ -6,6 +6,11 @@ kinder to a small machine than one per view). Everything lives under the state f
 embedded broker's data, the checkpoints and the runner's log, so a second run resumes where the
 first stopped. Positions are read the way any Kafka tool reads them, from the revisions' consumer
 groups, and records/s from the progress topic the runner publishes.
+
+The operator's two safeguards of a view's position hold here too: a reprocess whose inputs lost
+history to retention is refused unless the spec allows partial history (`local.revisions`), and
+a view's `spec.rewind` is carried out once per request id while the runner is stopped, just
+before it starts (`local.rewinds`).
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from distributary.artifacts import SPARK_KAFKA_CONNECTOR, jars
 from distributary.backends.direct import DirectTopics
@@ -26,9 +33,10 @@ from distributary.graph import Pipeline
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.progress import ProgressReader
 from distributary.local.broker import EmbeddedBroker, die_with_parent
-from distributary.local.revisions import LocalPlan, LocalRevisions, plan_views
+from distributary.local.revisions import LocalPlan, LocalRevisions, plan_views, view_key
+from distributary.local.rewinds import DONE, carry_out, describe, due_rewinds
 from distributary.local.state import RunState, ServedLog, write_run_state
-from distributary.local.status import Snapshot, observe
+from distributary.local.status import Snapshot, ViewNote, observe, problem_line
 from distributary.plan.pipeline import PipelinePlan, PlanSettings, plan_pipeline
 from distributary.plan.progress import PROGRESS_TOPIC
 from distributary.plan.runner_spec import RunnerSpec
@@ -59,6 +67,7 @@ class LocalRun:
     bootstrap: str | None = None
     revisions: LocalRevisions | None = None
     local_plan: LocalPlan | None = None
+    said: set[str] = field(default_factory=set)  # problems told already (planned every second)
 
     @property
     def runner_log(self) -> Path:
@@ -89,12 +98,14 @@ class LocalRun:
             backend="direct", checkpoint_root=checkpoints.as_uri(), bootstrap_servers=self.bootstrap
         )
         planned = plan_pipeline(self.pipeline, settings)
+        admin = KafkaAdmin(self.bootstrap)
         self.local_plan = plan_views(
             self.pipeline,
             self.revisions,
             checkpoint_root=checkpoints.as_uri(),
             bootstrap_servers=self.bootstrap,
             localize=self._local,
+            start_offsets=admin.start_offsets,
         )
         serving = self.local_plan.serving
         self.plan = replace(
@@ -105,20 +116,71 @@ class LocalRun:
             ),
         )
         self.specs = list(self.local_plan.specs)
-        topics = DirectTopics(KafkaAdmin(self.bootstrap))
+        topics = DirectTopics(admin)
         for desired in self._topics():
             result = topics.apply(desired)
             for refusal in result.refusals:
                 self.say(f"warning: topic {desired.name}: {refusal.message}")
         served = {t.log.name: ServedLog(t.topic.name, t.log.namespace) for t in self.plan.topics}
         paths = tuple(map(str, self.paths))
-        write_run_state(
-            self.state_dir, RunState(bootstrap_servers=self.bootstrap, paths=paths, logs=served)
-        )
+        state = RunState(self.bootstrap, paths, logs=served, views=self._view_states())
+        write_run_state(self.state_dir, state)
         self.revisions.save()
         for name, plan in self.local_plan.views.items():
             for problem in plan.problems:
-                self.say(f"view {name}: {problem.message}")
+                self._say_once(problem_line(name, problem, plan.revision))
+
+    def _say_once(self, text: str) -> None:
+        if text not in self.said:
+            self.said.add(text)
+            self.say(text)
+
+    def notes(self) -> dict[str, ViewNote]:
+        """Each view's note (by name): the change refused, if any, and the rewinds done."""
+        assert self.local_plan is not None
+        assert self.revisions is not None
+        notes = {}
+        for ref in self.pipeline.views:
+            plan = self.local_plan.views.get(ref.name)
+            rewinds = self.revisions.rewinds(view_key(ref))
+            notes[ref.name] = ViewNote(
+                serving=plan.revision if plan is not None else 1,
+                problem=plan.problems[0] if plan is not None and plan.problems else None,
+                rewinds=tuple(r for r in rewinds if r.get("phase") == DONE),
+            )
+        return notes
+
+    def _view_states(self) -> dict[str, dict[str, Any]]:
+        """What run.json tells of each view: the revision serving, a refused change, rewinds."""
+        states: dict[str, dict[str, Any]] = {}
+        notes = self.notes()
+        for ref in self.pipeline.views:
+            note = notes[ref.name]
+            state: dict[str, Any] = {"namespace": ref.namespace, "servingRevision": note.serving}
+            if note.problem is not None:
+                state["problem"] = {"reason": note.problem.reason, "message": note.problem.message}
+            if note.rewinds:
+                state["rewinds"] = [str(r["requestId"]) for r in note.rewinds]
+            states[ref.name] = state
+        return states
+
+    def rewind(self) -> None:
+        """Carry out the rewinds the views' specs ask for and no earlier run did (the runner
+        must be stopped), then plan again, so the rewound revisions run on fresh checkpoints."""
+        assert self.local_plan is not None
+        assert self.revisions is not None
+        assert self.bootstrap is not None
+        due = due_rewinds(self.pipeline, self.local_plan.views, self.revisions)
+        if not due:
+            return
+        admin = KafkaAdmin(self.bootstrap)
+        for rewind in due:
+            self.say(f"view {rewind.name}: rewinding for request {rewind.request_id} ...")
+            # A Pending record (a run stopped mid-way) is finished with the offsets it holds.
+            now = datetime.now(UTC)
+            done = carry_out(admin, rewind, self.revisions, now)
+            self.say(describe(rewind.name, done))
+        self._replan()
 
     def advance(self, snapshot: Snapshot) -> bool:
         """Carry the revisions on from what `snapshot` shows (cutover of a caught-up revision,
@@ -184,7 +246,9 @@ class LocalRun:
         return spec.model_copy(update={"spark_conf": conf})
 
     def start_runner(self) -> None:
-        """Start the runner on every view's spec, its output in the runner log."""
+        """Start the runner on every view's spec, its output in the runner log; rewinds due are
+        carried out first, while it does not run."""
+        self.rewind()
         spec_file = self.state_dir / "runner-specs.json"
         spec_file.write_text(json.dumps([s.model_dump(mode="json") for s in self.specs], indent=1))
         if not self.specs:
@@ -251,7 +315,7 @@ def watch(
     try:
         while True:
             assert run.plan is not None
-            snapshot = observe(run.plan, run.specs, admin, reader.poll())
+            snapshot = observe(run.plan, run.specs, admin, reader.poll(), run.notes())
             if run.advance(snapshot):
                 run.restart_runner()
                 continue

@@ -5,10 +5,13 @@ serving topic moves to a new revision; `produce` and `tail` read it to find the 
 pipeline files and each log's serving topic without being told again. The file is replaced
 atomically (a temporary file renamed over it), so a reader never sees half of it. A run that has
 ended leaves the file behind with a pid that no longer runs: `alive()` tells the two apart, and
-the serving topics it names are still where the data is.
+the serving topics it names are still where the data is. Each view's entry says which revision
+serves, why a change of it was refused (when one was) and which rewind requests were carried out.
 
     {"bootstrapServers": "127.0.0.1:9092", "paths": ["/abs/examples/clickstream"], "pid": 4242,
-     "logs": {"page-views": {"topic": "page-views", "namespace": "default"}}}
+     "logs": {"page-views": {"topic": "page-views", "namespace": "default"}},
+     "views": {"enriched-page-views": {"namespace": "default", "servingRevision": 1,
+       "problem": {"reason": "HistoryIncomplete", "message": "..."}, "rewinds": ["replay-1"]}}}
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class RunState:
     paths: tuple[str, ...] = ()
     pid: int = field(default_factory=os.getpid)
     logs: Mapping[str, ServedLog] = field(default_factory=dict)
+    views: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def alive(self) -> bool:
         """Whether the process that wrote this state still runs."""
@@ -56,8 +60,8 @@ class RunState:
         return served.topic if served is not None and served.namespace == namespace else None
 
     def to_json(self) -> dict[str, Any]:
-        """The state as the JSON object written to `run.json`."""
-        return {
+        """The state as the JSON object written to `run.json` (`views` only when there are)."""
+        found: dict[str, Any] = {
             "bootstrapServers": self.bootstrap_servers,
             "paths": list(self.paths),
             "pid": self.pid,
@@ -66,6 +70,9 @@ class RunState:
                 for name, served in sorted(self.logs.items())
             },
         }
+        if self.views:
+            found["views"] = {name: dict(view) for name, view in sorted(self.views.items())}
+        return found
 
     @classmethod
     def from_json(cls, data: object) -> RunState:
@@ -79,7 +86,10 @@ class RunState:
             raise ValueError("paths: is not a list of file names")
         if not isinstance(pid, int) or isinstance(pid, bool):
             raise ValueError("pid: is missing or not a number")
-        return cls(servers, tuple(paths), pid, _served_logs(data.get("logs", {})))
+        views = data.get("views", {})
+        if not isinstance(views, dict) or not all(isinstance(v, dict) for v in views.values()):
+            raise ValueError("views: is not an object of view names")
+        return cls(servers, tuple(paths), pid, _served_logs(data.get("logs", {})), views)
 
 
 def _served_logs(logs: object) -> dict[str, ServedLog]:

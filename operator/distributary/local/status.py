@@ -3,7 +3,9 @@
 A snapshot is read the way any Kafka tool would read it: a view's position is its revision's
 consumer group's committed offsets, its lag the distance from there to its inputs' end offsets.
 Records/s, the state and dead letters come from the progress topic the runner publishes. The group
-is read before the end offsets, so a lag is never under-stated.
+is read before the end offsets, so a lag is never under-stated. What the groups cannot tell (a
+change of a view that was refused, and why; the rewinds carried out) comes from the run's plan and
+its state folder as a note per view, shown under the table and in the summary.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 from rich.table import Table
 
 from distributary.kafka.admin import KafkaAdmin
+from distributary.plan.conditions import Problem
 from distributary.plan.pipeline import PipelinePlan
 from distributary.plan.positions import Offsets, offsets_json
 from distributary.plan.progress import progress_key, records_behind
@@ -32,6 +35,27 @@ class LogRow:
 
 
 @dataclass(frozen=True)
+class ViewNote:
+    """What a view's group does not tell: a change refused (why, and the revision serving on),
+    and the rewinds carried out (`revisions.json`'s records)."""
+
+    serving: int = 1
+    problem: Problem | None = None
+    rewinds: tuple[Mapping[str, Any], ...] = ()
+
+
+def problem_line(name: str, problem: Problem, serving: int) -> str:
+    """A refused change of view `name` for people: what is wrong, what to do, what runs."""
+    text = f"view {name}: change refused ({problem.reason}): {problem.message}"
+    if problem.reason == "HistoryIncomplete":
+        text += (
+            "; or restore the input's history (its records from offset 0, e.g. produced again "
+            "into a fresh --state-dir) and run again"
+        )
+    return f"{text}. Revision {serving} keeps serving."
+
+
+@dataclass(frozen=True)
 class ViewRow:
     """A view's revision as its group and its progress records tell."""
 
@@ -44,6 +68,7 @@ class ViewRow:
     records_per_second: float
     dead_letters: int
     error: str | None = None
+    note: ViewNote = ViewNote()
 
 
 @dataclass(frozen=True)
@@ -68,18 +93,25 @@ class Snapshot:
                 }
                 for log in self.logs
             },
-            "views": {
-                view.name: {
-                    "revision": view.revision,
-                    "outputTopic": view.output_topic,
-                    "position": offsets_json(view.position),
-                    "lag": view.lag,
-                    "state": view.state,
-                    "deadLetters": view.dead_letters,
-                }
-                for view in self.views
-            },
+            "views": {view.name: _view_json(view) for view in self.views},
         }
+
+
+def _view_json(view: ViewRow) -> dict[str, Any]:
+    found: dict[str, Any] = {
+        "revision": view.revision,
+        "outputTopic": view.output_topic,
+        "position": offsets_json(view.position),
+        "lag": view.lag,
+        "state": view.state,
+        "deadLetters": view.dead_letters,
+    }
+    problem = view.note.problem
+    if problem is not None:
+        found["problem"] = {"reason": problem.reason, "message": problem.message}
+    if view.note.rewinds:
+        found["rewinds"] = [dict(r) for r in view.note.rewinds]
+    return found
 
 
 def observe(
@@ -87,8 +119,10 @@ def observe(
     specs: Sequence[RunnerSpec],
     admin: KafkaAdmin,
     progress: Mapping[str, Mapping[str, Any]],
+    notes: Mapping[str, ViewNote] | None = None,
 ) -> Snapshot:
-    """Read positions, end offsets and progress into a snapshot."""
+    """Read positions, end offsets and progress into a snapshot, with each view's note (by
+    view name)."""
     groups = {spec.consumer_group: admin.committed(spec.consumer_group) for spec in specs}
     topics = sorted({t.topic.name for t in plan.topics} | {s.dead_letter_topic for s in specs})
     marks = admin.watermarks(topics)
@@ -101,7 +135,10 @@ def observe(
         )
         for t in plan.topics
     )
-    views = tuple(_view_row(spec, groups[spec.consumer_group], marks, progress) for spec in specs)
+    views = tuple(
+        _view_row(spec, groups[spec.consumer_group], marks, progress, (notes or {}).get(spec.name))
+        for spec in specs
+    )
     return Snapshot(logs=logs, views=views)
 
 
@@ -110,6 +147,7 @@ def _view_row(
     position: Offsets,
     marks: Mapping[str, Mapping[int, tuple[int, int]]],
     progress: Mapping[str, Mapping[str, Any]],
+    note: ViewNote | None = None,
 ) -> ViewRow:
     ends = {
         source.topic: {p: end for p, (_, end) in marks.get(source.topic, {}).items()}
@@ -128,12 +166,24 @@ def _view_row(
         # Records in the view's dead-letter topic (shared by its revisions): survives restarts.
         dead_letters=sum(end - start for start, end in letters.values()),
         error=record.get("error"),
+        note=note or ViewNote(),
     )
 
 
 def render(snapshot: Snapshot) -> Table:
-    """The live table: logs, then views."""
-    table = Table(box=None, pad_edge=False, header_style="bold")
+    """The live table: logs, then views; under it why a view's change was refused."""
+    refused = {
+        v.name: problem_line(v.name, v.note.problem, v.note.serving)
+        for v in snapshot.views
+        if v.note.problem is not None
+    }
+    table = Table(
+        box=None,
+        pad_edge=False,
+        header_style="bold",
+        caption="\n".join(refused.values()) or None,
+        caption_justify="left",
+    )
     for column in (
         "",
         "name",
@@ -152,6 +202,8 @@ def render(snapshot: Snapshot) -> Table:
         state = view.state + (f": {view.error}" if view.error else "")
         if view.dead_letters:
             state += f" ({view.dead_letters} dead letters)"
+        if view.note.problem is not None:
+            state += f"; change refused: {view.note.problem.reason} (below)"
         table.add_row(
             "view",
             view.name,
@@ -166,5 +218,9 @@ def render(snapshot: Snapshot) -> Table:
 
 def one_line(snapshot: Snapshot) -> str:
     """A short status line for logs that are not a terminal."""
-    parts = [f"{v.name} r{v.revision} lag {v.lag} {v.state}" for v in snapshot.views]
+    parts = [
+        f"{v.name} r{v.revision} lag {v.lag} {v.state}"
+        + (f", change refused: {v.note.problem.reason}" if v.note.problem is not None else "")
+        for v in snapshot.views
+    ]
     return "; ".join(parts) or "no views"

@@ -4,13 +4,17 @@ Each view or job of the new pipeline is compared with the one of the same name i
 files, and its change classified as the operator will (`plan.revisions`): Ignore, RestartInPlace,
 Reprocess or Forbidden, with one reason per difference. What the operator then does follows the
 resource's upgrade strategy: under `Reprocess`, a view's reprocess runs beside the serving
-revision and cuts over once caught up.
+revision and cuts over once caught up. A declared Log's differences are listed field by field;
+the Log controller applies or refuses them (`plan.topics`).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any, Literal
 
+from distributary.api.log import Log
 from distributary.graph import Pipeline, Ref
 from distributary.plan.revisions import Classification, classify_job_change, classify_view_change
 
@@ -22,6 +26,11 @@ class PlannedChange:
     ref: Ref
     kind: str  # "New", "Removed", or a classification's kind
     reasons: tuple[str, ...] = ()
+    # Against a cluster (`plan.cluster_changes`): the revision that serves (a view) or runs (a
+    # job) there, the revision this change starts, and what the cluster's status says.
+    revision: int | None = None
+    starts: int | None = None
+    notes: tuple[str, ...] = ()
 
 
 def pipeline_changes(before: Pipeline, after: Pipeline) -> list[PlannedChange]:
@@ -55,3 +64,53 @@ def pipeline_changes(before: Pipeline, after: Pipeline) -> list[PlannedChange]:
         if ref not in after.views and ref not in after.jobs:
             found.append(PlannedChange(ref, "Removed"))
     return found
+
+
+@dataclass(frozen=True)
+class LogDifference:
+    """A declared Log only in the files, only in what they are compared with (the cluster), or
+    with another spec there."""
+
+    ref: Ref
+    kind: Literal["OnlyInFiles", "OnlyInCluster", "Changed"]
+    fields: tuple[str, ...] = ()  # for Changed: "partitions: 2 -> 4"
+
+
+def log_differences(after: Pipeline, before: Pipeline, namespace: str) -> list[LogDifference]:
+    """The declared (not derived) Logs of `namespace` only in `after`, only in `before`, or
+    with another spec in each."""
+    mine = _declared(after, namespace)
+    theirs = _declared(before, namespace)
+    found: list[LogDifference] = []
+    for ref, log in mine.items():
+        if ref not in theirs:
+            found.append(LogDifference(ref, "OnlyInFiles"))
+        elif fields := spec_differences(theirs[ref], log):
+            found.append(LogDifference(ref, "Changed", fields))
+    found += [LogDifference(ref, "OnlyInCluster") for ref in theirs if ref not in mine]
+    return found
+
+
+def _declared(pipeline: Pipeline, namespace: str) -> dict[Ref, Log]:
+    return {
+        ref: log
+        for ref, log in sorted(pipeline.logs.items())
+        if ref.namespace == namespace and not pipeline.is_derived(ref)
+    }
+
+
+def spec_differences(old: Log, new: Log) -> tuple[str, ...]:
+    """Each top-level field of the Log's spec that differs: "partitions: 2 -> 4"."""
+    before = old.spec.model_dump(by_alias=True, mode="json")
+    after = new.spec.model_dump(by_alias=True, mode="json")
+    return tuple(
+        f"{name}: {_shown(before.get(name))} -> {_shown(after.get(name))}"
+        for name in sorted(before.keys() | after.keys())
+        if before.get(name) != after.get(name)
+    )
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

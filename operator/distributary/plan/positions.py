@@ -243,3 +243,32 @@ def rewind_targets(
             wanted = first
         targets[partition] = min(max(wanted, first), end)
     return targets
+
+
+def rewind_moves(
+    kind: str,
+    committed: Mapping[str, Mapping[int, int]],
+    watermarks: Mapping[str, Mapping[int, tuple[int, int]]],
+    *,
+    explicit: Mapping[int, int] | None = None,
+    by_time: Mapping[str, Mapping[int, int]] | None = None,
+) -> list[dict[str, Any]]:
+    """Every partition of the topics of `watermarks` as a rewind of `kind` moves a consumer now
+    at `committed`: its position before (None where it has committed none) and after
+    (`rewind_targets`), as `status.lastRewind.offsets` lists them, topics and partitions in
+    order. `by_time` is each topic's `offsets_for_time` for a rewind to a timestamp."""
+    moves = []
+    for topic, marks in sorted(watermarks.items()):
+        targets = rewind_targets(
+            kind,
+            {p: first for p, (first, _) in marks.items()},
+            {p: end for p, (_, end) in marks.items()},
+            explicit=explicit,
+            by_time=(by_time or {}).get(topic),
+        )
+        for partition, target in targets.items():
+            before = committed.get(topic, {}).get(partition)
+            moves.append(
+                {"topic": topic, "partition": partition, "fromOffset": before, "toOffset": target}
+            )
+    return moves

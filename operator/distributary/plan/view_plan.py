@@ -45,6 +45,7 @@ from distributary.plan.topics import DesiredTopic, desired_topic
 VIEW_LABEL = "distributary.dev/view"
 SERVING_ANNOTATION = "distributary.dev/serving-revision"
 LATEST_ANNOTATION = "distributary.dev/latest-revision"  # the newest, e.g. one catching up
+CATCH_UP_BATCH = 250_000  # records per micro-batch of a reprocessing revision, unless set
 
 
 def is_child_log(body: Mapping[str, Any]) -> bool:
@@ -61,6 +62,63 @@ def _document(body: Mapping[str, Any]) -> dict[str, Any]:
         "spec": body.get("spec"),
         "status": body.get("status"),
     }
+
+
+def planning_bodies(
+    logs: Iterable[Mapping[str, Any]],
+    writers: Iterable[Mapping[str, Any]],
+    start: Mapping[str, Any],
+) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """The Logs, and the views and jobs (`start` among them), that planning `start` depends on:
+    everything upstream of it, and whatever else claims a log it or they write.
+
+    A view's or job's problems (a missing input, a cycle through it, its SQL against its
+    inputs' schemas, an output another resource declares or writes) are all found in that part
+    of its namespace, so it is checked there rather than in the whole namespace's graph: a
+    reconcile then costs what the view's own lineage costs, not what a namespace of a thousand
+    Logs does."""
+    logs_by_name: dict[str, list[Mapping[str, Any]]] = {}
+    for body in logs:
+        logs_by_name.setdefault(_name(body), []).append(body)
+    start_key = (start.get("kind"), _name(start))
+    others = [w for w in writers if (w.get("kind"), _name(w)) != start_key]
+    by_output: dict[str, list[Mapping[str, Any]]] = {}
+    for body in [start, *others]:
+        for name in _named_logs(body, "outputs"):
+            by_output.setdefault(name, []).append(body)
+    chosen_logs: dict[int, Mapping[str, Any]] = {}
+    chosen: dict[int, Mapping[str, Any]] = {}
+    queue = [start]
+    while queue:
+        body = queue.pop()
+        if id(body) in chosen:
+            continue
+        chosen[id(body)] = body
+        for name in _named_logs(body, "inputs") + _named_logs(body, "outputs"):
+            for log in logs_by_name.get(name, ()):
+                chosen_logs[id(log)] = log
+            queue.extend(w for w in by_output.get(name, ()) if id(w) not in chosen)
+    return list(chosen_logs.values()), list(chosen.values())
+
+
+def _name(body: Mapping[str, Any]) -> str:
+    return str((body.get("metadata") or {}).get("name"))
+
+
+def _named_logs(body: Mapping[str, Any], which: str) -> list[str]:
+    """The log names a view's or job's spec reads (`inputs`) or writes (`outputs`), as far as
+    the spec can be read (a malformed one names fewer: the graph reports it)."""
+    spec = body.get("spec")
+    if not isinstance(spec, Mapping):
+        return []
+    if which == "outputs" and body.get("kind") == "DerivedView":
+        output = spec.get("output")
+        named = output.get("log") if isinstance(output, Mapping) else None
+        return [str(named or _name(body))]
+    items = spec.get(which)
+    if not isinstance(items, list):
+        return []
+    return [str(i["log"]) for i in items if isinstance(i, Mapping) and i.get("log")]
 
 
 def namespace_pipeline(
@@ -302,6 +360,9 @@ def plan_view(
         bootstrap_servers=bootstrap_servers,
         starting_positions=fresh,
     )
+    if fresh is not None and runner.max_offsets_per_trigger is None:
+        # Read in bounded batches, so that each commits and its progress shows as it goes.
+        runner = runner.model_copy(update={"max_offsets_per_trigger": CATCH_UP_BATCH})
     runner = with_checkpoint(runner, (lifecycle.row(current) or {}).get("checkpoint"))
     return replace(
         plan,
@@ -313,6 +374,18 @@ def plan_view(
         runner=runner,
         starts=lifecycle.started is not None,
     )
+
+
+def holds(current: Any, manifest: Any) -> bool:
+    """Whether the object `current` (as the API server has it) already holds everything
+    `manifest` sets, so that applying it again would change nothing: each key of a mapping
+    with an equal value, lists and scalars equal. What the server adds (defaults, status,
+    other managers' fields) does not count."""
+    if isinstance(manifest, Mapping):
+        return isinstance(current, Mapping) and all(
+            key in current and holds(current[key], value) for key, value in manifest.items()
+        )
+    return bool(current == manifest)
 
 
 def with_checkpoint(runner: RunnerSpec, folder: str | None) -> RunnerSpec:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from distributary.kube import resources
 from distributary.kube.controlplane import KUBERNETES_VERSION, ControlPlane
 
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
@@ -162,3 +163,20 @@ def test_a_restarted_control_plane_keeps_its_resources(
     with ControlPlane(tmp_path / "plane", quiet=True) as plane:
         assert "namespace/kept" in kubectl_of(plane, "get", "namespaces", "-o", "name").stdout
     assert not (tmp_path / "plane" / "pids").exists()
+
+
+def test_the_client_lists_in_pages_without_managed_fields(
+    kubectl: Kubectl, namespace: str, control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(5):
+        configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"page-{i}"}}
+        apply(kubectl, namespace, json.dumps(configmap))
+    monkeypatch.setattr(resources, "LIST_PAGE", 2)  # five objects in three pages
+    with resources.Kube(control_plane.kubeconfig) as kube:
+        found = kube.list("v1", "ConfigMap", namespace)
+    names = sorted(
+        i["metadata"]["name"] for i in found if i["metadata"]["name"].startswith("page-")
+    )
+    assert names == [f"page-{i}" for i in range(5)]
+    assert all("managedFields" not in i["metadata"] for i in found)
+    assert {(i["apiVersion"], i["kind"]) for i in found} == {("v1", "ConfigMap")}

@@ -159,3 +159,20 @@ def test_a_rewind_lands_within_what_each_partition_retains() -> None:
     # Explicit offsets, clamped to the retained range; a partition not named starts earliest.
     assert rewind_targets("offsets", starts, ends, explicit={0: 5}) == {0: 10, 1: 0}
     assert rewind_targets("offsets", starts, ends, explicit={0: 20, 1: 99}) == {0: 20, 1: 30}
+
+
+def test_a_rewinds_moves_list_each_partitions_position_before_and_after() -> None:
+    from distributary.plan.positions import rewind_moves
+
+    marks = {"clicks": {0: (10, 50), 1: (0, 30)}, "users": {0: (0, 5)}}
+    committed = {"clicks": {0: 48}, "users": {0: 5}}
+    assert rewind_moves("earliest", committed, marks) == [
+        {"topic": "clicks", "partition": 0, "fromOffset": 48, "toOffset": 10},
+        {"topic": "clicks", "partition": 1, "fromOffset": None, "toOffset": 0},
+        {"topic": "users", "partition": 0, "fromOffset": 5, "toOffset": 0},
+    ]
+    by_time = {"clicks": {0: 42, 1: -1}, "users": {0: 3}}
+    moved = rewind_moves("timestamp", committed, marks, by_time=by_time)
+    assert [m["toOffset"] for m in moved] == [42, 30, 3]
+    explicit = rewind_moves("offsets", committed, {"clicks": marks["clicks"]}, explicit={1: 7})
+    assert [m["toOffset"] for m in explicit] == [10, 7]

@@ -7,10 +7,13 @@ from typing import Any
 from distributary.api.view import DerivedView
 from distributary.plan.revisions import Classification
 from distributary.plan.view_plan import (
+    CATCH_UP_BATCH,
     SERVING_ANNOTATION,
     VIEW_LABEL,
+    holds,
     namespace_pipeline,
     plan_view,
+    planning_bodies,
 )
 
 NS = "shop"
@@ -159,6 +162,15 @@ def test_a_reprocess_starts_the_next_revision_from_the_start_of_its_inputs() -> 
     assert [t.name for t in plan.topics] == ["big.r2", "distributary.shop.big.dlq"]
     assert plan.output_log is not None
     assert plan.output_log["metadata"]["annotations"][SERVING_ANNOTATION] == "1"
+    # Its history is read in bounded batches, so that its progress shows as it goes.
+    assert plan.runner.max_offsets_per_trigger == CATCH_UP_BATCH
+    first = planned([log("clicks")], views, "big")
+    assert first.runner is not None
+    assert first.runner.max_offsets_per_trigger is None  # revision 1: as the spec says
+    views[0]["spec"]["spark"] = {"maxOffsetsPerTrigger": 1000}
+    chosen = planned([log("clicks")], views, "big", previous, 2, change)
+    assert chosen.runner is not None
+    assert chosen.runner.max_offsets_per_trigger == 1000  # the spec's own limit wins
 
 
 def test_an_upstream_cutover_makes_a_reader_reprocess_without_an_edit() -> None:
@@ -215,3 +227,103 @@ def test_the_namespace_graph_is_reused_only_for_the_same_resource_versions() -> 
     assert next(iter(changed.views.values())).spec.sql == "SELECT user FROM src"
     bare = [log("clicks")]  # no resourceVersion (files, tests): never kept
     assert namespace_pipeline(bare, [])[0] is not namespace_pipeline(bare, [])[0]
+
+
+def names(bodies: list[dict[str, Any]]) -> list[str]:
+    return sorted(str(b["metadata"]["name"]) for b in bodies)
+
+
+def job(name: str, reads: list[str], writes: list[str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "distributary.dev/v1alpha1",
+        "kind": "StreamJob",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "file": "local:///jobs/job.py",
+            "inputs": [{"log": n} for n in reads],
+            "outputs": [{"log": n} for n in writes],
+        },
+    }
+
+
+def test_a_view_is_planned_from_its_lineage_not_its_whole_namespace() -> None:
+    logs = [log(f"log-{i}") for i in range(50)] + [
+        child("sums", "sums", "sums.r1"),
+        child("top", "top", "top.r1"),
+        log("enriched"),
+    ]
+    writers = [
+        view("sums", "log-1", "SELECT user, n FROM src"),
+        view("top", "sums", "SELECT user FROM src"),  # reads sums: downstream of it
+        view("other", "log-2", "SELECT user FROM src"),
+        job("enrich", ["log-3"], ["enriched"]),
+        view("late", "enriched", "SELECT user FROM src"),
+    ]
+    top = writers[1]
+    found_logs, found = planning_bodies(logs, writers, top)
+    assert names(found) == ["sums", "top"]  # its upstream view; not other, not late
+    assert names(found_logs) == ["log-1", "sums", "top"]  # inputs upstream, its own output
+    sums_logs, sums = planning_bodies(logs, writers, writers[0])
+    assert (names(sums_logs), names(sums)) == (["log-1", "sums"], ["sums"])
+    late_logs, late = planning_bodies(logs, writers, writers[4])
+    assert names(late) == ["enrich", "late"]  # a job writing an input is upstream too
+    assert names(late_logs) == ["enriched", "log-3"]  # no child Log yet: not started
+    # Planned from that part alone, the view has the plan it has in the whole namespace.
+    whole = planned(logs, writers, "top")
+    pipeline, children, _ = namespace_pipeline(found_logs, found)
+    alone = plan_view(
+        pipeline,
+        children,
+        DerivedView.model_validate(top),
+        None,
+        checkpoint_root="s3a://bucket/ck",
+        bootstrap_servers="kafka:9092",
+        generation=1,
+    )
+    assert alone.runner == whole.runner
+    assert alone.output_log == whole.output_log
+
+
+def test_the_lineage_holds_what_makes_a_view_fail() -> None:
+    # A cycle through the view, across two views.
+    writers = [view("a", "b", "SELECT user, n FROM src"), view("b", "a", "SELECT user, n FROM src")]
+    writers.append(view("c", "a", "SELECT user FROM src"))  # downstream of the cycle only
+    logs, found = planning_bodies([], writers, writers[0])
+    assert names(found) == ["a", "b"]
+    pipeline, _, _ = namespace_pipeline(logs, found)
+    assert any("cycle" in p.message for p in pipeline.problems if p.resource.endswith("/a"))
+    # A Log, or another view, claiming the view's output name.
+    taken = [log("clicks"), log("big")]
+    writers = [view("big", "clicks", "SELECT user FROM src"), view("copy", "clicks",
+               "SELECT user FROM src", log="big")]  # fmt: skip
+    logs, found = planning_bodies(taken, writers, writers[0])
+    assert names(logs) == ["big", "clicks"]
+    assert names(found) == ["big", "copy"]
+    # A missing input stays missing, and a spec that does not parse names nothing more.
+    logs, found = planning_bodies(
+        [log("x")], [view("v", "nowhere", "SELECT 1")], view("v", "nowhere", "SELECT 1")
+    )
+    assert (names(logs), names(found)) == ([], ["v"])
+    broken = {"kind": "DerivedView", "metadata": {"name": "b"}, "spec": {"inputs": "clicks"}}
+    assert planning_bodies([log("clicks")], [], broken) == ([], [broken])
+
+
+def test_an_output_log_is_applied_again_only_when_the_server_lacks_part_of_it() -> None:
+    views = [view("big", "clicks", "SELECT user, n FROM src")]
+    manifest = planned([log("clicks")], views, "big").output_log
+    assert manifest is not None
+    assert not holds(None, manifest)  # not made yet
+    current = {
+        **manifest,
+        "metadata": {**manifest["metadata"], "uid": "u-9", "resourceVersion": "7"},
+        "spec": {**manifest["spec"], "deletionPolicy": "Retain"},  # a default the server adds
+        "status": {"topicName": "big.r1"},
+    }
+    assert holds(current, manifest)
+    moved = {**manifest["metadata"]["annotations"], SERVING_ANNOTATION: "2"}
+    assert not holds(
+        current, {**manifest, "metadata": {**manifest["metadata"], "annotations": moved}}
+    )
+    edited = {**current, "spec": {**current["spec"], "partitions": 9}}  # drifted: applied again
+    assert not holds(edited, manifest)
+    assert not holds({**current, "metadata": {"name": "big"}}, manifest)

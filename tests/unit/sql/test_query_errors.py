@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from distributary.sql import SqlError, analyze_query, parse_ddl
+from distributary.sql import Column, SqlError, analyze_query, parse_ddl
 
 TABLES = {
     "clicks": parse_ddl("user_id STRING, url STRING, ts TIMESTAMP"),
@@ -113,3 +113,12 @@ def test_a_statement_that_is_not_a_query() -> None:
 
 def test_an_unknown_schema_does_not_excuse_an_unknown_table() -> None:
     assert "reads table 'rawer'" in str(refused("SELECT * FROM raw JOIN rawer"))
+
+
+def test_an_error_is_the_same_each_time_the_query_is_analysed() -> None:
+    tables = {"clicks": [Column("user", "STRING")]}
+    for _ in range(2):  # the second answer comes from what the first one kept
+        with pytest.raises(SqlError, match="amount") as caught:
+            analyze_query("SELECT clicks.amount FROM clicks", tables)
+        assert caught.value.table == "clicks"
+    assert analyze_query("SELECT user FROM clicks", tables).names == ("user",)

@@ -1,0 +1,98 @@
+"""Topic work of many Log reconciles, carried out together.
+
+When a thousand Logs are applied at once, a thousand handlers each want their topic made and
+its watermarks read. One at a time that is about nine Admin API round trips each; together
+(`DirectTopics.reconcile_many`) it is five requests for all of them. So a handler does not call
+Kafka itself: it queues its topic and awaits its own outcome. One worker takes everything queued
+as a batch, runs it on a thread, and hands each handler its outcome or its error; requests that
+arrive meanwhile form the next batch. A lone Log waits `gather` seconds more than it would alone.
+Views' topics (each revision's output and dead letters) go the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from distributary.backends.direct import TopicOutcome
+from distributary.kafka.admin import KafkaAdminError
+from distributary.plan.topics import DesiredTopic
+
+T = TypeVar("T")
+Request = tuple[DesiredTopic, frozenset[str]]
+Run = Callable[[Sequence[Request]], Mapping[str, TopicOutcome | KafkaAdminError]]
+
+
+@dataclass
+class TopicBatches:
+    """Queues topic reconciles and runs them in batches of at most `limit` distinct topics."""
+
+    run: Run
+    limit: int = 500
+    gather: float = 0.05  # seconds the first request waits for others started with it
+    _queue: list[tuple[Request, asyncio.Future[TopicOutcome]]] = field(default_factory=list)
+    _worker: asyncio.Task[None] | None = None
+    _executor: concurrent.futures.ThreadPoolExecutor | None = None
+
+    async def reconcile(
+        self, desired: DesiredTopic, managed: frozenset[str] = frozenset()
+    ) -> TopicOutcome:
+        """The topic brought to `desired`; raises `KafkaAdminError` as the one-topic way would."""
+        future: asyncio.Future[TopicOutcome] = asyncio.get_running_loop().create_future()
+        self._queue.append(((desired, managed), future))
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.create_task(self._drain())
+        return await future
+
+    def _thread(self) -> concurrent.futures.ThreadPoolExecutor:
+        """A thread of its own: Logs never wait behind other handlers' work in the shared pool
+        (views and jobs do theirs there), and one batch runs at a time anyway."""
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(1, "distributary-topics")
+        return self._executor
+
+    async def _drain(self) -> None:
+        await asyncio.sleep(self.gather)
+        while self._queue:
+            batch, self._queue = next_batch(self._queue, self.limit)
+            requests = [request for request, _ in batch]
+            try:
+                outcomes = await asyncio.get_running_loop().run_in_executor(
+                    self._thread(), self.run, requests
+                )
+            except Exception as exc:  # Kafka did not answer (or worse): every waiter learns it
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for (desired, _), future in batch:
+                if future.done():  # its handler was cancelled
+                    continue
+                outcome = outcomes.get(desired.name)
+                if isinstance(outcome, TopicOutcome):
+                    future.set_result(outcome)
+                else:
+                    future.set_exception(
+                        outcome or KafkaAdminError(f"topic {desired.name!r}: no outcome")
+                    )
+
+
+def next_batch(
+    queue: list[tuple[Request, T]], limit: int
+) -> tuple[list[tuple[Request, T]], list[tuple[Request, T]]]:
+    """The queue's next batch (in order, at most `limit`, each topic once: a topic asked for
+    again waits for the next batch, which then sees what the first did) and what is left."""
+    batch: list[tuple[Request, T]] = []
+    rest: list[tuple[Request, T]] = []
+    names: set[str] = set()
+    for item in queue:
+        name = item[0][0].name
+        if name in names or len(batch) >= limit:
+            rest.append(item)
+        else:
+            names.add(name)
+            batch.append(item)
+    return batch, rest
