@@ -302,6 +302,7 @@ def measure(
     )
     report["ready"] = bench.counts()
     report["idle_api_requests_per_s"] = round(idle_total / args.settle, 1)
+    report["idle_api_requests"] = idle  # by request, the benchmark's /metrics reads among them
     report["operator_peak_rss_mb"] = peak
     report["operator_memory"] = {
         "measures": MEMORY,

@@ -21,13 +21,15 @@ from distributary.api import ResourceError, parse_resource
 from distributary.api.job import StreamJob
 from distributary.controllers import metrics
 from distributary.controllers.applications import (
+    SPARK_API,
     RewindTarget,
     Runtime,
     rewind_once,
     run_application,
+    spark_operator_runtime,
 )
 from distributary.controllers.settings import OperatorSettings
-from distributary.controllers.views import GROUP, SPARK_API, VERSION, index_entry
+from distributary.controllers.views import GROUP, VERSION, index_entry
 from distributary.kafka.admin import KafkaAdminError
 from distributary.plan.conditions import Problem
 from distributary.plan.job_plan import JobPlan, plan_job, with_job_rewind
@@ -35,7 +37,7 @@ from distributary.plan.job_status import job_start_record, job_status
 from distributary.plan.positions import Offsets
 from distributary.plan.progress import progress_key
 from distributary.plan.spark import application_name, label_value
-from distributary.plan.spark_state import AppState, restart_delay, spark_application_state
+from distributary.plan.spark_state import AppState, restart_delay
 from distributary.plan.view_plan import namespace_pipeline, planning_bodies, rewind_folder
 from distributary.plan.view_status import ViewObservation
 
@@ -100,20 +102,7 @@ def _runtime(settings: OperatorSettings, plan: JobPlan, job: StreamJob) -> Runti
 
         return Runtime(namespace, name, lambda: local.state_of(folder), start_local, lambda: None)
 
-    def state() -> AppState:
-        return spark_application_state(
-            settings.kube.get(SPARK_API, "SparkApplication", namespace, name)
-        )
-
-    def start() -> AppState:
-        if manifest is not None:  # the applied object carries its status
-            return spark_application_state(settings.kube.apply(manifest))
-        return state()
-
-    def remove() -> None:
-        settings.kube.delete(SPARK_API, "SparkApplication", namespace, name)
-
-    return Runtime(namespace, name, state, start, remove)
+    return spark_operator_runtime(settings, namespace, name, lambda: manifest)
 
 
 def _retire_others(settings: OperatorSettings, job: StreamJob, revision: int) -> list[str]:

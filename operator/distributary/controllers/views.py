@@ -27,10 +27,12 @@ from distributary.api.log import Log
 from distributary.api.view import DerivedView
 from distributary.controllers import metrics
 from distributary.controllers.applications import (
+    SPARK_API,
     RewindTarget,
     Runtime,
     rewind_once,
     run_application,
+    spark_operator_runtime,
 )
 from distributary.controllers.settings import OperatorSettings
 from distributary.kafka.admin import KafkaAdminError
@@ -40,7 +42,7 @@ from distributary.plan.kappa import LIVE, mark_deleted
 from distributary.plan.positions import lost_history
 from distributary.plan.progress import progress_key
 from distributary.plan.spark import application_name, spark_application
-from distributary.plan.spark_state import AppState, restart_delay, spark_application_state
+from distributary.plan.spark_state import restart_delay
 from distributary.plan.topics import desired_topic
 from distributary.plan.view_plan import (
     LATEST_ANNOTATION,
@@ -57,7 +59,6 @@ from distributary.plan.view_status import ViewObservation, start_record, view_st
 
 GROUP, VERSION = "distributary.dev", "v1alpha1"
 API = f"{GROUP}/{VERSION}"
-SPARK_API = "sparkoperator.k8s.io/v1beta2"
 
 
 INDEXED_METADATA = (
@@ -177,21 +178,11 @@ def _runtime(settings: OperatorSettings, plan: ViewPlan, view: DerivedView) -> R
             namespace, name, lambda: local.state(runner), lambda: local.ensure(runner), lambda: None
         )
 
-    def state() -> AppState:
-        return spark_application_state(
-            settings.kube.get(SPARK_API, "SparkApplication", namespace, name)
-        )
-
-    def start() -> AppState:
+    def manifest() -> dict[str, Any]:
         owner = owner_of(view)
-        manifest = spark_application(runner, view.spec.spark, image=settings.image, owner=owner)
-        # The applied object carries the Spark operator's status: no second read needed.
-        return spark_application_state(settings.kube.apply(manifest))
+        return spark_application(runner, view.spec.spark, image=settings.image, owner=owner)
 
-    def remove() -> None:
-        settings.kube.delete(SPARK_API, "SparkApplication", namespace, name)
-
-    return Runtime(namespace, name, state, start, remove)
+    return spark_operator_runtime(settings, namespace, name, manifest)
 
 
 async def _make_topics(settings: OperatorSettings, plan: ViewPlan, view: DerivedView) -> None:

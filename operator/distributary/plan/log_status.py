@@ -70,6 +70,8 @@ def log_status(
             c.model_dump(by_alias=True, exclude_none=True)
             for c in conditions(observation, old_conditions, now)
         ],
+        # Who reads the Log is the observer's to say; until it has, nobody is known to.
+        "subscribers": list(before.get("subscribers") or []),
     }
     if result.plan is not None:
         status["managedConfigs"] = sorted(result.plan.managed_configs)

@@ -136,3 +136,10 @@ def test_a_stream_job_reading_a_log_is_a_subscriber_at_its_running_revision() ->
     ]
     assert found[1]["consumerGroup"] == "distributary.ns.enrich.r3"
     assert found[1]["position"] == {"0": 9}
+
+
+def test_subscribers_start_empty_and_are_kept_as_the_observer_wrote_them() -> None:
+    result = LogReconcile(3, "orders", plan=created(), partitions=1, watermarks={})
+    assert log_status(result, None, NOW)["subscribers"] == []
+    readers = [{"kind": "DerivedView", "name": "big", "revision": 1, "lag": 0}]
+    assert log_status(result, {"subscribers": readers}, NOW)["subscribers"] == readers
