@@ -34,12 +34,13 @@ from distributary.controllers.applications import (
     run_application,
     spark_operator_runtime,
 )
-from distributary.controllers.settings import OperatorSettings
+from distributary.controllers.settings import OperatorSettings, kafka_security
 from distributary.kafka.admin import KafkaAdminError
+from distributary.kafka.history import lost_input_history
+from distributary.kafka.records import RecordsError
 from distributary.kube.resources import KubeError
 from distributary.plan.conditions import Problem
 from distributary.plan.kappa import LIVE, mark_deleted
-from distributary.plan.positions import lost_history
 from distributary.plan.progress import progress_key
 from distributary.plan.spark import application_name, spark_application
 from distributary.plan.spark_state import restart_delay
@@ -156,10 +157,9 @@ def _plan(
     if plan.starts and plan.runner is not None and plan.runner.revision > 1:
         topics = {s.topic: s.log for s in plan.runner.inputs}
         try:
-            starts = settings.admin.start_offsets(list(topics))
-        except KafkaAdminError as exc:  # no reprocess without knowing what history it has
+            lost = lost_input_history(settings.admin, topics, kafka_security())
+        except (KafkaAdminError, RecordsError) as exc:  # not without knowing what history it has
             raise kopf.TemporaryError(f"checking the inputs' history: {exc}", delay=15) from exc
-        lost = lost_history(starts, topics)
         if lost is not None:
             plan = planned(history_lost=lost)
     return plan

@@ -162,10 +162,16 @@ def _finish(
 class TopicReader:
     """Reads the end of topics and follows them with one consumer that never joins a group."""
 
-    def __init__(self, bootstrap_servers: str, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        timeout: float = 30.0,
+        client: Mapping[str, str] | None = None,
+    ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.timeout = timeout
         settings: dict[str, str | int | float | bool] = {
+            **(client or {}),
             "group.id": TAIL_GROUP,
             "enable.auto.commit": False,
             "enable.partition.eof": True,
@@ -202,6 +208,14 @@ class TopicReader:
         records = self._read(topic, ranges) if count and ranges else []
         records.sort(key=lambda r: (r.timestamp_ms, r.partition, r.offset))
         return records[-count:] if count else [], ends
+
+    def offsets(self, topic: str, ranges: Mapping[int, tuple[int, int]]) -> dict[int, list[int]]:
+        """The offsets of the records in each partition's [start, end) range, in order: where
+        compaction removed records, offsets are missing."""
+        found: dict[int, list[int]] = {partition: [] for partition in ranges}
+        for record in self._read(topic, ranges) if ranges else []:
+            found[record.partition].append(record.offset)
+        return {partition: sorted(offsets) for partition, offsets in found.items()}
 
     def _read(self, topic: str, ranges: Mapping[int, tuple[int, int]]) -> list[Record]:
         self._consumer.assign([TopicPartition(topic, p, start) for p, (start, _) in ranges.items()])

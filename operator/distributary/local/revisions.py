@@ -9,11 +9,12 @@ the last run starts revision N+1 beside N; once N+1 has caught up it serves, N s
 views that read its output reprocess in turn.
 
 The operator's retention guard holds here too: before a reprocessing revision starts, its
-inputs' first offsets are read (`start_offsets`), and when a partition no longer starts at 0 the
-view is planned again with the history it lost (`plan.positions.lost_history`), which refuses the
-reprocess unless the spec allows partial history. A refused change is recorded in the view's
-`status.problem`, and the serving revision runs on from its recorded spec. The rewinds carried
-out (`local.rewinds`) are kept in `status.rewinds`.
+inputs' history is checked (`kafka.history.lost_input_history`: a partition that no longer
+starts at 0, a compacted one with records removed), and when some is lost the view is planned
+again with the history it lost, which refuses the reprocess unless the spec allows partial
+history. A refused change is recorded in the view's `status.problem`, and the serving revision
+runs on from its recorded spec. The rewinds carried out (`local.rewinds`) are kept in
+`status.rewinds`.
 
     {"views": {"default/enriched": {"view": {...spec...}, "status": {"servingRevision": 1,
       "revisions": [...]}, "specs": {"1": {...runner spec...}}}}}
@@ -34,8 +35,7 @@ from typing import Any
 from distributary.api.log import LogStatus
 from distributary.api.view import DerivedView
 from distributary.graph import Pipeline, Ref
-from distributary.plan.kappa import CATCHING_UP, mark_deleted
-from distributary.plan.positions import Offsets, lost_history
+from distributary.plan.kappa import CATCHING_UP, LIVE, mark_deleted
 from distributary.plan.runner_spec import RunnerSpec
 from distributary.plan.view_plan import ViewPlan, plan_view
 
@@ -135,8 +135,9 @@ class LocalPlan:
     serving: dict[str, str]  # derived log name -> the topic its view serves
 
 
-StartOffsets = Callable[[list[str]], Offsets]
-"""The first retained offset of every partition of some topics (`KafkaAdmin.start_offsets`)."""
+LostHistory = Callable[[Mapping[str, str]], str | None]
+"""Why some input topics (topic -> log) no longer hold their whole history, None if they do
+(`kafka.history.lost_input_history`)."""
 
 
 def plan_views(
@@ -147,12 +148,12 @@ def plan_views(
     bootstrap_servers: str,
     localize: Any,
     now: datetime | None = None,
-    start_offsets: StartOffsets | None = None,
+    lost_history_of: LostHistory | None = None,
 ) -> LocalPlan:
     """Plan every view in order, record the outcome in `revisions`, and list the specs to run:
     each view's current revision, and beside a catching-up one, or alone while a change is
     refused, the revision still serving (its recorded spec). `localize(spec)` adds this
-    machine's Spark settings; `start_offsets`, when given, guards reprocessing against lost
+    machine's Spark settings; `lost_history_of`, when given, guards reprocessing against lost
     history."""
     moment = now or datetime.now(UTC)
     children: dict[str, LogStatus] = {}
@@ -181,7 +182,7 @@ def plan_views(
             now=moment,
             edited_from=edited,
         )
-        plan = history_guard(planned(), planned, start_offsets)
+        plan = history_guard(planned(), planned, lost_history_of)
         plans[ref.name] = plan
         recorded = dict((entry or {}).get("specs") or {})
         running = None
@@ -190,8 +191,13 @@ def plan_views(
             specs.append(runner)
             recorded[str(runner.revision)] = runner.model_dump(mode="json")
             running = runner.revision
-        if plan.revision != running and str(plan.revision) in recorded:
-            specs.append(RunnerSpec.model_validate(recorded[str(plan.revision)]))
+        # Beside it, the other live revisions run on from their recorded specs: the serving
+        # one, and one catching up while a later edit is refused (it may still cut over).
+        rows = plan.lifecycle.rows if plan.lifecycle is not None else ()
+        live = {int(r["revision"]) for r in rows if r.get("phase") in LIVE} | {plan.revision}
+        for revision in sorted(live - {running}, reverse=True):
+            if str(revision) in recorded:
+                specs.append(RunnerSpec.model_validate(recorded[str(revision)]))
         if plan.lifecycle is not None:
             row = plan.lifecycle.row(plan.revision) or {}
             output = pipeline.output(ref)
@@ -205,16 +211,16 @@ def plan_views(
 
 
 def history_guard(
-    plan: ViewPlan, planned: Callable[..., ViewPlan], start_offsets: StartOffsets | None
+    plan: ViewPlan, planned: Callable[..., ViewPlan], lost_history_of: LostHistory | None
 ) -> ViewPlan:
     """`plan`, or, when the reprocessing revision it would start reads an input whose history
-    retention removed, the view planned again with that history lost (`planned(history_lost=)`:
-    refused unless the spec allows partial history). The operator's retention guard."""
+    retention or compaction removed, the view planned again with that history lost
+    (`planned(history_lost=)`: refused unless the spec allows partial history). The operator's
+    retention guard."""
     runner = plan.runner
-    if start_offsets is None or not plan.starts or runner is None or runner.revision <= 1:
+    if lost_history_of is None or not plan.starts or runner is None or runner.revision <= 1:
         return plan
-    topics = {source.topic: source.log for source in runner.inputs}
-    lost = lost_history(start_offsets(sorted(topics)), topics)
+    lost = lost_history_of({source.topic: source.log for source in runner.inputs})
     return plan if lost is None else planned(history_lost=lost)
 
 

@@ -15,6 +15,7 @@ before it starts (`local.rewinds`).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -31,6 +32,7 @@ from distributary.artifacts import SPARK_KAFKA_CONNECTOR, jars
 from distributary.backends.direct import DirectTopics
 from distributary.graph import Pipeline
 from distributary.kafka.admin import KafkaAdmin
+from distributary.kafka.history import lost_input_history
 from distributary.kafka.progress import ProgressReader
 from distributary.local.broker import EmbeddedBroker, die_with_parent
 from distributary.local.revisions import LocalPlan, LocalRevisions, plan_views, view_key
@@ -105,7 +107,7 @@ class LocalRun:
             checkpoint_root=checkpoints.as_uri(),
             bootstrap_servers=self.bootstrap,
             localize=self._local,
-            start_offsets=admin.start_offsets,
+            lost_history_of=functools.partial(lost_input_history, admin),
         )
         serving = self.local_plan.serving
         self.plan = replace(

@@ -14,7 +14,7 @@ with -2 meaning earliest and -1 latest in starting offsets); `parse_offsets` and
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 Offsets = dict[str, dict[int, int]]
@@ -191,6 +191,34 @@ def lost_history(starts: Mapping[str, Mapping[int, int]], topics: Mapping[str, s
                     f"input log {log} (topic {topic}) has lost its history to retention: "
                     f"partition {partition} starts at offset {first}, not 0"
                 )
+    return None
+
+
+def compacted_history(
+    read: Mapping[str, Mapping[int, Sequence[int]]],
+    starts: Mapping[str, Mapping[int, int]],
+    topics: Mapping[str, str],
+) -> str | None:
+    """Why reading compacted `topics` (topic -> log) from the start would miss records: the first
+    gap in the offsets `read` from the head of a partition (from its first retained offset on),
+    which compaction left where it removed older records of a key. None when there is none."""
+    for topic, log in sorted(topics.items()):
+        for partition, offsets in sorted(read.get(topic, {}).items()):
+            expected = starts.get(topic, {}).get(partition, 0)
+            for offset in sorted(offsets):
+                if offset > expected:
+                    missing = (
+                        f"offset {expected}"
+                        if offset == expected + 1
+                        else f"offsets {expected} to {offset - 1}"
+                    )
+                    return (
+                        f"input log {log} (topic {topic}) is compacted and compaction has "
+                        f"removed records from its history: partition {partition} has no "
+                        f"records at {missing}, so a reprocess would see only the latest record "
+                        "of some keys"
+                    )
+                expected = offset + 1
     return None
 
 

@@ -5,13 +5,14 @@ given as a run reads them."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from distributary.api import parse_resource
 from distributary.graph import Pipeline
 from distributary.local.revisions import LocalPlan, LocalRevisions, plan_views
-from distributary.plan.positions import Offsets
+from distributary.plan.positions import Offsets, lost_history
 from distributary.plan.runner_spec import RunnerSpec
 
 KEY = "default/big"
@@ -34,10 +35,10 @@ def pipeline(sql: str, **upgrade: Any) -> Pipeline:
 
 
 def planned(found: Pipeline, revisions: LocalRevisions, starts: Offsets | None = None) -> LocalPlan:
-    def start_offsets(topics: list[str]) -> Offsets:
+    def lost_history_of(topics: Mapping[str, str]) -> str | None:
         assert starts is not None, "the first revision reads no history"
-        assert topics == ["clicks"]
-        return starts
+        assert topics == {"clicks": "clicks"}
+        return lost_history(starts, topics)
 
     return plan_views(
         found,
@@ -45,7 +46,7 @@ def planned(found: Pipeline, revisions: LocalRevisions, starts: Offsets | None =
         checkpoint_root="file:///state/checkpoints",
         bootstrap_servers="127.0.0.1:9092",
         localize=lambda spec: spec,
-        start_offsets=start_offsets,
+        lost_history_of=lost_history_of,
     )
 
 
@@ -120,6 +121,18 @@ def test_without_a_reader_of_first_offsets_nothing_is_checked(tmp_path: Path) ->
         checkpoint_root="file:///state/checkpoints",
         bootstrap_servers="127.0.0.1:9092",
         localize=lambda spec: spec,
-        start_offsets=None,
+        lost_history_of=None,
     )
     assert [s.revision for s in local.specs] == [2, 1]
+
+
+def test_a_revision_catching_up_runs_on_while_a_later_edit_is_refused(tmp_path: Path) -> None:
+    revisions = revisions_after_first_run(tmp_path)
+    whole = {"clicks": {0: 0, 1: 0}}
+    second = planned(pipeline("SELECT user, n FROM src WHERE n > 1"), revisions, whole)
+    assert [s.revision for s in second.specs] == [2, 1]
+    # Retention removes history before revision 2 has caught up; a third query is refused.
+    third = planned(pipeline("SELECT user, n FROM src WHERE n > 2"), revisions, LOST)
+    assert [p.reason for p in third.views["big"].problems] == ["HistoryIncomplete"]
+    assert [s.revision for s in third.specs] == [2, 1]  # 2 may still catch up and cut over
+    assert third.specs == second.specs

@@ -8,6 +8,7 @@ import pytest
 
 from distributary.plan.positions import (
     OffsetsError,
+    compacted_history,
     lag_per_topic,
     offsets_json,
     parse_offsets,
@@ -176,3 +177,19 @@ def test_a_rewinds_moves_list_each_partitions_position_before_and_after() -> Non
     assert [m["toOffset"] for m in moved] == [42, 30, 3]
     explicit = rewind_moves("offsets", committed, {"clicks": marks["clicks"]}, explicit={1: 7})
     assert [m["toOffset"] for m in explicit] == [10, 7]
+
+
+def test_a_gap_at_the_head_of_a_compacted_partition_is_lost_history() -> None:
+    topics = {"users.r1": "users"}
+    starts = {"users.r1": {0: 0, 1: 0}}
+    whole = {"users.r1": {0: [0, 1, 2, 3], 1: []}}
+    assert compacted_history(whole, starts, topics) is None
+    gap = {"users.r1": {0: [0, 1, 2, 3], 1: [0, 4, 5, 7]}}
+    found = compacted_history(gap, starts, topics)
+    assert found is not None
+    assert "input log users (topic users.r1) is compacted" in found
+    assert "partition 1 has no records at offsets 1 to 3" in found
+    head = {"users.r1": {0: [1, 2], 1: []}}  # the very first record is gone
+    assert "partition 0 has no records at offset 0," in str(compacted_history(head, starts, topics))
+    moved = {"users.r1": {0: 5}}  # read from the first retained offset: no gap there
+    assert compacted_history({"users.r1": {0: [5, 6]}}, moved, topics) is None
