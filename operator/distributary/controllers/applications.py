@@ -17,10 +17,8 @@ from typing import Any
 
 from distributary.api.common import Position
 from distributary.controllers.settings import OperatorSettings
-from distributary.kafka.admin import KafkaAdmin
+from distributary.kafka.rewinds import move_group, rewind_offsets
 from distributary.plan.conditions import rfc3339
-from distributary.plan.positions import rewind_targets
-from distributary.plan.runner_spec import starting_position
 from distributary.plan.spark_state import AppState, restart_delay, spark_application_state
 from distributary.plan.view_plan import holds
 
@@ -91,44 +89,6 @@ async def run_application(
         await asyncio.to_thread(app.remove)
     state = await asyncio.to_thread(app.start)
     return state, 0 if state.running else attempts
-
-
-def rewind_offsets(
-    admin: KafkaAdmin, group: str, topics: list[str], to: Position
-) -> list[dict[str, Any]]:
-    """Each partition of `topics`: the group's position now and where the rewind `to` puts it
-    (within what the partition retains), as `status.lastRewind.offsets` lists them."""
-    start = starting_position(to)
-    committed = admin.committed(group)
-    marks = admin.watermarks(topics)
-    by_time = (
-        admin.offsets_for_time(topics, start.timestamp_ms)
-        if start.kind == "timestamp" and start.timestamp_ms is not None
-        else {}
-    )
-    rows = []
-    for topic in sorted(topics):
-        targets = rewind_targets(
-            start.kind,
-            {p: low for p, (low, _) in marks[topic].items()},
-            {p: high for p, (_, high) in marks[topic].items()},
-            explicit=start.offsets,
-            by_time=by_time.get(topic),
-        )
-        for partition, target in targets.items():
-            before = committed.get(topic, {}).get(partition)
-            rows.append(
-                {"topic": topic, "partition": partition, "fromOffset": before, "toOffset": target}
-            )
-    return rows
-
-
-def move_group(admin: KafkaAdmin, group: str, offsets: list[dict[str, Any]]) -> None:
-    """Set `group`'s offsets to the rewind's targets (its consumer must be stopped)."""
-    targets: dict[str, dict[int, int]] = {}
-    for row in offsets:
-        targets.setdefault(str(row["topic"]), {})[int(row["partition"])] = int(row["toOffset"])
-    admin.commit(group, targets)
 
 
 @dataclass(frozen=True)

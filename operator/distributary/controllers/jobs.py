@@ -29,7 +29,7 @@ from distributary.controllers.applications import (
     spark_operator_runtime,
 )
 from distributary.controllers.settings import OperatorSettings
-from distributary.controllers.views import GROUP, VERSION, index_entry
+from distributary.controllers.views import GROUP, VERSION, index_entry, indexes_of
 from distributary.kafka.admin import KafkaAdminError
 from distributary.plan.conditions import Problem
 from distributary.plan.job_plan import JobPlan, plan_job, with_job_rewind
@@ -240,15 +240,6 @@ async def reconcile_job(
         raise kopf.TemporaryError(f"{seen.app.message}; restarting in {delay:.0f}s", delay=delay)
 
 
-def job_indexes(found: dict[str, Any]) -> dict[str, Any]:
-    """The three indexes a job is planned against, which kopf passes by their functions' names."""
-    return {
-        "logs": found["logs_by_namespace"],
-        "views": found["views_by_namespace"],
-        "jobs": found["jobs_by_namespace"],
-    }
-
-
 @kopf.on.resume(GROUP, VERSION, "streamjobs")
 @kopf.on.create(GROUP, VERSION, "streamjobs")
 @kopf.on.update(GROUP, VERSION, "streamjobs", field="spec")
@@ -262,4 +253,4 @@ async def reconcile(
 ) -> None:
     """Reconcile a job on every change."""
     with metrics.reconciling("StreamJob"):
-        await reconcile_job(body, status, patch, memo.settings, job_indexes(found), old)
+        await reconcile_job(body, status, patch, memo.settings, indexes_of(found), old)

@@ -21,7 +21,7 @@ import kopf
 from distributary.controllers import metrics
 from distributary.controllers.jobs import reconcile_job
 from distributary.controllers.settings import OperatorSettings
-from distributary.controllers.views import reconcile_view
+from distributary.controllers.views import indexes_of, reconcile_view
 from distributary.kafka.admin import KafkaAdminError
 from distributary.kube.resources import KubeError
 from distributary.plan.log_status import offsets_status, subscribers
@@ -172,11 +172,7 @@ async def application_changed(
     settings.application_states[key] = state
     if type is None or before == state:
         return
-    indexes = {
-        "logs": found["logs_by_namespace"],
-        "views": found["views_by_namespace"],
-        "jobs": found.get("jobs_by_namespace", {}),
-    }
+    indexes = indexes_of(found)
     for owner in meta.get("ownerReferences") or []:
         kind = {"DerivedView": "views", "StreamJob": "jobs"}.get(str(owner.get("kind")))
         if kind is None or not owner.get("controller"):

@@ -98,8 +98,9 @@ def views_by_namespace(body: kopf.Body, namespace: str | None, **_: Any) -> dict
     return {str(namespace): index_entry(body)}
 
 
-def _indexes(found: dict[str, Any]) -> dict[str, Any]:
-    """The indexes, which kopf passes by their functions' names (jobs': see `jobs.py`)."""
+def indexes_of(found: dict[str, Any]) -> dict[str, Any]:
+    """The indexes views and jobs are planned against, which kopf passes to every handler by
+    their functions' names (jobs': see `jobs.py`)."""
     return {
         "logs": found["logs_by_namespace"],
         "views": found["views_by_namespace"],
@@ -477,4 +478,4 @@ async def reconcile(
 ) -> None:
     """Reconcile a view on every change (an update's previous spec classifies the edit)."""
     with metrics.reconciling("DerivedView"):
-        await reconcile_view(body, status, patch, memo.settings, _indexes(found), old)
+        await reconcile_view(body, status, patch, memo.settings, indexes_of(found), old)

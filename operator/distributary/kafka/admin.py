@@ -217,37 +217,36 @@ class KafkaAdmin:
     def list_partitions(self, topics: Iterable[str]) -> dict[str, int | None]:
         """How many partitions each of `topics` has (None: absent), from one metadata request;
         a topic whose metadata carries another error is left out."""
-        names = set(topics)
+        return {
+            name: None if partitions is None else len(partitions)
+            for name, partitions in self._listed(topics).items()
+        }
+
+    def _listed(self, topics: Iterable[str]) -> dict[str, dict[int, Any] | None]:
+        """Each of `topics`' partition metadata (None: absent), from one metadata request; a
+        topic whose metadata carries another error is left out."""
         listed = self._call(
             f"listing the topics of Kafka at {self.bootstrap_servers}",
             lambda t: self._client.list_topics(timeout=t).topics,
         )
-        found: dict[str, int | None] = dict.fromkeys(names)
-        for name in names & set(listed):
-            error = listed[name].error
-            if error is not None and error.code() != _E.UNKNOWN_TOPIC_OR_PART:
-                del found[name]
+        found: dict[str, dict[int, Any] | None] = {}
+        for name in set(topics):
+            metadata = listed.get(name)
+            error = None if metadata is None else metadata.error
+            if metadata is None or (error is not None and error.code() == _E.UNKNOWN_TOPIC_OR_PART):
+                found[name] = None
             elif error is None:
-                found[name] = len(listed[name].partitions)
+                found[name] = dict(metadata.partitions)
         return found
 
     def describe_topics(self, topics: Iterable[str]) -> dict[str, ObservedTopic | None]:
         """`describe_topic` of many topics in two requests; a topic Kafka answered with an error
         is left out (ask for it alone to learn why)."""
-        names = set(topics)
-        listed = self._call(
-            f"listing the topics of Kafka at {self.bootstrap_servers}",
-            lambda t: self._client.list_topics(timeout=t).topics,
+        listed = self._listed(topics)
+        observed: dict[str, ObservedTopic | None] = dict.fromkeys(
+            name for name, partitions in listed.items() if partitions is None
         )
-        observed: dict[str, ObservedTopic | None] = {}
-        present = {}
-        for name in names:
-            metadata = listed.get(name)
-            error = None if metadata is None else metadata.error
-            if metadata is None or (error is not None and error.code() == _E.UNKNOWN_TOPIC_OR_PART):
-                observed[name] = None
-            elif error is None:
-                present[name] = metadata.partitions
+        present = {name: found for name, found in listed.items() if found is not None}
         if not present:
             return observed
         resources = [ConfigResource(ResourceType.TOPIC, name) for name in sorted(present)]

@@ -22,10 +22,9 @@ from typing import Any
 from distributary.api.common import Position
 from distributary.graph import Pipeline
 from distributary.kafka.admin import KafkaAdmin
+from distributary.kafka.rewinds import move_group, rewind_offsets
 from distributary.local.revisions import LocalRevisions, view_key
 from distributary.plan.conditions import rfc3339
-from distributary.plan.positions import Offsets, rewind_moves
-from distributary.plan.runner_spec import starting_position
 from distributary.plan.view_plan import ViewPlan, rewind_folder
 
 DONE, PENDING = "Done", "Pending"
@@ -67,33 +66,6 @@ def due_rewinds(
     return due
 
 
-def rewind_offsets(admin: KafkaAdmin, due: DueRewind) -> list[dict[str, Any]]:
-    """Each partition of the rewound topics: the group's position now and where the rewind puts
-    it (within what the partition retains)."""
-    start = starting_position(due.to)
-    topics = list(due.topics)
-    by_time = (
-        admin.offsets_for_time(topics, start.timestamp_ms)
-        if start.kind == "timestamp" and start.timestamp_ms is not None
-        else {}
-    )
-    return rewind_moves(
-        start.kind,
-        admin.committed(due.group),
-        admin.watermarks(topics),
-        explicit=start.offsets,
-        by_time=by_time,
-    )
-
-
-def targets(moves: list[dict[str, Any]]) -> Offsets:
-    """The offsets to commit for a rewind's recorded moves."""
-    offsets: Offsets = {}
-    for move in moves:
-        offsets.setdefault(str(move["topic"]), {})[int(move["partition"])] = int(move["toOffset"])
-    return offsets
-
-
 def carry_out(
     admin: KafkaAdmin, due: DueRewind, revisions: LocalRevisions, now: datetime
 ) -> dict[str, Any]:
@@ -115,11 +87,11 @@ def carry_out(
             "requestId": due.request_id,
             "revision": due.revision,
             "phase": PENDING,
-            "offsets": rewind_offsets(admin, due),
+            "offsets": rewind_offsets(admin, due.group, list(due.topics), due.to),
         }
         revisions.record_rewind(due.key, pending)
         revisions.save()
-    admin.commit(due.group, targets(pending["offsets"]))
+    move_group(admin, due.group, pending["offsets"])
     revisions.use_checkpoint(due.key, due.revision, rewind_folder(due.request_id))
     done = {**pending, "phase": DONE, "completedAt": rfc3339(now)}
     revisions.record_rewind(due.key, done)

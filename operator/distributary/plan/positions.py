@@ -300,3 +300,11 @@ def rewind_moves(
                 {"topic": topic, "partition": partition, "fromOffset": before, "toOffset": target}
             )
     return moves
+
+
+def rewind_destinations(moves: Sequence[Mapping[str, Any]]) -> Offsets:
+    """The offsets to commit for a rewind's recorded moves (`rewind_moves`)."""
+    offsets: Offsets = {}
+    for move in moves:
+        offsets.setdefault(str(move["topic"]), {})[int(move["partition"])] = int(move["toOffset"])
+    return offsets

@@ -9,7 +9,8 @@ from typing import Any
 from distributary.api import parse_resource
 from distributary.graph import Pipeline
 from distributary.local.revisions import LocalPlan, LocalRevisions, plan_views
-from distributary.local.rewinds import describe, due_rewinds, targets
+from distributary.local.rewinds import describe, due_rewinds
+from distributary.plan.positions import rewind_destinations as targets
 
 KEY = "default/joined"
 MOVES = [

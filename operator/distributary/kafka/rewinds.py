@@ -1,0 +1,41 @@
+"""A rewind's moves of a consumer group, read from Kafka and carried out on it.
+
+The operator (`controllers.applications.rewind_once`) and `distributary run` (`local.rewinds`)
+rewind the same way: read where the group is and what each partition retains, work out where the
+rewind puts it (`plan.positions.rewind_moves`), record that, then commit it while the group's
+consumer is stopped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from distributary.api.common import Position
+from distributary.kafka.admin import KafkaAdmin
+from distributary.plan.positions import rewind_destinations, rewind_moves
+from distributary.plan.runner_spec import starting_position
+
+
+def rewind_offsets(
+    admin: KafkaAdmin, group: str, topics: list[str], to: Position
+) -> list[dict[str, Any]]:
+    """Each partition of `topics`: the group's position now and where the rewind `to` puts it
+    (within what the partition retains), as `status.lastRewind.offsets` lists them."""
+    start = starting_position(to)
+    by_time = (
+        admin.offsets_for_time(topics, start.timestamp_ms)
+        if start.kind == "timestamp" and start.timestamp_ms is not None
+        else {}
+    )
+    return rewind_moves(
+        start.kind,
+        admin.committed(group),
+        admin.watermarks(topics),
+        explicit=start.offsets,
+        by_time=by_time,
+    )
+
+
+def move_group(admin: KafkaAdmin, group: str, moves: list[dict[str, Any]]) -> None:
+    """Set `group`'s offsets to the rewind's targets (its consumer must be stopped)."""
+    admin.commit(group, rewind_destinations(moves))
