@@ -37,7 +37,7 @@ crds: $(STAMP)
 # A local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager) on loopback;
 # the first run builds the Kubernetes binaries from Go modules (minutes), later runs reuse them.
 devcluster: $(STAMP)
-	$(BIN)/python -m distributary.kube.controlplane
+	$(BIN)/python -m distributary.devtools.controlplane
 
 # The clickstream example through the operator on a local control plane, embedded Kafka and
 # local Spark: applied with kubectl, Ready and caught up, summarised, torn down.

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from distributary.backends.local_spark import LocalRuntime
-from distributary.kube.controlplane import ControlPlane
+from distributary.devtools.controlplane import ControlPlane
 from distributary.local.broker import EmbeddedBroker, free_port
 
 ROOT = Path(__file__).resolve().parents[1]

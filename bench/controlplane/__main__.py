@@ -3,8 +3,8 @@
 API requests that takes, and how much memory the operator holds meanwhile.
 
 One run on loopback: a real control plane (etcd, kube-apiserver, kube-controller-manager from
-`distributary.kube.controlplane`), a real embedded Kafka broker, and `distributary operator` as a
-process of its own (`direct` topic backend, `spark-operator` runtime), as the integration tests
+`distributary.devtools.controlplane`), a real embedded Kafka broker, and `distributary operator` as
+a process of its own (`direct` topic backend, `spark-operator` runtime), as the integration tests
 start them. N Logs and M DerivedViews (view i reads Log i) are created at once by a few threads,
 Logs first, and the clock runs from the first create until every one is Ready.
 
@@ -44,7 +44,7 @@ try:
     from kubernetes.client.exceptions import ApiException
     from kubernetes.watch.watch import iter_resp_lines
 
-    from distributary.kube.controlplane import ControlPlane, ControlPlaneError
+    from distributary.devtools.controlplane import ControlPlane, ControlPlaneError
     from distributary.local.broker import BrokerError, EmbeddedBroker
 except ImportError:  # run directly by a Python without Distributary: use the project's venv
     _VENV = HERE.parent.parent / ".venv"

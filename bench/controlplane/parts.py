@@ -25,8 +25,8 @@ from figures import NAMESPACE
 from kubernetes import client, config
 
 from distributary.artifacts import KAFKA_VERSION
+from distributary.devtools.controlplane import KUBERNETES_VERSION, ControlPlane
 from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
-from distributary.kube.controlplane import KUBERNETES_VERSION, ControlPlane
 from distributary.local.broker import free_port
 from distributary.plan.progress import PROGRESS_TOPIC
 

@@ -3,11 +3,11 @@
 the operator, and how fast the new revision reads its input again against the serving one.
 
 One run on loopback, with the parts the integration tests use: a real control plane (etcd,
-kube-apiserver, kube-controller-manager from `distributary.kube.controlplane`), an embedded Kafka
-broker, and `distributary operator` as a process of its own (`direct` topics, `local` Spark: one
-runner process per revision, `local[2]`). One input Log of N records (bench/dataplane's records,
-about 200 bytes, 4 partitions) and one view over it (a filter and projection, append, trigger
-500ms, cutover at lag 0 after a 2s window):
+kube-apiserver, kube-controller-manager from `distributary.devtools.controlplane`), an embedded
+Kafka broker, and `distributary operator` as a process of its own (`direct` topics, `local` Spark:
+one runner process per revision, `local[2]`). One input Log of N records (bench/dataplane's records,
+about 200 bytes, 4 partitions) and one view over it (a filter and projection, append, trigger 500ms,
+cutover at lag 0 after a 2s window):
 
 1. N - M records, then the view: revision 1 reads them from the start (its first catch-up);
 2. M more records at full speed while revision 1 serves: its steady-state rate;
@@ -46,8 +46,8 @@ sys.path.insert(0, str(HERE))  # figures.py, parts.py: already there when run as
 try:
     from kubernetes.client.exceptions import ApiException
 
+    from distributary.devtools.controlplane import ControlPlane, ControlPlaneError
     from distributary.kafka.admin import KafkaAdminError
-    from distributary.kube.controlplane import ControlPlane, ControlPlaneError
     from distributary.local.broker import BrokerError, EmbeddedBroker
 except ImportError:  # run directly by a Python without Distributary: use the project's venv
     _VENV = ROOT / ".venv"

@@ -30,8 +30,8 @@ from distributary.cli_wait import wait
 from distributary.controllers.main import operator
 from distributary.diagram import draw
 from distributary.graph import Pipeline
-from distributary.plan.changes import pipeline_changes
 from distributary.plan.cluster_changes import cluster_changes
+from distributary.plan.file_changes import pipeline_changes
 from distributary.plan.pipeline import (
     DEFAULT_CHECKPOINT_ROOT,
     DEFAULT_IMAGE,

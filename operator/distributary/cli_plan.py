@@ -25,8 +25,8 @@ from distributary.cli_records import UserError
 from distributary.graph import Declared, Pipeline, Ref
 from distributary.kube.cluster_pipeline import context_namespace, read_namespaces
 from distributary.kube.resources import Kube, KubeError
-from distributary.plan.changes import LogDifference, PlannedChange
 from distributary.plan.cluster_changes import ClusterComparison, NamespaceResources
+from distributary.plan.file_changes import LogDifference, PlannedChange
 
 F = TypeVar("F", bound=Callable[..., Any])
 

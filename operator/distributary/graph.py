@@ -1,7 +1,7 @@
 """The pipeline graph: logs, the views and jobs that read and write them, and what is wrong with it.
 
-Loading and checking never stop at the first mistake: every file, document and resource is taken
-as far as it goes, and each mistake becomes a `Problem` naming the resource, the field and the fix,
+Loading and checking never stop at the first mistake: every file, document and resource is taken as
+far as it goes, and each mistake becomes a `SpecProblem` naming the resource, the field and the fix,
 so `distributary validate` reports them all at once. A view's output is a derived `Log` built here,
 so whoever reads it (a later view, the planners, the graph drawing) sees a log like any other. Views
 are checked in topological order because a view reading another view's output needs that output's
@@ -65,7 +65,7 @@ class Ref:
 
 
 @dataclass(frozen=True)
-class Problem:
+class SpecProblem:
     """One thing wrong with a pipeline: where it is, what is wrong and what to do."""
 
     resource: str
@@ -93,14 +93,14 @@ class Loaded:
     """What `load` found: resources, problems, and documents of other APIs it skipped."""
 
     resources: tuple[Declared, ...]
-    problems: tuple[Problem, ...]
+    problems: tuple[SpecProblem, ...]
     skipped: int
 
 
 def load(paths: Iterable[str | os.PathLike[str]]) -> Loaded:
     """Read resources from YAML files and folders (searched recursively for *.yaml and *.yml)."""
     resources: list[Declared] = []
-    problems: list[Problem] = []
+    problems: list[SpecProblem] = []
     skipped = 0
     for path in _files(paths, problems):
         for document in _documents(path, problems):
@@ -114,7 +114,7 @@ def load(paths: Iterable[str | os.PathLike[str]]) -> Loaded:
     return Loaded(tuple(resources), tuple(problems), skipped)
 
 
-def _files(paths: Iterable[str | os.PathLike[str]], problems: list[Problem]) -> list[Path]:
+def _files(paths: Iterable[str | os.PathLike[str]], problems: list[SpecProblem]) -> list[Path]:
     files: list[Path] = []
     for given in paths:
         path = Path(given)
@@ -125,11 +125,13 @@ def _files(paths: Iterable[str | os.PathLike[str]], problems: list[Problem]) -> 
         elif path.is_file():
             files.append(path)
         else:
-            problems.append(Problem("", "", "no such file or folder: check the path", str(path)))
+            problems.append(
+                SpecProblem("", "", "no such file or folder: check the path", str(path))
+            )
     return files
 
 
-def _documents(path: Path, problems: list[Problem]) -> list[dict[str, Any]]:
+def _documents(path: Path, problems: list[SpecProblem]) -> list[dict[str, Any]]:
     documents: list[dict[str, Any]] = []
     try:
         for number, document in enumerate(yaml.safe_load_all(path.read_text("utf-8")), 1):
@@ -137,7 +139,7 @@ def _documents(path: Path, problems: list[Problem]) -> list[dict[str, Any]]:
                 documents.append(document)
             elif document is not None:
                 problems.append(
-                    Problem(
+                    SpecProblem(
                         "",
                         "",
                         f"document {number} is not a mapping: write a "
@@ -149,13 +151,15 @@ def _documents(path: Path, problems: list[Problem]) -> list[dict[str, Any]]:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        problems.append(Problem("", "", f"is not valid YAML: {what}{where}", str(path)))
+        problems.append(SpecProblem("", "", f"is not valid YAML: {what}{where}", str(path)))
     except (OSError, UnicodeDecodeError) as exc:
-        problems.append(Problem("", "", f"cannot be read: {exc}", str(path)))
+        problems.append(SpecProblem("", "", f"cannot be read: {exc}", str(path)))
     return documents
 
 
-def _resource_problems(document: dict[str, Any], exc: ResourceError, source: str) -> list[Problem]:
+def _resource_problems(
+    document: dict[str, Any], exc: ResourceError, source: str
+) -> list[SpecProblem]:
     metadata = document.get("metadata")
     metadata = metadata if isinstance(metadata, dict) else {}
     label = (
@@ -166,7 +170,7 @@ def _resource_problems(document: dict[str, Any], exc: ResourceError, source: str
     for text in exc.problems:
         match = _FIELD_MESSAGE.match(text)
         path, message = (match.group(1), match.group(2)) if match else ("", text)
-        problems.append(Problem(label, path, message, source))
+        problems.append(SpecProblem(label, path, message, source))
     return problems
 
 
@@ -190,7 +194,7 @@ class Pipeline:
     logs: dict[Ref, Log] = field(default_factory=dict)
     views: dict[Ref, DerivedView] = field(default_factory=dict)
     jobs: dict[Ref, StreamJob] = field(default_factory=dict)
-    problems: tuple[Problem, ...] = ()
+    problems: tuple[SpecProblem, ...] = ()
     order: tuple[Ref, ...] = ()
     edges: tuple[tuple[Ref, Ref], ...] = ()
     skipped: int = 0
@@ -272,7 +276,7 @@ class _Builder:
 
     def __init__(self, resources: Iterable[Resource | Declared]) -> None:
         self.pipeline = pipeline = Pipeline()
-        self.problems: list[Problem] = []
+        self.problems: list[SpecProblem] = []
         self.declared_logs: set[Ref] = set()
         self.edges: set[tuple[Ref, Ref]] = set()
         for item in resources:
@@ -293,14 +297,14 @@ class _Builder:
         pipeline.problems = tuple(ranked)
 
     def _problem(self, ref: Ref, path: str, message: str) -> None:
-        self.problems.append(Problem(str(ref), path, message, self.pipeline.source(ref)))
+        self.problems.append(SpecProblem(str(ref), path, message, self.pipeline.source(ref)))
 
     def _register(self, item: Declared) -> None:
         ref, pipeline = Ref.of(item.resource), self.pipeline
         if ref in pipeline._sources:
             first = pipeline._sources[ref] or "an earlier document"
             self.problems.append(
-                Problem(
+                SpecProblem(
                     str(ref),
                     "metadata.name",
                     f"is declared twice (also in {first}): rename one or remove the copy",

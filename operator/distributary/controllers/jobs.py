@@ -39,7 +39,7 @@ from distributary.plan.progress import progress_key
 from distributary.plan.spark import application_name, label_value
 from distributary.plan.spark_state import AppState, restart_delay
 from distributary.plan.view_plan import namespace_pipeline, planning_bodies, rewind_folder
-from distributary.plan.view_status import ViewObservation
+from distributary.plan.view_status import RunObservation
 
 
 @kopf.index(GROUP, VERSION, "streamjobs")
@@ -199,13 +199,13 @@ async def reconcile_job(
     found = _job(body)
     if isinstance(found, str):
         plan = JobPlan(int(status.get("revision") or 1), problems=(Problem("InvalidSpec", found),))
-        patch.status.update(job_status(plan, ViewObservation(), status, generation, now))
+        patch.status.update(job_status(plan, RunObservation(), status, generation, now))
         return
     old = _job(body, old_spec) if old_spec else None
     plan = _plan(
         found, body, status, settings, indexes, old if isinstance(old, StreamJob) else None
     )
-    seen = ViewObservation()
+    seen = RunObservation()
     rewound = None
     if plan.spec_hash is not None:
         meta = found.metadata
@@ -229,7 +229,7 @@ async def reconcile_job(
         committed, ends = await _positions(settings, plan)
         progress = settings.progress.poll(timeout=0) if settings.progress is not None else {}
         key = progress_key("StreamJob", meta.namespace, meta.name, plan.revision)
-        seen = ViewObservation(runtime.name, app, attempts, committed, ends, progress.get(key))
+        seen = RunObservation(runtime.name, app, attempts, committed, ends, progress.get(key))
     written = job_status(plan, seen, status, generation, now)
     if rewound is not None:
         written["lastRewind"] = rewound

@@ -40,7 +40,7 @@ from distributary.kafka.history import lost_input_history
 from distributary.kafka.records import RecordsError
 from distributary.kube.resources import KubeError
 from distributary.plan.conditions import Problem
-from distributary.plan.kappa import LIVE, mark_deleted
+from distributary.plan.lifecycle import LIVE, mark_deleted
 from distributary.plan.progress import progress_key
 from distributary.plan.spark import application_name, spark_application
 from distributary.plan.spark_state import restart_delay
@@ -56,7 +56,7 @@ from distributary.plan.view_plan import (
     rewind_folder,
     with_checkpoint,
 )
-from distributary.plan.view_status import ViewObservation, start_record, view_status
+from distributary.plan.view_status import RunObservation, start_record, view_status
 
 GROUP, VERSION = "distributary.dev", "v1alpha1"
 API = f"{GROUP}/{VERSION}"
@@ -379,7 +379,7 @@ async def reconcile_view(
     if isinstance(found, str):
         problem = Problem("InvalidSpec", found)
         plan = ViewPlan(int(status.get("servingRevision") or 1), problems=(problem,))
-        patch.status.update(view_status(plan, ViewObservation(), status, generation, now))
+        patch.status.update(view_status(plan, RunObservation(), status, generation, now))
         return
     old = _view(body, old_spec) if old_spec else None
     edited_from = old if isinstance(old, DerivedView) else None
@@ -391,7 +391,7 @@ async def reconcile_view(
     }
     plan = await asyncio.to_thread(_plan, found, body, status, settings, seen_now, edited_from)
     meta = found.metadata
-    seen = ViewObservation()
+    seen = RunObservation()
     lifecycle = plan.lifecycle
     if plan.starts and plan.runner is not None:
         record = start_record(plan, generation, now)
@@ -445,7 +445,7 @@ async def reconcile_view(
         progress = settings.progress.poll(timeout=0) if settings.progress is not None else {}
         revision = runtime_revision(plan)
         key = progress_key("DerivedView", meta.namespace, meta.name, revision)
-        seen = ViewObservation(
+        seen = RunObservation(
             runtime.name,
             app,
             attempts,

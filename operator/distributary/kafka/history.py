@@ -7,7 +7,7 @@ from the first offsets alone. Compaction is looked for only in topics whose `cle
 compacts: the first records of each partition are read from its head, where the cleaner works
 first, and a gap in their offsets is the sign. The operator and `distributary run` both ask
 here before they start a reprocessing revision; the planner decides what follows
-(`plan.kappa`: refused unless the spec allows partial history).
+(`plan.lifecycle`: refused unless the spec allows partial history).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Revisions in `distributary run`: the operator's reprocessing, on one machine.
 
 A view's revisions live in `<state dir>/revisions.json` as they live in a view's status under
-the operator: the lifecycle's rows (`plan.kappa`), the spec the view last ran with, and the
+the operator: the lifecycle's rows (`plan.lifecycle`), the spec the view last ran with, and the
 runner spec of each revision that may run. Each time the pipeline is planned, every view goes
 through the same planner as under the operator (`plan.view_plan.plan_view`), in the pipeline's
 order, each reading its inputs at the topics their views serve: a view whose SQL changed since
@@ -35,7 +35,7 @@ from typing import Any
 from distributary.api.log import LogStatus
 from distributary.api.view import DerivedView
 from distributary.graph import Pipeline, Ref
-from distributary.plan.kappa import CATCHING_UP, LIVE, mark_deleted
+from distributary.plan.lifecycle import CATCHING_UP, LIVE, mark_deleted
 from distributary.plan.runner_spec import RunnerSpec
 from distributary.plan.view_plan import ViewPlan, plan_view
 

@@ -23,10 +23,7 @@ from typing import Any
 from distributary.api.log import Log, LogStatus
 from distributary.api.view import DerivedView
 from distributary.graph import Pipeline, Ref
-from distributary.plan.changes import LogDifference, PlannedChange, log_differences
-from distributary.plan.kappa import CATCHING_UP, SERVING
-from distributary.plan.pipeline import job_revision_hash, revision_topic
-from distributary.plan.revisions import (
+from distributary.plan.classify import (
     ChangeKind,
     Classification,
     classify_job_change,
@@ -34,6 +31,9 @@ from distributary.plan.revisions import (
     revision_hash,
     view_definition,
 )
+from distributary.plan.file_changes import LogDifference, PlannedChange, log_differences
+from distributary.plan.lifecycle import CATCHING_UP, SERVING
+from distributary.plan.pipeline import job_revision_hash, revision_topic
 from distributary.plan.view_plan import namespace_pipeline, serving_log
 
 Body = Mapping[str, Any]

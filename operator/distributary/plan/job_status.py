@@ -17,7 +17,7 @@ from distributary.plan.conditions import Observation, rfc3339
 from distributary.plan.job_plan import JobPlan
 from distributary.plan.positions import Offsets
 from distributary.plan.view_status import (
-    ViewObservation,
+    RunObservation,
     application_findings,
     caught_up,
     input_positions,
@@ -35,7 +35,7 @@ def job_positions(plan: JobPlan, committed: Offsets, ends: Offsets) -> list[dict
 
 def job_status(
     plan: JobPlan,
-    seen: ViewObservation,
+    seen: RunObservation,
     previous: Mapping[str, Any] | None,
     generation: int,
     now: datetime,

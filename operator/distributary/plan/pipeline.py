@@ -16,7 +16,7 @@ from typing import Any, Literal
 from distributary.api import owner_of
 from distributary.api.log import Log, LogStatus, log_manifest
 from distributary.graph import Pipeline, Ref
-from distributary.plan.revisions import revision_hash, view_definition
+from distributary.plan.classify import revision_hash, view_definition
 from distributary.plan.runner_spec import RunnerSpec, view_runner_spec
 from distributary.plan.spark import job_application, spark_application
 from distributary.plan.topics import DesiredTopic, desired_topic, kafka_topic_manifest

@@ -8,7 +8,7 @@ API as the view's child; it is taken out of the graph (the graph derives it agai
 but its status, which names the topic it serves, is kept for the views that read it.
 
 Revision 1 starts when a view has no revision yet. A later change of what determines the output
-(a new hash) goes through the revision lifecycle (`plan.kappa`) as its classification and the
+(a new hash) goes through the revision lifecycle (`plan.lifecycle`) as its classification and the
 view's upgrade strategy say: restarted in place, reprocessed as a new revision beside the serving
 one (which keeps serving until the new one has caught up), or refused with the reason.
 """
@@ -24,15 +24,15 @@ from distributary.api import ResourceError, owner_of, parse_resource
 from distributary.api.log import Log, LogStatus, log_manifest
 from distributary.api.view import DerivedView
 from distributary.graph import Pipeline, Ref
-from distributary.plan.conditions import Problem, Work
-from distributary.plan.kappa import LIVE, Lifecycle, step
-from distributary.plan.pipeline import revision_topic
-from distributary.plan.revisions import (
+from distributary.plan.classify import (
     Classification,
     classify_view_change,
     revision_hash,
     view_definition,
 )
+from distributary.plan.conditions import Problem, Work
+from distributary.plan.lifecycle import LIVE, Lifecycle, step
+from distributary.plan.pipeline import revision_topic
 from distributary.plan.runner_spec import (
     RunnerSpec,
     StartingPosition,
@@ -291,7 +291,7 @@ def plan_view(
 ) -> ViewPlan:
     """The plan of `view` (checked in `pipeline`) at `generation`, given its previous status.
     A change of its definition is carried out as `change` says; for an edit from the spec
-    `edited_from` it is classified here (`plan.revisions.classify_view_change`). A reprocess is
+    `edited_from` it is classified here (`plan.classify.classify_view_change`). A reprocess is
     refused when `history_lost` says the inputs' history is incomplete (`lost_history`) and the
     spec does not allow partial history."""
     ref = Ref.of(view)

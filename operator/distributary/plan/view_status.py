@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from distributary.api.common import Condition
+from distributary.plan.classify import Classification, change_status
 from distributary.plan.conditions import (
     ExtraCondition,
     Observation,
@@ -26,16 +27,21 @@ from distributary.plan.conditions import (
     conditions,
     rfc3339,
 )
-from distributary.plan.kappa import CATCHING_UP, LIVE, SERVING, progress_message, reprocess_progress
+from distributary.plan.lifecycle import (
+    CATCHING_UP,
+    LIVE,
+    SERVING,
+    progress_message,
+    reprocess_progress,
+)
 from distributary.plan.positions import Offsets, data_loss_risk
 from distributary.plan.progress import records_behind
-from distributary.plan.revisions import Classification, change_status
 from distributary.plan.spark_state import ATTEMPTS_BEFORE_STALLED, AppState
 from distributary.plan.view_plan import ViewPlan
 
 
 @dataclass(frozen=True)
-class ViewObservation:
+class RunObservation:
     """What the controller saw of a view's (or job's) running revision: its application, its
     consumer group's offsets (`committed`; for a view, every live revision's in `groups`), its
     inputs' end and start offsets, its last progress record."""
@@ -50,7 +56,7 @@ class ViewObservation:
     starts: Offsets | None = None
 
 
-def application_findings(seen: ViewObservation) -> tuple[list[Problem], list[Work]]:
+def application_findings(seen: RunObservation) -> tuple[list[Problem], list[Work]]:
     """What the application's state says: a problem when it keeps failing, work while it
     starts or waits for a restart."""
     app = seen.app
@@ -68,7 +74,7 @@ def application_findings(seen: ViewObservation) -> tuple[list[Problem], list[Wor
 
 def _observation(
     plan: ViewPlan,
-    seen: ViewObservation,
+    seen: RunObservation,
     generation: int,
     lag: int | None,
     catching_up: Mapping[str, Any] | None,
@@ -148,7 +154,7 @@ def total_lag(rows: Sequence[Mapping[str, Any]], committed: Offsets | None) -> i
 
 
 def _observed_row(
-    row: dict[str, Any], group: Offsets | None, seen: ViewObservation, now: datetime
+    row: dict[str, Any], group: Offsets | None, seen: RunObservation, now: datetime
 ) -> tuple[dict[str, Any], list[dict[str, Any]], int | None]:
     """A live revision's row with its lag (and progress, while it catches up), its input
     positions and its lag, from its consumer group's offsets `group`."""
@@ -175,7 +181,7 @@ def _observed_row(
     return row, positions, lag
 
 
-def _risks(row: Mapping[str, Any], group: Offsets | None, seen: ViewObservation) -> list[str]:
+def _risks(row: Mapping[str, Any], group: Offsets | None, seen: RunObservation) -> list[str]:
     """Where revision `row`'s position is at risk of losing records to retention."""
     if group is None or seen.starts is None or seen.ends is None:
         return []
@@ -199,7 +205,7 @@ def data_loss_condition(risks: Sequence[str]) -> ExtraCondition:
 
 def view_status(
     plan: ViewPlan,
-    seen: ViewObservation,
+    seen: RunObservation,
     previous: Mapping[str, Any] | None,
     generation: int,
     now: datetime,
@@ -259,7 +265,7 @@ def status_of(observation: Observation, before: Mapping[str, Any], now: datetime
 
 
 def running_fields(
-    seen: ViewObservation, change: Classification | None, generation: int
+    seen: RunObservation, change: Classification | None, generation: int
 ) -> dict[str, Any]:
     """What a view's or job's status says of its running application, its last batch and how
     the last edit was classified (only what is known)."""

@@ -1,8 +1,9 @@
 """Fixtures for tests against a real kube-apiserver: the local control plane and the real kubectl.
 
-The control plane is the one `make devcluster` runs (`distributary.kube.controlplane`), started once
-per session in pytest's temporary folder. The first session on a machine builds kube-apiserver and
-kube-controller-manager from Go modules (minutes), so its progress lines bypass pytest's capture.
+The control plane is the one `make devcluster` runs (`distributary.devtools.controlplane`), started
+once per session in pytest's temporary folder. The first session on a machine builds kube-apiserver
+and kube-controller-manager from Go modules (minutes), so its progress lines bypass pytest's
+capture.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 from tests.integration.kube.operator_harness import Cluster, Operator
 
-from distributary.kube.controlplane import ControlPlane
+from distributary.devtools.controlplane import ControlPlane
 from distributary.local.broker import EmbeddedBroker
 
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from distributary.devtools.controlplane import KUBERNETES_VERSION, ControlPlane
 from distributary.kube import resources
-from distributary.kube.controlplane import KUBERNETES_VERSION, ControlPlane
 
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
 

@@ -22,7 +22,7 @@ from tests.integration.kube.operator_harness import wait_for
 
 from distributary.api.log import Log
 from distributary.backends.strimzi import StrimziTopics
-from distributary.kube.controlplane import ControlPlane
+from distributary.devtools.controlplane import ControlPlane
 from distributary.kube.resources import Kube
 from distributary.plan.log_status import LogReconcile, log_status
 from distributary.plan.topics import desired_topic

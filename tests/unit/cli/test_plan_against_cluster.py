@@ -12,8 +12,8 @@ from distributary.cli_plan import ClusterView, place, render_cluster
 from distributary.cli_records import UserError
 from distributary.cli_run import load_checked
 from distributary.graph import Ref
-from distributary.plan.changes import LogDifference, PlannedChange
 from distributary.plan.cluster_changes import ClusterComparison
+from distributary.plan.file_changes import LogDifference, PlannedChange
 
 LOG = """\
 apiVersion: distributary.dev/v1alpha1

@@ -8,7 +8,7 @@ import textwrap
 import yaml
 
 from distributary.api import DerivedView, parse_resource
-from distributary.graph import Declared, Pipeline, Problem, Ref
+from distributary.graph import Declared, Pipeline, Ref, SpecProblem
 
 LOGS = """
 apiVersion: distributary.dev/v1alpha1
@@ -65,7 +65,7 @@ def build(*documents: str) -> Pipeline:
     return Pipeline.build(parse_resource(d) for d in yaml.safe_load_all(text) if d)
 
 
-def only(pipeline: Pipeline, resource: str, field: str) -> Problem:
+def only(pipeline: Pipeline, resource: str, field: str) -> SpecProblem:
     found = [p for p in pipeline.problems if p.resource == resource and p.field == field]
     assert len(found) == 1, [str(p) for p in pipeline.problems]
     return found[0]
@@ -277,8 +277,8 @@ def test_one_bad_resource_does_not_stop_the_checks_of_the_others() -> None:
 
 
 def test_a_problem_reads_as_one_line() -> None:
-    problem = Problem(
+    problem = SpecProblem(
         "DerivedView/default/v", "spec.sql", "uses column 'x'\nsomewhere", "views.yaml"
     )
     assert str(problem) == "views.yaml: DerivedView/default/v spec.sql: uses column 'x' somewhere"
-    assert str(Problem("", "", "is not valid YAML", "a.yaml")) == "a.yaml: is not valid YAML"
+    assert str(SpecProblem("", "", "is not valid YAML", "a.yaml")) == "a.yaml: is not valid YAML"

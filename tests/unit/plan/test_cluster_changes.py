@@ -13,15 +13,15 @@ import pytest
 from distributary.api import parse_resource
 from distributary.api.job import StreamJob
 from distributary.graph import Declared, Pipeline, Ref
-from distributary.plan.changes import PlannedChange
+from distributary.plan.classify import revision_hash, view_definition
 from distributary.plan.cluster_changes import (
     ClusterComparison,
     NamespaceResources,
     cluster_changes,
     cluster_pipeline,
 )
+from distributary.plan.file_changes import PlannedChange
 from distributary.plan.pipeline import job_revision_hash
-from distributary.plan.revisions import revision_hash, view_definition
 from distributary.plan.view_plan import VIEW_LABEL, serving_log
 
 NS = "shop"

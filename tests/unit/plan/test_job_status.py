@@ -9,7 +9,7 @@ from tests.unit.plan.test_job_plan import job, planned, running
 
 from distributary.plan.job_status import job_start_record, job_status
 from distributary.plan.spark_state import AppState
-from distributary.plan.view_status import ViewObservation
+from distributary.plan.view_status import RunObservation
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 RUNNING = AppState("RUNNING", running=True)
@@ -20,7 +20,7 @@ def kinds(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
 
 
 def test_a_running_job_that_read_everything_is_ready_and_caught_up() -> None:
-    seen = ViewObservation(
+    seen = RunObservation(
         "enrich-r1",
         RUNNING,
         0,
@@ -42,14 +42,14 @@ def test_a_running_job_that_read_everything_is_ready_and_caught_up() -> None:
 
 
 def test_a_job_that_commits_nothing_lags_by_its_inputs_size() -> None:
-    seen = ViewObservation("enrich-r1", RUNNING, 0, committed={}, ends={"clicks": {0: 4, 1: 6}})
+    seen = RunObservation("enrich-r1", RUNNING, 0, committed={}, ends={"clicks": {0: 4, 1: 6}})
     status = job_status(planned(job()), seen, None, 1, NOW)
     assert status["lag"] == 10
     assert kinds(status)["CaughtUp"] == ("False", "Lag")
 
 
 def test_lag_is_unknown_while_an_inputs_end_offsets_cannot_be_read() -> None:
-    seen = ViewObservation("enrich-r1", RUNNING, 0, committed={}, ends={"other": {0: 1}})
+    seen = RunObservation("enrich-r1", RUNNING, 0, committed={}, ends={"other": {0: 1}})
     status = job_status(planned(job()), seen, None, 1, NOW)
     assert status["lag"] is None
     assert "CaughtUp" not in kinds(status)
@@ -57,7 +57,7 @@ def test_lag_is_unknown_while_an_inputs_end_offsets_cannot_be_read() -> None:
 
 def test_a_refused_edit_stalls_the_job_and_keeps_what_runs() -> None:
     plan = planned(job(inputs=[{"log": "visits"}]), running(job()))
-    status = job_status(plan, ViewObservation("enrich-r1", RUNNING), running(job()), 4, NOW)
+    status = job_status(plan, RunObservation("enrich-r1", RUNNING), running(job()), 4, NOW)
     assert kinds(status)["Stalled"] == ("True", "ChangeForbidden")
     assert status["specHash"] == running(job())["specHash"]
     assert "inputs" not in status  # the running revision's inputs stay as recorded

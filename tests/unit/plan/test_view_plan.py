@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from distributary.api.view import DerivedView
-from distributary.plan.revisions import Classification
+from distributary.plan.classify import Classification
 from distributary.plan.view_plan import (
     CATCH_UP_BATCH,
     SERVING_ANNOTATION,

@@ -9,7 +9,7 @@ from tests.unit.plan.test_view_plan import log, planned, view
 
 from distributary.plan.spark_state import AppState, restart_delay, spark_application_state
 from distributary.plan.view_plan import ViewPlan
-from distributary.plan.view_status import ViewObservation, start_record, view_status
+from distributary.plan.view_status import RunObservation, start_record, view_status
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
@@ -26,7 +26,7 @@ def kinds(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
 
 
 def test_a_running_caught_up_view_is_ready_with_its_positions() -> None:
-    seen = ViewObservation(
+    seen = RunObservation(
         "big-r1",
         AppState("RUNNING", running=True),
         0,
@@ -53,7 +53,7 @@ def test_a_running_caught_up_view_is_ready_with_its_positions() -> None:
 
 
 def test_lag_is_counted_from_the_group_to_the_end_offsets() -> None:
-    seen = ViewObservation(
+    seen = RunObservation(
         "big-r1", AppState("RUNNING", running=True), 0, {"clicks": {0: 2}}, {"clicks": {0: 5, 1: 4}}
     )
     status = view_status(plan(), seen, None, 1, NOW)
@@ -65,12 +65,12 @@ def test_an_ended_application_restarts_then_stalls_after_repeated_failures() -> 
     ended = AppState(
         "FAILED", ended=True, failed=True, message="the streaming application ended (FAILED)"
     )
-    restarting = view_status(plan(), ViewObservation("big-r1", ended, 1), None, 1, NOW)
+    restarting = view_status(plan(), RunObservation("big-r1", ended, 1), None, 1, NOW)
     assert kinds(restarting)["Reconciling"] == ("True", "Restarting")
     assert "restart 1 is due" in restarting["conditions"][0]["message"]
-    still = view_status(plan(), ViewObservation("big-r1", ended, 5), None, 1, NOW)
+    still = view_status(plan(), RunObservation("big-r1", ended, 5), None, 1, NOW)
     assert "Stalled" not in kinds(still)  # four restarts done, the fifth is due
-    failing = view_status(plan(), ViewObservation("big-r1", ended, 6), None, 1, NOW)
+    failing = view_status(plan(), RunObservation("big-r1", ended, 6), None, 1, NOW)
     assert kinds(failing)["Stalled"] == ("True", "ApplicationFailing")
     assert "restarted 5 times in a row" in failing["conditions"][0]["message"]
 
@@ -85,7 +85,7 @@ def test_the_write_ahead_record_names_the_revision_before_it_starts() -> None:
     assert row["consumerGroup"] == "distributary.shop.big.r1"
     assert row["inputs"] == [{"log": "clicks", "alias": "src", "topic": "clicks"}]
     # The status written after acting clears it.
-    seen = ViewObservation("big-r1", AppState("RUNNING", running=True))
+    seen = RunObservation("big-r1", AppState("RUNNING", running=True))
     assert view_status(plan(), seen, record, 3, NOW)["pendingAction"] is None
 
 
@@ -110,7 +110,7 @@ def test_restarts_back_off_exponentially_up_to_five_minutes() -> None:
 
 def test_lag_is_unknown_not_zero_while_the_inputs_end_offsets_are_unread() -> None:
     """A topic whose end offsets could not be read must not make the view look caught up."""
-    seen = ViewObservation(
+    seen = RunObservation(
         "big-r1", AppState("RUNNING", running=True), 0, committed={}, ends={"elsewhere": {0: 3}}
     )
     status = view_status(plan(), seen, None, 1, NOW)
@@ -120,7 +120,7 @@ def test_lag_is_unknown_not_zero_while_the_inputs_end_offsets_are_unread() -> No
 
 
 def test_data_loss_risk_names_the_revision_input_and_partition() -> None:
-    seen = ViewObservation(
+    seen = RunObservation(
         "big-r1",
         AppState("RUNNING", running=True),
         0,
@@ -132,7 +132,7 @@ def test_data_loss_risk_names_the_revision_input_and_partition() -> None:
     risk = next(c for c in status["conditions"] if c["type"] == "DataLossRisk")
     assert (risk["status"], risk["reason"]) == ("True", "NearRetention")
     assert risk["message"].startswith("revision 1 reading clicks (clicks) partition 0:")
-    safe = ViewObservation(
+    safe = RunObservation(
         "big-r1",
         AppState("RUNNING", running=True),
         0,

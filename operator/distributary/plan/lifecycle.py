@@ -30,8 +30,8 @@ from typing import Any
 
 from distributary.api.common import duration_ms
 from distributary.api.view import Upgrade
+from distributary.plan.classify import Classification
 from distributary.plan.conditions import Problem, rfc3339
-from distributary.plan.revisions import Classification
 
 SERVING, CATCHING_UP, RETIRING, RETIRED = "Serving", "CatchingUp", "Retiring", "Retired"
 LIVE = (SERVING, CATCHING_UP)

@@ -6,14 +6,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from distributary.api.view import Upgrade
-from distributary.plan.kappa import (
+from distributary.plan.classify import Classification
+from distributary.plan.lifecycle import (
     Lifecycle,
     mark_deleted,
     progress_message,
     reprocess_progress,
     step,
 )
-from distributary.plan.revisions import Classification
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 REPROCESS = Classification("Reprocess", ("sql changed",))

@@ -1,7 +1,7 @@
 """What an edit of a pipeline's files does to each view and job: `distributary plan --against`.
 
 Each view or job of the new pipeline is compared with the one of the same name in the previous
-files, and its change classified as the operator will (`plan.revisions`): Ignore, RestartInPlace,
+files, and its change classified as the operator will (`plan.classify`): Ignore, RestartInPlace,
 Reprocess or Forbidden, with one reason per difference. What the operator then does follows the
 resource's upgrade strategy: under `Reprocess`, a view's reprocess runs beside the serving
 revision and cuts over once caught up. A declared Log's differences are listed field by field;
@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from distributary.api.log import Log
 from distributary.graph import Pipeline, Ref
-from distributary.plan.revisions import Classification, classify_job_change, classify_view_change
+from distributary.plan.classify import Classification, classify_job_change, classify_view_change
 
 
 @dataclass(frozen=True)

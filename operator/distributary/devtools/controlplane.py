@@ -519,7 +519,7 @@ def main_devcluster(state_dir: Path = DEFAULT_STATE_DIR) -> int:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(
-        prog="python -m distributary.kube.controlplane",
+        prog="python -m distributary.devtools.controlplane",
         description="Run a local Kubernetes control plane until Ctrl-C.",
     )
     parser.add_argument(
