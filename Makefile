@@ -61,7 +61,7 @@ CLICKS := examples/clickstream
 demo: $(STAMP)
 	@rm -rf $(DEMO_STATE) && mkdir -p $(DEMO_STATE)
 	@echo "== $(CLICKS): validate"; $(BIN)/distributary validate $(CLICKS)
-	@echo; echo "== $(CLICKS): plan"; $(BIN)/distributary plan $(CLICKS) --backend direct
+	@echo; echo "== $(CLICKS): plan"; $(BIN)/distributary plan $(CLICKS) --topic-backend direct
 	@echo; echo "== $(CLICKS): run until caught up"
 	$(BIN)/distributary run $(CLICKS) --state-dir $(DEMO_STATE) --until-caught-up \
 	  --produce page-views=$(CLICKS)/data/page-views.jsonl > $(DEMO_STATE).summary.json

@@ -18,6 +18,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from distributary.errors import DistributaryError
+
 KAFKA_VERSION = "4.1.1"
 SPARK_VERSION = "4.1.1"  # equal to the pinned pyspark
 SCALA_BINARY = "2.13"
@@ -69,7 +71,7 @@ SPARK_KAFKA_CONNECTOR = Bundle(
 )
 
 
-class ArtifactError(RuntimeError):
+class ArtifactError(DistributaryError, RuntimeError):
     """Jars could not be resolved; the message says what to install or where to look."""
 
 

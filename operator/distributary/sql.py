@@ -29,10 +29,12 @@ from sqlglot.optimizer.qualify import qualify
 from sqlglot.optimizer.scope import Scope, traverse_scope
 from sqlglot.schema import MappingSchema
 
+from distributary.errors import DistributaryError
+
 DIALECT = "spark"
 
 
-class SqlError(ValueError):
+class SqlError(DistributaryError, ValueError):
     """SQL or DDL that Distributary cannot accept, with a message for people.
 
     `table` is the input alias the problem is about, when it is about one (a missing column).

@@ -35,6 +35,7 @@ from pyspark.sql import functions as fn
 from pyspark.sql.streaming.listener import StreamingQueryListener
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 
+from distributary.errors import DistributaryError
 from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
 from distributary.kafka.progress import ProgressPublisher
 from distributary.plan.positions import Offsets
@@ -49,7 +50,7 @@ from distributary.plan.runner_spec import (
 PREFIX = "DISTRIBUTARY_"
 
 
-class StreamJobError(RuntimeError):
+class StreamJobError(DistributaryError, RuntimeError):
     """The job's environment or a log name is not what the operator provides."""
 
 

@@ -75,14 +75,16 @@ class PipelineRun:
         assert pipeline.ok, "\n".join(map(str, pipeline.problems))
         self.bootstrap = bootstrap
         self.admin = KafkaAdmin(bootstrap)
-        self.local = LocalRun(pipeline, [folder], folder / "state", bootstrap_servers=bootstrap)
+        self.local = LocalRun(
+            pipeline,
+            [folder],
+            folder / "state",
+            bootstrap_servers=bootstrap,
+            say=lambda _text: None,
+            spark_conf=TEST_SPARK_CONF,
+        )
         self.local.state_dir.mkdir(parents=True, exist_ok=True)
-        self.local.say = lambda _text: None
         self.local.prepare(bootstrap)
-        self.local.specs = [
-            s.model_copy(update={"spark_conf": {**s.spark_conf, **TEST_SPARK_CONF}})
-            for s in self.local.specs
-        ]
         self.topics = {t.log.name: t.topic.name for t in self.plan.topics}
 
     @property

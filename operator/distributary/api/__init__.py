@@ -15,6 +15,7 @@ from distributary.api.common import API_GROUP, API_VERSION, GROUP_VERSION, Condi
 from distributary.api.job import StreamJob
 from distributary.api.log import Log
 from distributary.api.view import DerivedView
+from distributary.errors import DistributaryError
 
 Resource = Log | DerivedView | StreamJob
 
@@ -52,7 +53,7 @@ KINDS: dict[str, Kind] = {
 }
 
 
-class ResourceError(ValueError):
+class ResourceError(DistributaryError, ValueError):
     """A resource that is not valid, with one message per problem, each naming its field."""
 
     def __init__(self, resource: str, problems: list[str]) -> None:

@@ -16,12 +16,17 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from distributary.api.job import StreamJob
+from distributary.api.view import DerivedView
 from distributary.artifacts import SPARK_KAFKA_CONNECTOR, jars
+from distributary.backends.base import Owner, RevisionApp
 from distributary.plan.runner_spec import RunnerSpec
-from distributary.plan.spark import Application
+from distributary.plan.spark import Application, application_name
 from distributary.plan.spark_state import AppState
 
 
@@ -194,3 +199,91 @@ class LocalRuntime:
         if child is not None:
             child.wait()
         app.pid_file.unlink(missing_ok=True)
+
+
+class LocalSparkRuntime:
+    """The `local` runtime behind the `SparkRuntime` contract: each revision a process of
+    `local` (a `LocalRuntime`). An ended process is simply started again: nothing to remove."""
+
+    def __init__(self, local: LocalRuntime) -> None:
+        self.local = local
+
+    def view_app(self, view: DerivedView, runner: RunnerSpec) -> RevisionApp:
+        """The view revision's runner process."""
+        name = application_name(view.metadata.name, runner.revision)
+        return RevisionApp(
+            view.metadata.namespace,
+            name,
+            lambda: self.local.state(runner),
+            lambda: self.local.ensure(runner),
+            lambda: None,
+        )
+
+    def job_app(
+        self,
+        job: StreamJob,
+        revision: int,
+        launch: Application | None,
+        manifest: dict[str, Any] | None,
+    ) -> RevisionApp:
+        """The job revision's process, running the job's own file as `launch` says (None: a
+        refused change, the running revision is left as it is)."""
+        namespace = job.metadata.namespace
+        folder = self.local.job(namespace, job.metadata.name, revision)
+
+        def start() -> AppState:
+            if launch is None:
+                return self.local.state_of(folder)
+            return self.local.ensure_job(launch)
+
+        name = application_name(job.metadata.name, revision, "StreamJob")
+        return RevisionApp(
+            namespace, name, lambda: self.local.state_of(folder), start, lambda: None
+        )
+
+    def _folder(self, owner: Owner, revision: int) -> LocalApplication:
+        if owner.kind == "StreamJob":
+            return self.local.job(owner.namespace, owner.name, revision)
+        return self.local.revision(owner.namespace, owner.name, revision)
+
+    def keep(self, owner: Owner, revisions: Sequence[int]) -> None:
+        """Nothing: a revision's process runs on until it is stopped."""
+
+    def stop(self, owner: Owner, revisions: Sequence[int]) -> list[int]:
+        """Stop the revisions' processes (their queries checkpoint); those that ran."""
+        stopped = []
+        for revision in revisions:
+            app = self._folder(owner, revision)
+            if app.pid() is not None:
+                self.local.stop(app)
+                stopped.append(revision)
+        return stopped
+
+    def retire_others(self, owner: Owner, keep: int) -> list[str]:
+        """Stop the job's processes of every revision but `keep`."""
+        kept = self._folder(owner, keep).folder.name
+        pattern = "job-r*" if owner.kind == "StreamJob" else "r*"
+        stopped = []
+        for namespace, name, app in self.local.running(pattern):
+            if (namespace, name) == (owner.namespace, owner.name) and app.folder.name != kept:
+                self.local.stop(app)
+                stopped.append(app.folder.name)
+        return stopped
+
+    def orphans(self, namespace: str | None, alive: set[tuple[str, str, str]]) -> list[str]:
+        """Stop processes whose view or job is gone (deleted, even while the operator was
+        down); the folders of those stopped."""
+        stopped = []
+        for kind, pattern in (("DerivedView", "r*"), ("StreamJob", "job-r*")):
+            for owner_namespace, name, app in self.local.running(pattern):
+                if (
+                    namespace in (None, owner_namespace)
+                    and (kind, owner_namespace, name) not in alive
+                ):
+                    self.local.stop(app)
+                    stopped.append(str(app.folder))
+        return stopped
+
+    def watches_applications(self) -> bool:
+        """Processes, looked at on each round: nothing to watch."""
+        return False

@@ -26,10 +26,13 @@ as `unreachable`, so the controller retries as it does when the direct backend c
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from distributary.api.log import Log
+from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
 from distributary.kube.resources import Kube, KubeError
 from distributary.plan.log_status import LogReconcile
 from distributary.plan.strimzi_status import (
@@ -39,7 +42,12 @@ from distributary.plan.strimzi_status import (
     read_kafka_topic,
     refused_reconcile,
 )
-from distributary.plan.topics import STRIMZI_API_VERSIONS, DesiredTopic, kafka_topic_manifest
+from distributary.plan.topics import (
+    STRIMZI_API_VERSIONS,
+    DesiredTopic,
+    desired_topic,
+    kafka_topic_manifest,
+)
 
 GROUP, KIND = "kafka.strimzi.io", "KafkaTopic"
 LOG_UID_LABEL = "distributary.dev/log-uid"
@@ -123,3 +131,39 @@ class StrimziTopics:
         if annotations.get(LOG_ANNOTATION) != log_ref(log):
             return False  # not this Log's: never delete another's topic
         return self.kube.delete(api_version, KIND, meta["namespace"], meta["name"])
+
+
+class StrimziTopicBackend:
+    """The `strimzi` topic backend as the operator runs it (the `TopicBackend` contract):
+    KafkaTopics applied through `topics`, and a Ready topic's watermarks read with `admin` when
+    Kafka answers (it need not: Strimzi's topic operator is the one that talks to it)."""
+
+    def __init__(self, topics: StrimziTopics, admin: KafkaAdmin) -> None:
+        self.topics = topics
+        self.admin = admin
+
+    async def ensure(
+        self,
+        log: Log,
+        desired: DesiredTopic,
+        owner: Mapping[str, Any],
+        managed: frozenset[str] = frozenset(),
+    ) -> LogReconcile:
+        """Apply the KafkaTopic of `desired`; Strimzi keeps the configs it manages itself."""
+        result = await asyncio.to_thread(self.topics.apply, log, desired, owner)
+        if result.plan is None:
+            return result
+        try:
+            marks = await asyncio.to_thread(self.admin.watermarks, [result.topic])
+        except KafkaAdminError:
+            return result
+        return replace(result, watermarks=marks)
+
+    async def delete(self, log: Log | None, topic: str) -> None:
+        """Delete the topic's KafkaTopic if it is `log`'s: Strimzi's topic operator deletes the
+        topic with it (deleting the topic alone, it would make it again). Without a Log to
+        tell whose the KafkaTopic is, the topic is deleted through the Admin API."""
+        if log is None:
+            await asyncio.to_thread(self.admin.delete_topic, topic)
+            return
+        await asyncio.to_thread(self.topics.delete, log, desired_topic(log, topic=topic))

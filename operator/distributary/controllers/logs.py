@@ -16,9 +16,7 @@ the view's dead letters, since it is what garbage collection leaves of the view.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -27,7 +25,9 @@ import kopf
 from distributary.api import ResourceError, owner_of, parse_resource
 from distributary.api.log import Log
 from distributary.controllers import metrics
-from distributary.controllers.settings import OperatorSettings
+from distributary.controllers.indexes import GROUP, VERSION
+from distributary.controllers.services import OperatorServices
+from distributary.controllers.status import StatusRecorder
 from distributary.kafka.admin import KafkaAdminError
 from distributary.kube.resources import KubeError
 from distributary.plan.log_deletion import deleted_topics
@@ -36,8 +36,9 @@ from distributary.plan.pipeline import revision_topic
 from distributary.plan.spark import owner_reference
 from distributary.plan.topics import DesiredTopic, desired_topic
 from distributary.plan.view_plan import SERVING_ANNOTATION
+from distributary.reconcile.ports import StatusConflictError
 
-GROUP, VERSION, PLURAL = "distributary.dev", "v1alpha1", "logs"
+PLURAL = "logs"
 RETRY_SECONDS = 15
 DELETE_TIMEOUT = 300  # seconds a Delete-policy Log may wait for Kafka before it is let go
 
@@ -68,63 +69,35 @@ def _desired(log: Log) -> DesiredTopic:
     return desired_topic(log)
 
 
-async def _apply(
-    settings: OperatorSettings, log: Log, generation: int, managed: Any
-) -> LogReconcile:
-    desired = _desired(log)
-    if settings.topic_backend == "strimzi":
-        result = await asyncio.to_thread(
-            settings.strimzi.apply, log, desired, owner_reference(owner_of(log))
-        )
-        if result.plan is None:
-            return result
-        return await _with_offsets(settings, result)
-    try:  # with the topics of every other Log reconciling now (`topic_batches.py`)
-        done = await settings.topic_batches.reconcile(desired, frozenset(managed or []))
-    except KafkaAdminError as exc:
-        return LogReconcile(generation, desired.name, unreachable=str(exc))
-    return LogReconcile(
-        generation,
-        desired.name,
-        plan=done.plan,
-        partitions=done.partitions,
-        watermarks=done.watermarks,
-    )
-
-
-async def _with_offsets(settings: OperatorSettings, result: LogReconcile) -> LogReconcile:
-    """`result` with the topic's watermarks, when Kafka answers (it need not, with Strimzi)."""
-    try:
-        marks = await asyncio.to_thread(settings.admin.watermarks, [result.topic])
-    except KafkaAdminError:
-        return result
-    return replace(result, watermarks=marks)
+async def _apply(services: OperatorServices, log: Log, managed: Any) -> LogReconcile:
+    owner = owner_reference(owner_of(log))
+    return await services.topics.ensure(log, _desired(log), owner, frozenset(managed or []))
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-async def reconcile(
-    body: kopf.Body, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo, **_: Any
-) -> None:
+async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Make the topic as the spec says and record the outcome."""
     with metrics.reconciling("Log"):
-        await _reconcile(body, status, patch, memo.settings)
+        try:
+            await _reconcile(body, memo.services)
+        except StatusConflictError as exc:
+            raise kopf.TemporaryError(f"{exc}: reconciling again", delay=1.0) from exc
 
 
-async def _reconcile(
-    body: kopf.Body, status: kopf.Status, patch: kopf.Patch, settings: OperatorSettings
-) -> None:
+async def _reconcile(body: kopf.Body, services: OperatorServices) -> None:
+    """parse -> act (the topic backend plans and carries out the topic's changes) -> record."""
     generation = int(body.meta.get("generation") or 0)
+    recorder = StatusRecorder.of(services.kube, body)
+    status = dict(recorder.status)
     found = _log(body)
     if isinstance(found, str):
         topic = (body.get("spec") or {}).get("topicName") or body.meta.get("name")
         result = LogReconcile(generation, str(topic), invalid=found)
     else:
-        result = await _apply(settings, found, generation, status.get("managedConfigs"))
-    written = log_status(result, status, datetime.now(UTC))
-    patch.status.update(written)
-    _publish(body, written)
+        result = await _apply(services, found, status.get("managedConfigs"))
+    await recorder.finish(log_status(result, status, datetime.now(UTC)))
     if result.plan is not None:
         for action in result.plan.actions:
             kopf.info(body, reason=type(action).__name__, message=f"Topic {result.topic}: {action}")
@@ -134,12 +107,6 @@ async def _reconcile(
         raise kopf.TemporaryError(result.unreachable, delay=RETRY_SECONDS)
     if result.waiting is not None:  # another controller acts (Strimzi): look again soon
         raise kopf.TemporaryError(result.waiting.message, delay=RETRY_SECONDS / 3)
-
-
-def _publish(body: kopf.Body, status: dict[str, Any]) -> None:
-    if "endOffsets" in status:
-        namespace, name = str(body.meta.get("namespace")), str(body.meta.get("name"))
-        metrics.record_log_offsets(namespace, name, status["endOffsets"], status.get("records"))
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
@@ -160,7 +127,7 @@ async def delete_topic(
 ) -> None:
     """With `deletionPolicy: Delete`, delete the topic (the user asked for it); a view's output
     Log takes every revision's topic and the view's dead-letter topic with it."""
-    settings: OperatorSettings = memo.settings
+    services: OperatorServices = memo.services
     spec = body.get("spec") or {}
     found = _log(body)
     if isinstance(found, Log):
@@ -171,7 +138,7 @@ async def delete_topic(
     left: dict[str, Exception] = {}
     for topic in topics:  # each deletion is idempotent: a retry starts again from the first
         try:
-            await _delete(settings, found, topic)
+            await services.topics.delete(found if isinstance(found, Log) else None, topic)
         except (KafkaAdminError, KubeError) as exc:
             if not given_up:
                 message = f"topic {topic} not deleted yet: {exc}"
@@ -187,14 +154,6 @@ async def delete_topic(
     kopf.info(
         body, reason="TopicDeleted", message=f"{_named(topics)} deleted (deletionPolicy: Delete)."
     )
-
-
-async def _delete(settings: OperatorSettings, found: Log | str, topic: str) -> None:
-    if settings.topic_backend == "strimzi" and isinstance(found, Log):
-        # Strimzi's topic operator deletes the topic with its KafkaTopic (if it is this Log's).
-        await asyncio.to_thread(settings.strimzi.delete, found, desired_topic(found, topic=topic))
-    else:
-        await asyncio.to_thread(settings.admin.delete_topic, topic)
 
 
 def _named(topics: Sequence[str]) -> str:

@@ -16,10 +16,17 @@ import aiohttp
 import click
 import kopf
 
+from distributary.backends.direct import DirectTopics
 from distributary.controllers import metrics
 from distributary.controllers.observer import application_changed, observe_forever
-from distributary.controllers.settings import OperatorSettings
-from distributary.plan.pipeline import DEFAULT_CHECKPOINT_ROOT, DEFAULT_IMAGE
+from distributary.controllers.services import build
+from distributary.controllers.settings import DEFAULT_STATE_DIR, OperatorSettings
+from distributary.plan.pipeline import (
+    DEFAULT_CHECKPOINT_ROOT,
+    DEFAULT_IMAGE,
+    DEFAULT_STRIMZI_CLUSTER,
+    DEFAULT_TOPIC_BACKEND,
+)
 from distributary.plan.progress import PROGRESS_TOPIC
 from distributary.plan.spark import MANAGED_BY, SPARK_APPLICATION_API_VERSION
 from distributary.plan.topics import DesiredTopic
@@ -101,14 +108,14 @@ def _configure(settings: kopf.OperatorSettings) -> None:
 @click.option(
     "--topic-backend",
     type=click.Choice(["direct", "strimzi"]),
-    default="direct",
+    default=DEFAULT_TOPIC_BACKEND,
     show_default=True,
     envvar="DISTRIBUTARY_TOPIC_BACKEND",
     help="direct: the Kafka Admin API; strimzi: KafkaTopic resources.",
 )
 @click.option(
     "--strimzi-cluster",
-    default="my-cluster",
+    default=DEFAULT_STRIMZI_CLUSTER,
     show_default=True,
     envvar="DISTRIBUTARY_STRIMZI_CLUSTER",
     help="The strimzi.io/cluster label.",
@@ -138,7 +145,7 @@ def _configure(settings: kopf.OperatorSettings) -> None:
 @click.option(
     "--state-dir",
     type=click.Path(file_okay=False, path_type=Path),
-    default=Path("/var/lib/distributary/local"),
+    default=DEFAULT_STATE_DIR,
     show_default=True,
     envvar="DISTRIBUTARY_STATE_DIR",
     help="The local runtime's folder: runner specs, pids and logs.",
@@ -198,7 +205,7 @@ def operator(
     fewer_malloc_arenas()
     for module in CONTROLLERS:
         importlib.import_module(module)
-    settings = OperatorSettings(
+    settings = OperatorSettings.from_environment(
         bootstrap_servers=bootstrap_servers,
         topic_backend="strimzi" if topic_backend == "strimzi" else "direct",
         strimzi_cluster=strimzi_cluster,
@@ -209,6 +216,8 @@ def operator(
         observe_interval=observe_interval,
         namespaces=namespaces,
     )
+    # The one place the topic backend and the Spark runtime are chosen (`services.build`).
+    services = build(settings)
 
     @kopf.on.startup()
     async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
@@ -218,12 +227,12 @@ def operator(
             concurrent.futures.ThreadPoolExecutor(WORKER_THREADS, thread_name_prefix="distributary")
         )
         # Where runners publish progress; made once, compacted (one record per revision).
-        await asyncio.to_thread(memo.settings.topics.apply, PROGRESS)
+        await asyncio.to_thread(DirectTopics(memo.services.admin).apply, PROGRESS)
         # Assigned here, off the event loop: reconciles then only take what it has fetched.
-        await asyncio.to_thread(memo.settings.progress.poll, 1.0)
-        memo.observer = asyncio.create_task(observe_forever(memo.settings))
+        await asyncio.to_thread(memo.services.progress.poll, 1.0)
+        memo.observer = asyncio.create_task(observe_forever(memo.services))
 
-    if spark_runtime == "spark-operator":
+    if services.runtime.watches_applications():
         group, version = SPARK_APPLICATION_API_VERSION.split("/")
         kopf.on.event(group, version, "sparkapplications", labels=MANAGED_BY)(application_changed)
 
@@ -254,6 +263,6 @@ def operator(
             namespaces=namespaces,
             standalone=True,
             liveness_endpoint=f"http://0.0.0.0:{health_port}/healthz",
-            memo=kopf.Memo(settings=settings),
+            memo=kopf.Memo(services=services),
         )
     )

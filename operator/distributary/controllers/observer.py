@@ -18,91 +18,84 @@ from typing import Any, cast
 
 import kopf
 
-from distributary.controllers import metrics
-from distributary.controllers.jobs import reconcile_job
-from distributary.controllers.settings import OperatorSettings
-from distributary.controllers.views import indexes_of, reconcile_view
+from distributary.api.common import GROUP_VERSION
+from distributary.controllers.handling import reconcile_resource
+from distributary.controllers.indexes import indexes_of
+from distributary.controllers.services import OperatorServices
+from distributary.controllers.status import StatusRecorder
 from distributary.kafka.admin import KafkaAdminError
 from distributary.kube.resources import KubeError
 from distributary.plan.log_status import offsets_status, subscribers
 from distributary.plan.positions import Watermarks
+from distributary.reconcile.ports import StatusConflictError, TryAgain
 
-API = "distributary.dev/v1alpha1"
+API = GROUP_VERSION
 LOGGER = logging.getLogger("distributary.observer")
 NUDGE_ATTEMPTS, NUDGE_PAUSE = 5, 1.0
 
 
-async def observe_forever(settings: OperatorSettings) -> None:
+async def observe_forever(services: OperatorServices) -> None:
     """Observe every `settings.observe_interval` seconds (from the start of one round to the
     start of the next) until cancelled."""
     loop = asyncio.get_running_loop()
     started = loop.time()
+    settings = services.settings
     while True:
         await asyncio.sleep(max(0.0, started + settings.observe_interval - loop.time()))
         started = loop.time()
         for namespace in settings.namespaces or (None,):
             try:
-                await observe_namespace(settings, namespace)
+                await observe_namespace(services, namespace)
             except (KubeError, KafkaAdminError) as exc:
                 LOGGER.warning("observing %s: %s", namespace or "every namespace", exc)
             except Exception:  # the loop must outlive any one failure; the next round retries
                 LOGGER.exception("observing %s failed", namespace or "every namespace")
 
 
-async def observe_namespace(settings: OperatorSettings, namespace: str | None) -> None:
+async def observe_namespace(services: OperatorServices, namespace: str | None) -> None:
     """One round over the Logs and views of `namespace` (None: every namespace)."""
-    kube = settings.kube
+    kube = services.kube
     logs = await asyncio.to_thread(kube.list, API, "Log", namespace)
     views = await asyncio.to_thread(kube.list, API, "DerivedView", namespace)
     jobs = await asyncio.to_thread(kube.list, API, "StreamJob", namespace)
     live = [log for log in logs if not (log.get("metadata") or {}).get("deletionTimestamp")]
-    marks = await _watermarks(settings, live)
+    marks = await _watermarks(services, live)
     readers_in: dict[str, list[dict[str, Any]]] = {}
     for reader in [*views, *jobs]:
         readers_in.setdefault(reader["metadata"]["namespace"], []).append(reader)
     for log in live:
         readers = readers_in.get(log["metadata"]["namespace"], [])
-        await _observe_log(settings, log, readers, marks)
+        await _observe_log(services, log, readers, marks)
     by_namespace: dict[str, dict[str, list[dict[str, Any]]]] = {"logs": {}, "views": {}, "jobs": {}}
     for kind, items in (("logs", logs), ("views", views), ("jobs", jobs)):
         for item in items:
             by_namespace[kind].setdefault(item["metadata"]["namespace"], []).append(item)
     for view in views:
         if not view["metadata"].get("deletionTimestamp"):
-            await _observe(settings, view, by_namespace)
+            await _observe(services, view, by_namespace)
     for job in jobs:
         if not job["metadata"].get("deletionTimestamp"):
-            await _observe(settings, job, by_namespace)
-    if settings.spark_runtime == "local":
-        await _stop_orphans(settings, namespace, views, "r*")
-        await _stop_orphans(settings, namespace, jobs, "job-r*")
+            await _observe(services, job, by_namespace)
+    alive = {
+        (o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]) for o in [*views, *jobs]
+    }
+    for stopped in await asyncio.to_thread(services.runtime.orphans, namespace, alive):
+        LOGGER.info("its view or job is gone: stopped %s", stopped)
 
 
-async def _stop_orphans(
-    settings: OperatorSettings, namespace: str | None, owners: list[dict[str, Any]], pattern: str
-) -> None:
-    """Stop local processes whose view or job is gone (deleted, even while the operator was
-    down)."""
-    alive = {(v["metadata"]["namespace"], v["metadata"]["name"]) for v in owners}
-    for owner_namespace, name, app in settings.local_runtime.running(pattern):
-        if namespace in (None, owner_namespace) and (owner_namespace, name) not in alive:
-            LOGGER.info("%s/%s is gone: stopping %s", owner_namespace, name, app.folder)
-            await asyncio.to_thread(settings.local_runtime.stop, app)
-
-
-async def _watermarks(settings: OperatorSettings, logs: list[dict[str, Any]]) -> Watermarks:
+async def _watermarks(services: OperatorServices, logs: list[dict[str, Any]]) -> Watermarks:
     """The watermarks of every Log's topic, read for all of them at once (three requests)."""
     topics = {str(topic) for log in logs if (topic := (log.get("status") or {}).get("topicName"))}
     if not topics:
         return {}
-    admin = settings.admin
+    admin = services.admin
     counts = await asyncio.to_thread(admin.list_partitions, topics)
     each = await asyncio.to_thread(admin.watermarks_each, {t: n for t, n in counts.items() if n})
     return {topic: marks[topic] for topic, marks in each.items()}
 
 
 async def _observe_log(
-    settings: OperatorSettings, log: dict[str, Any], views: list[dict[str, Any]], read: Watermarks
+    services: OperatorServices, log: dict[str, Any], views: list[dict[str, Any]], read: Watermarks
 ) -> None:
     status = log.get("status") or {}
     topic = status.get("topicName")
@@ -112,40 +105,30 @@ async def _observe_log(
         marks = {topic: read[topic]}
     else:  # not answered with the others (e.g. not made yet by Strimzi): asked alone
         try:
-            marks = await asyncio.to_thread(settings.admin.watermarks, [topic])
+            marks = await asyncio.to_thread(services.admin.watermarks, [topic])
         except KafkaAdminError as exc:  # one Log's topic never stops the round
             LOGGER.debug("observing Log %s: %s", log["metadata"]["name"], exc)
             return
     update = offsets_status(topic, marks)
     update["subscribers"] = subscribers(log["metadata"]["name"], views)
-    namespace, name = log["metadata"]["namespace"], log["metadata"]["name"]
-    if "endOffsets" in update:
-        metrics.record_log_offsets(namespace, name, update["endOffsets"], update.get("records"))
-    if _changed(status, update):
-        await asyncio.to_thread(settings.kube.patch_status, API, "Log", namespace, name, update)
+    # Written meanwhile (by its handler, or a view's cutover): the next round looks again.
+    with contextlib.suppress(StatusConflictError):
+        await StatusRecorder.of(services.kube, log).finish(update)
 
 
-async def _observe(settings: OperatorSettings, item: dict[str, Any], indexes: Any) -> bool:
+async def _observe(services: OperatorServices, item: dict[str, Any], indexes: Any) -> bool:
     """Reconcile a view or job as on a change, and write its status if it changed; False when
     the status had changed since `item` was read (nothing was written)."""
     body = kopf.Body(cast(kopf.RawBody, item))
-    patch = kopf.Patch()
-    reconcile = reconcile_view if item["kind"] == "DerivedView" else reconcile_job
     namespace, name = item["metadata"]["namespace"], item["metadata"]["name"]
     try:
-        with contextlib.suppress(kopf.TemporaryError):  # the status says what is awaited
-            await reconcile(body, body.status, patch, settings, indexes)
-        update = dict(patch.get("status") or {})
-        if _changed(item.get("status") or {}, update):
-            # Only onto the status this round read: a newer one (a handler's write-ahead
-            # record, a cutover) is never overwritten; the next round starts from it.
-            version = item["metadata"].get("resourceVersion")
-            await asyncio.to_thread(
-                settings.kube.patch_status, API, item["kind"], namespace, name, update, version
-            )
+        # Status is written only onto the version this round read: a newer one (a handler's
+        # write-ahead record, a cutover) is never overwritten; the next round starts from it.
+        with contextlib.suppress(TryAgain):  # the status says what is awaited
+            await reconcile_resource(body, services, indexes)
+    except StatusConflictError:
+        return False
     except KubeError as exc:
-        if exc.status == 409:
-            return False
         LOGGER.warning("observing %s %s/%s: %s", item["kind"], namespace, name, exc)
     except KafkaAdminError as exc:
         LOGGER.warning("observing %s %s/%s: %s", item["kind"], namespace, name, exc)
@@ -161,15 +144,15 @@ async def application_changed(
     now rather than at the next round, so that a view turns Ready when its application runs
     (and an ended one is restarted) within moments. Registered for the spark-operator runtime.
     kopf's first listing only records the states: the first round looks at everything."""
-    settings: OperatorSettings = memo.settings
+    services: OperatorServices = memo.services
     meta = body.meta
     key = (str(meta.get("namespace")), str(meta.get("name")))
     state = str(((body.get("status") or {}).get("applicationState") or {}).get("state") or "")
-    before = settings.application_states.get(key)
+    before = services.application_states.get(key)
     if type == "DELETED":
-        settings.application_states.pop(key, None)
+        services.application_states.pop(key, None)
         return
-    settings.application_states[key] = state
+    services.application_states[key] = state
     if type is None or before == state:
         return
     indexes = indexes_of(found)
@@ -187,10 +170,6 @@ async def application_changed(
                 ),
                 None,
             )
-            if item is None or await _observe(settings, item, indexes):
+            if item is None or await _observe(services, item, indexes):
                 break
             await asyncio.sleep(NUDGE_PAUSE)
-
-
-def _changed(before: dict[str, Any], update: dict[str, Any]) -> bool:
-    return any(before.get(key) != value for key, value in update.items())

@@ -1,25 +1,27 @@
-"""The operator's settings, from flags and environment, shared with every handler through kopf's
-memo: one place decides how Kafka is reached and which backend makes topics."""
+"""The operator's settings: documented values and nothing else.
+
+Every knob is here, read once at start from flags and the environment (`controllers/main.py`),
+so a test builds settings without touching the environment and nothing reads it later. The
+clients and backends built from them are services (`controllers/services.py`); what the operator
+remembers between reconciles lives beside the code that owns it. Defaults are the planners'
+(`plan.pipeline`), so `distributary plan` previews what the operator does.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
-from distributary.backends.direct import DirectTopics
-from distributary.backends.local_spark import LocalRuntime
-from distributary.backends.strimzi import StrimziTopics
-from distributary.controllers.topic_batches import TopicBatches
-from distributary.kafka.admin import KafkaAdmin
-from distributary.kafka.progress import ProgressReader
-from distributary.kube.resources import Kube
-from distributary.plan.pipeline import DEFAULT_CHECKPOINT_ROOT, DEFAULT_IMAGE
-from distributary.plan.progress import PROGRESS_TOPIC
-
-TopicBackend = Literal["strimzi", "direct"]
-SparkRuntime = Literal["spark-operator", "local"]
+from distributary.plan.pipeline import (
+    DEFAULT_CHECKPOINT_ROOT,
+    DEFAULT_IMAGE,
+    DEFAULT_STRIMZI_CLUSTER,
+    DEFAULT_TOPIC_BACKEND,
+    SparkRuntime,
+    TopicBackend,
+)
 
 # Kafka client settings the operator takes from its environment (e.g. a Secret in the chart).
 KAFKA_ENVIRONMENT = {
@@ -31,82 +33,65 @@ KAFKA_ENVIRONMENT = {
     "DISTRIBUTARY_KAFKA_SSL_CERTIFICATE_LOCATION": "ssl.certificate.location",
     "DISTRIBUTARY_KAFKA_SSL_KEY_LOCATION": "ssl.key.location",
 }
+DEFAULT_STATE_DIR = Path("/var/lib/distributary/local")
 
 
-def kafka_security() -> dict[str, str]:
-    """Kafka client settings from DISTRIBUTARY_KAFKA_* environment variables that are set."""
-    return {
-        key: os.environ[name] for name, key in KAFKA_ENVIRONMENT.items() if os.environ.get(name)
-    }
+def kafka_client_config(environ: Mapping[str, str]) -> dict[str, str]:
+    """Kafka client settings from the DISTRIBUTARY_KAFKA_* variables of `environ` that are set."""
+    return {key: environ[name] for name, key in KAFKA_ENVIRONMENT.items() if environ.get(name)}
 
 
-@dataclass
+@dataclass(frozen=True)
 class OperatorSettings:
-    """How the operator reaches Kafka and Spark, and how often it looks."""
+    """How the operator reaches Kafka, Kubernetes and Spark, and how often it looks."""
 
     bootstrap_servers: str
-    topic_backend: TopicBackend = "direct"
-    strimzi_cluster: str = "my-cluster"
+    """Kafka's bootstrap servers, host:port[,host:port...]."""
+
+    kafka_client: Mapping[str, str] = field(default_factory=dict)
+    """Extra Kafka client settings (security protocol, SASL, TLS files) for every client the
+    operator opens."""
+
+    topic_backend: TopicBackend = DEFAULT_TOPIC_BACKEND
+    """Where topics are made: `direct` (Kafka's Admin API) or `strimzi` (KafkaTopics)."""
+
+    strimzi_cluster: str = DEFAULT_STRIMZI_CLUSTER
+    """The `strimzi.io/cluster` label of every KafkaTopic."""
+
+    strimzi_namespace: str | None = None
+    """Where KafkaTopics go (where Strimzi's topic operator watches); None: each Log's own."""
+
     spark_runtime: SparkRuntime = "spark-operator"
+    """What runs revisions: `spark-operator` (SparkApplications) or `local` (processes)."""
+
     image: str = DEFAULT_IMAGE
+    """The job image of views whose spec names none."""
+
     checkpoint_root: str = DEFAULT_CHECKPOINT_ROOT
+    """Where revisions checkpoint: storage every driver reaches."""
+
     observe_interval: float = 30.0
+    """Seconds from the start of one observe round to the start of the next."""
+
     namespaces: tuple[str, ...] = ()
-    state_dir: Path = Path("/var/lib/distributary/local")
-    restart_due: dict[tuple[str, str], float] = field(default_factory=dict, repr=False)
-    # The last state seen of each SparkApplication (namespace, name): `observer.py` acts on
-    # changes.
-    application_states: dict[tuple[str, str], str] = field(default_factory=dict, repr=False)
-    _admin: KafkaAdmin | None = field(default=None, repr=False)
-    _kube: Kube | None = field(default=None, repr=False)
-    _local: LocalRuntime | None = field(default=None, repr=False)
-    _progress: ProgressReader | None = field(default=None, repr=False)
-    _batches: TopicBatches | None = field(default=None, repr=False)
+    """The namespaces watched; none: every namespace."""
 
-    @property
-    def admin(self) -> KafkaAdmin:
-        """The one Kafka admin client of the operator."""
-        if self._admin is None:
-            self._admin = KafkaAdmin(self.bootstrap_servers, client=kafka_security())
-        return self._admin
+    state_dir: Path = DEFAULT_STATE_DIR
+    """The local runtime's folder: runner specs, pids and logs."""
 
-    @property
-    def kube(self) -> Kube:
-        """The Kubernetes adapter, for children the operator applies itself."""
-        if self._kube is None:
-            # The kubeconfig kopf uses too: $KUBECONFIG, else the pod's service account.
-            self._kube = Kube(os.environ.get("KUBECONFIG") or None)
-        return self._kube
+    kubeconfig: str | None = None
+    """The kubeconfig of the API server; None: the pod's service account."""
 
-    @property
-    def local_runtime(self) -> LocalRuntime:
-        """The local Spark runtime, its processes under `state_dir`."""
-        if self._local is None:
-            self._local = LocalRuntime(self.state_dir)
-        return self._local
-
-    @property
-    def progress(self) -> ProgressReader:
-        """The reader of the runners' progress topic."""
-        if self._progress is None:
-            self._progress = ProgressReader(self.bootstrap_servers, PROGRESS_TOPIC)
-        return self._progress
-
-    @property
-    def strimzi(self) -> StrimziTopics:
-        """The strimzi topic backend: KafkaTopics in the Logs' namespaces, or in the one
-        $DISTRIBUTARY_STRIMZI_NAMESPACE names (where Strimzi's topic operator watches)."""
-        namespace = os.environ.get("DISTRIBUTARY_STRIMZI_NAMESPACE") or None
-        return StrimziTopics(self.kube, self.strimzi_cluster, namespace)
-
-    @property
-    def topics(self) -> DirectTopics:
-        """The direct topic backend, on the shared admin client."""
-        return DirectTopics(self.admin)
-
-    @property
-    def topic_batches(self) -> TopicBatches:
-        """The direct backend's topic work of many Logs at once (`topic_batches.py`)."""
-        if self._batches is None:
-            self._batches = TopicBatches(self.topics.reconcile_many)
-        return self._batches
+    @classmethod
+    def from_environment(
+        cls, environ: Mapping[str, str] | None = None, **values: object
+    ) -> OperatorSettings:
+        """Settings from `values` (the flags) and what only the environment gives: the
+        kubeconfig kopf uses too, Strimzi's namespace and the Kafka client's security."""
+        env = os.environ if environ is None else environ
+        return cls(
+            kafka_client=kafka_client_config(env),
+            strimzi_namespace=env.get("DISTRIBUTARY_STRIMZI_NAMESPACE") or None,
+            kubeconfig=env.get("KUBECONFIG") or None,
+            **values,  # type: ignore[arg-type]
+        )

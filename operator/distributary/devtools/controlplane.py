@@ -42,6 +42,7 @@ from types import FrameType, TracebackType
 import yaml
 
 from distributary.artifacts import cache_root
+from distributary.errors import DistributaryError
 
 KUBERNETES_VERSION = "v1.34.4"  # equal to k8s.io/kubernetes in controlplane/go.mod
 CONTROLLERS = "garbage-collector-controller,namespace-controller"
@@ -64,7 +65,7 @@ def _ldflags() -> str:
 GO_BUILD = ["build", "-v", "-trimpath", f"-ldflags={_ldflags()}"]
 
 
-class ControlPlaneError(RuntimeError):
+class ControlPlaneError(DistributaryError, RuntimeError):
     """The control plane could not be built or started; the message says why and what to do."""
 
 

@@ -38,6 +38,7 @@ from confluent_kafka.admin._listoffsets import OffsetSpec
 from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewPartitions, NewTopic
 
+from distributary.errors import DistributaryError
 from distributary.kafka.cluster import client_config, kafka_error, result_within
 from distributary.plan.positions import Offsets, Watermarks, partition_lag, split_watermarks
 from distributary.plan.topics import AlterConfigs, CreateTopic, ObservedTopic
@@ -71,7 +72,7 @@ _FIXES = {
 }
 
 
-class KafkaAdminError(RuntimeError):
+class KafkaAdminError(DistributaryError, RuntimeError):
     """Kafka refused or did not answer; the message names the topic or group and what to do.
     `code` is Kafka's name for the error (e.g. `UNKNOWN_TOPIC_OR_PART`)."""
 

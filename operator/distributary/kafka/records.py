@@ -25,6 +25,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from distributary.errors import DistributaryError
 from distributary.kafka.cluster import client_config
 from distributary.schema import EncodedRecord
 
@@ -33,7 +34,7 @@ Progress = Callable[[int, float], None]
 TAIL_GROUP = "distributary.tail"  # required by the client; never joined nor committed to
 
 
-class RecordsError(RuntimeError):
+class RecordsError(DistributaryError, RuntimeError):
     """Kafka did not take or give the records; the message says what happened."""
 
 

@@ -1,9 +1,8 @@
 """A rewind's moves of a consumer group, read from Kafka and carried out on it.
 
-The operator (`controllers.applications.rewind_once`) and `distributary run` (`local.rewinds`)
-rewind the same way: read where the group is and what each partition retains, work out where the
-rewind puts it (`plan.positions.rewind_moves`), record that, then commit it while the group's
-consumer is stopped.
+Both front ends rewind through `reconcile.applications.rewind_once`, the same way: read where the
+group is and what each partition retains, work out where the rewind puts it
+(`plan.positions.rewind_moves`), record that, then commit it while the group's consumer is stopped.
 """
 
 from __future__ import annotations

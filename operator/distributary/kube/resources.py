@@ -39,13 +39,15 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.discovery import LazyDiscoverer
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
+from distributary.errors import DistributaryError
+
 REQUEST_TIMEOUT = 30.0  # seconds for any one call to the API server
 FIELD_MANAGER = "distributary"
 CONNECTIONS = 32  # kept open to the API server, at most
 LIST_PAGE = 500  # objects per list request
 
 
-class KubeError(RuntimeError):
+class KubeError(DistributaryError, RuntimeError):
     """A call to the API server failed; the message names the object and what to do. `status`
     is the HTTP status when the server answered (None when it could not be reached)."""
 

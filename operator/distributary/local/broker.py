@@ -26,13 +26,14 @@ from pathlib import Path
 from types import TracebackType
 
 from distributary.artifacts import KAFKA_BROKER, jars
+from distributary.errors import DistributaryError
 from distributary.kafka.cluster import cluster_ready
 
 MIN_JAVA = 17
 PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
-class BrokerError(RuntimeError):
+class BrokerError(DistributaryError, RuntimeError):
     """The embedded broker could not start; the message says why and what to do."""
 
 

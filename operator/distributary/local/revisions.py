@@ -1,73 +1,82 @@
-"""Revisions in `distributary run`: the operator's reprocessing, on one machine.
+"""The state folder's status store: what `distributary run` keeps of each view and job.
 
-A view's revisions live in `<state dir>/revisions.json` as they live in a view's status under
-the operator: the lifecycle's rows (`plan.lifecycle`), the spec the view last ran with, and the
-runner spec of each revision that may run. Each time the pipeline is planned, every view goes
-through the same planner as under the operator (`plan.view_plan.plan_view`), in the pipeline's
-order, each reading its inputs at the topics their views serve: a view whose SQL changed since
-the last run starts revision N+1 beside N; once N+1 has caught up it serves, N stops, and the
-views that read its output reprocess in turn.
+Under the operator a view's status lives in the API server; here it lives in
+`<state dir>/revisions.json`, the same status (revisions and their rows, positions, conditions,
+the last change's classification, the last rewind, the write-ahead record) written by the same
+reconcile (`reconcile.view`, `reconcile.job`) through a `StatusStore` kept in this file. Each write
+replaces the file atomically, so a run killed at any point leaves the last record whole, and the
+next run carries on from it as a restarted operator does.
 
-The operator's retention guard holds here too: before a reprocessing revision starts, its
-inputs' history is checked (`kafka.history.lost_input_history`: a partition that no longer
-starts at 0, a compacted one with records removed), and when some is lost the view is planned
-again with the history it lost, which refuses the reprocess unless the spec allows partial
-history. A refused change is recorded in the view's `status.problem`, and the serving revision
-runs on from its recorded spec. The rewinds carried out (`local.rewinds`) are kept in
-`status.rewinds`.
+What the API server gives the operator and files do not, is made here:
+- a generation: the spec each resource was last seen with is kept, and a different one in the
+  files counts as an edit (generation + 1, classified against the spec it replaces), as an update
+  event does under the operator;
+- the spec that runs (`view`): a refused edit is not what runs, so the next run compares with what
+  does;
+- for people reading the file and the summary: `problem`, the refused change (reason, message),
+  and `rewinds`, every rewind carried out, by request id.
 
-    {"views": {"default/enriched": {"view": {...spec...}, "status": {"servingRevision": 1,
-      "revisions": [...]}, "specs": {"1": {...runner spec...}}}}}
+    {"views": {"default/enriched": {"view": {...}, "seen": {...spec...}, "generation": 2,
+      "status": {"servingRevision": 1, "revisions": [...], "conditions": [...], ...}}},
+     "jobs": {"default/sessionize": {...}}}
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from distributary.api.log import LogStatus
+from distributary.api.job import StreamJob
 from distributary.api.view import DerivedView
-from distributary.graph import Pipeline, Ref
-from distributary.plan.lifecycle import CATCHING_UP, LIVE, mark_deleted
-from distributary.plan.runner_spec import RunnerSpec
-from distributary.plan.view_plan import ViewPlan, plan_view
+from distributary.local.state import RunStateError
+from distributary.plan.lifecycle import CATCHING_UP
+from distributary.plan.status_patch import changes, merged
 
 REVISIONS_FILE = "revisions.json"
+SECTIONS = {"DerivedView": "views", "StreamJob": "jobs"}
+# A change the reconcile refused: what runs is the spec before it.
+REFUSALS = ("ChangeForbidden", "ReprocessRequired", "HistoryIncomplete")
+
+Resource = DerivedView | StreamJob
 
 
-def view_key(ref: Ref) -> str:
-    """The key of a view in the file: `namespace/name`."""
-    return f"{ref.namespace}/{ref.name}"
+def resource_key(resource: Resource) -> str:
+    """The key of a view or job in the file: `namespace/name`."""
+    return f"{resource.metadata.namespace}/{resource.metadata.name}"
+
+
+def _spec(resource: Resource) -> dict[str, Any]:
+    return resource.model_dump(mode="json", by_alias=True, exclude_none=True)["spec"]  # type: ignore[no-any-return]
 
 
 @dataclass
 class LocalRevisions:
-    """The revisions of every view of a run, kept in the state folder."""
+    """The status of every view and job of a run, kept in the state folder."""
 
     state_dir: Path
     views: dict[str, dict[str, Any]] = field(default_factory=dict)
+    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, state_dir: Path) -> LocalRevisions:
-        """The revisions recorded in `state_dir` (none for a first run)."""
+        """The statuses recorded in `state_dir` (none for a first run). Raises `RunStateError`
+        naming the file and the fix when it cannot be read."""
         path = state_dir / REVISIONS_FILE
         try:
             data = json.loads(path.read_text("utf-8"))
         except FileNotFoundError:
             return cls(state_dir)
         except (OSError, ValueError) as exc:
-            raise ValueError(
-                f"{path} cannot be read ({exc}): delete it to start every view at revision 1 "
-                "again (their outputs are recomputed)"
-            ) from None
-        return cls(state_dir, dict(data.get("views") or {}))
+            raise _unreadable(path, str(exc)) from None
+        sections = [data.get(s) or {} for s in ("views", "jobs")] if isinstance(data, dict) else []
+        if not sections or not all(isinstance(s, dict) for s in sections):
+            raise _unreadable(path, 'it is not {"views": {...}, "jobs": {...}}')
+        return cls(state_dir, dict(sections[0]), dict(sections[1]))
 
     def save(self) -> None:
         """Write the file atomically (a temporary file renamed over it)."""
@@ -75,178 +84,123 @@ class LocalRevisions:
         fd, temporary = tempfile.mkstemp(dir=self.state_dir, prefix=".revisions.", suffix=".tmp")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as out:
-                json.dump({"views": self.views}, out, indent=1, sort_keys=True)
+                json.dump({"views": self.views, "jobs": self.jobs}, out, indent=1, sort_keys=True)
             os.replace(temporary, self.state_dir / REVISIONS_FILE)
         except BaseException:
             Path(temporary).unlink(missing_ok=True)
             raise
 
-    def record_lags(self, lags: Mapping[tuple[str, int], int]) -> None:
-        """Each running revision's lag (by view name and revision), as the rows carry it."""
-        for entry in self.views.values():
-            name = entry["view"]["metadata"]["name"]
-            for row in entry["status"].get("revisions") or []:
-                lag = lags.get((name, int(row["revision"])))
-                if lag is not None:
-                    row["lag"] = lag
+    def section(self, kind: str) -> dict[str, dict[str, Any]]:
+        """The entries of views or of jobs."""
+        return self.views if kind == "DerivedView" else self.jobs
 
-    def topics_deleted(self, name: str, topics: list[str]) -> None:
-        """Record that retired topics of view `name` were deleted."""
-        for entry in self.views.values():
-            if entry["view"]["metadata"]["name"] == name:
-                status = entry["status"]
-                status["revisions"] = mark_deleted(status.get("revisions") or [], topics)
+    def read(self, resource: Resource) -> tuple[dict[str, Any], Any]:
+        """The resource as the reconcile reads it (its spec from the files, its generation and
+        status from here) and, when the files hold an edit not reconciled yet, the spec it
+        replaces (an update's old spec)."""
+        entries = self.section(resource.kind)
+        key = resource_key(resource)
+        spec = _spec(resource)
+        entry = entries.setdefault(key, {"generation": 1, "seen": spec, "status": {}})
+        if "seen" not in entry:  # recorded before specs were kept as seen: the one that ran
+            entry["seen"] = (entry.get("view") or {}).get("spec")
+        if entry.get("seen") != spec:
+            entry["changedFrom"] = entry.get("seen")
+            entry["generation"] = int(entry.get("generation") or 1) + 1
+            entry["seen"] = spec
+        meta = resource.metadata
+        body = {
+            "apiVersion": resource.api_version,
+            "kind": resource.kind,
+            "metadata": {
+                "name": meta.name,
+                "namespace": meta.namespace,
+                "uid": f"local:{key}",
+                "generation": entry["generation"],
+            },
+            "spec": spec,
+            "status": dict(entry.get("status") or {}),
+        }
+        return body, entry.get("changedFrom")
 
-    def rewinds(self, key: str) -> list[dict[str, Any]]:
-        """The rewinds recorded for view `key` (`namespace/name`), oldest first."""
-        entry = self.views.get(key) or {}
-        return [dict(r) for r in (entry.get("status") or {}).get("rewinds") or []]
+    def store(self, resource: Resource) -> LocalStatus:
+        """The status store of `resource` (read it with `read` first)."""
+        return LocalStatus(self, resource)
 
-    def record_rewind(self, key: str, record: Mapping[str, Any]) -> None:
-        """Record rewind `record` of view `key`, in place of an earlier record of its request."""
-        status = self.views[key]["status"]
-        kept = [r for r in status.get("rewinds") or [] if r["requestId"] != record["requestId"]]
-        status["rewinds"] = [*kept, dict(record)]
-
-    def use_checkpoint(self, key: str, revision: int, folder: str) -> None:
-        """Make revision `revision` of view `key` checkpoint in `folder` from now on (a fresh
-        checkpoint after a rewind), as its row's `checkpoint` says under the operator."""
-        status = self.views[key]["status"]
-        status["revisions"] = [
-            {**row, "checkpoint": folder} if int(row["revision"]) == revision else row
-            for row in status.get("revisions") or []
-        ]
+    def status(self, kind: str, key: str) -> dict[str, Any]:
+        """The status recorded for the view or job `key` (`namespace/name`)."""
+        return dict((self.section(kind).get(key) or {}).get("status") or {})
 
     def catching_up(self) -> list[str]:
         """The views with a revision catching up."""
         return sorted(
-            entry["view"]["metadata"]["name"]
-            for entry in self.views.values()
-            if any(r.get("phase") == CATCHING_UP for r in entry["status"].get("revisions") or [])
+            key
+            for key, entry in self.views.items()
+            if any(
+                r.get("phase") == CATCHING_UP
+                for r in (entry.get("status") or {}).get("revisions") or []
+            )
         )
 
 
-@dataclass(frozen=True)
-class LocalPlan:
-    """Every view's plan, the runner specs to run, and each log's serving topic."""
-
-    views: dict[str, ViewPlan]
-    specs: list[RunnerSpec]
-    serving: dict[str, str]  # derived log name -> the topic its view serves
-
-
-LostHistory = Callable[[Mapping[str, str]], str | None]
-"""Why some input topics (topic -> log) no longer hold their whole history, None if they do
-(`kafka.history.lost_input_history`)."""
+def refused(status: Mapping[str, Any]) -> dict[str, str] | None:
+    """The change the status says was refused (reason and message), None when none was."""
+    for condition in status.get("conditions") or []:
+        stalled = condition.get("type") == "Stalled" and condition.get("status") == "True"
+        if stalled and condition.get("reason") in REFUSALS:
+            return {"reason": condition["reason"], "message": condition.get("message") or ""}
+    return None
 
 
-def plan_views(
-    pipeline: Pipeline,
-    revisions: LocalRevisions,
-    *,
-    checkpoint_root: str,
-    bootstrap_servers: str,
-    localize: Any,
-    now: datetime | None = None,
-    lost_history_of: LostHistory | None = None,
-) -> LocalPlan:
-    """Plan every view in order, record the outcome in `revisions`, and list the specs to run:
-    each view's current revision, and beside a catching-up one, or alone while a change is
-    refused, the revision still serving (its recorded spec). `localize(spec)` adds this
-    machine's Spark settings; `lost_history_of`, when given, guards reprocessing against lost
-    history."""
-    moment = now or datetime.now(UTC)
-    children: dict[str, LogStatus] = {}
-    plans: dict[str, ViewPlan] = {}
-    specs: list[RunnerSpec] = []
-    serving: dict[str, str] = {}
-    for ref in pipeline.order:
-        if ref not in pipeline.views:
-            continue
-        view = pipeline.views[ref]
-        entry = revisions.views.get(view_key(ref))
-        before = DerivedView.model_validate(entry["view"]) if entry else None
-        edited = before if before is not None and before.spec != view.spec else None
-        previous = dict(entry["status"]) if entry else None
-        if previous is not None:
-            previous["observedGeneration"] = 1  # the spec as last run: only inputs may differ
-        planned = functools.partial(
-            plan_view,
-            pipeline,
-            children,
-            view,
-            previous,
-            checkpoint_root=checkpoint_root,
-            bootstrap_servers=bootstrap_servers,
-            generation=1,
-            now=moment,
-            edited_from=edited,
-        )
-        plan = history_guard(planned(), planned, lost_history_of)
-        plans[ref.name] = plan
-        recorded = dict((entry or {}).get("specs") or {})
-        running = None
-        if plan.runner is not None:
-            runner = localize(plan.runner)
-            specs.append(runner)
-            recorded[str(runner.revision)] = runner.model_dump(mode="json")
-            running = runner.revision
-        # Beside it, the other live revisions run on from their recorded specs: the serving
-        # one, and one catching up while a later edit is refused (it may still cut over).
-        rows = plan.lifecycle.rows if plan.lifecycle is not None else ()
-        live = {int(r["revision"]) for r in rows if r.get("phase") in LIVE} | {plan.revision}
-        for revision in sorted(live - {running}, reverse=True):
-            if str(revision) in recorded:
-                specs.append(RunnerSpec.model_validate(recorded[str(revision)]))
-        if plan.lifecycle is not None:
-            row = plan.lifecycle.row(plan.revision) or {}
-            output = pipeline.output(ref)
-            if output is not None and row.get("topic"):
-                serving[output.metadata.name] = str(row["topic"])
-                children[output.metadata.name] = LogStatus(topic_name=str(row["topic"]))
-            # A refused edit is not what runs: the next run compares with what does.
-            ran = view if not plan.problems or before is None else before
-            revisions.views[view_key(ref)] = _entry(ran, plan, entry, recorded)
-    return LocalPlan(plans, specs, serving)
+@dataclass
+class LocalStatus:
+    """One view's or job's status in the state folder (the `StatusStore` of `reconcile.ports`):
+    each write is merged into its entry and the file is saved at once."""
+
+    revisions: LocalRevisions
+    resource: Resource
+
+    @property
+    def _entry(self) -> dict[str, Any]:
+        return self.revisions.section(self.resource.kind)[resource_key(self.resource)]
+
+    @property
+    def status(self) -> dict[str, Any]:
+        """The status as recorded, with this reconcile's writes."""
+        return dict(self._entry.get("status") or {})
+
+    async def record_ahead(self, record: Mapping[str, Any]) -> None:
+        """Record what is about to be done; saved before it is."""
+        self._write(record)
+
+    async def finish(self, status: Mapping[str, Any]) -> bool:
+        """Record the reconcile's status: the edit it saw is handled now."""
+        entry = self._entry
+        written = changes(entry.get("status") or {}, status) or "changedFrom" in entry
+        entry.pop("changedFrom", None)
+        if written:
+            self._write(status)
+        return bool(written)
+
+    def _write(self, update: Mapping[str, Any]) -> None:
+        entry = self._entry
+        status = merged(entry.get("status") or {}, update)
+        last = status.get("lastRewind")
+        if last:  # every rewind carried out, by request id, for people and the summary
+            kept = [r for r in status.get("rewinds") or [] if r["requestId"] != last["requestId"]]
+            status["rewinds"] = [*kept, dict(last)]
+        problem = refused(status)
+        status.pop("problem", None)
+        if problem is not None:
+            status["problem"] = problem
+        if problem is None or "view" not in entry:  # what runs: the spec the files hold now
+            entry["view"] = self.resource.model_dump(mode="json", by_alias=True, exclude_none=True)
+        entry["status"] = status
+        self.revisions.save()
 
 
-def history_guard(
-    plan: ViewPlan, planned: Callable[..., ViewPlan], lost_history_of: LostHistory | None
-) -> ViewPlan:
-    """`plan`, or, when the reprocessing revision it would start reads an input whose history
-    retention or compaction removed, the view planned again with that history lost
-    (`planned(history_lost=)`: refused unless the spec allows partial history). The operator's
-    retention guard."""
-    runner = plan.runner
-    if lost_history_of is None or not plan.starts or runner is None or runner.revision <= 1:
-        return plan
-    lost = lost_history_of({source.topic: source.log for source in runner.inputs})
-    return plan if lost is None else planned(history_lost=lost)
-
-
-def _entry(
-    ran: DerivedView, plan: ViewPlan, entry: Mapping[str, Any] | None, recorded: dict[str, Any]
-) -> dict[str, Any]:
-    """The view's record in the file after `plan`: the spec that runs, status, live specs."""
-    assert plan.lifecycle is not None
-    before = dict((entry or {}).get("status") or {})
-    status: dict[str, Any] = {
-        "servingRevision": plan.revision,
-        "revisions": list(plan.lifecycle.rows),
-    }
-    change = plan.lifecycle.change
-    if change is not None:
-        status["lastChange"] = {"classification": change.kind, "reasons": change.reasons}
-    elif before.get("lastChange"):
-        status["lastChange"] = before["lastChange"]
-    if plan.problems:
-        problem = plan.problems[0]
-        status["problem"] = {"reason": problem.reason, "message": problem.message}
-    if before.get("rewinds"):
-        status["rewinds"] = before["rewinds"]
-    live = {str(r["revision"]) for r in plan.lifecycle.rows if r["phase"] != "Retired"}
-    return {
-        "view": ran.model_dump(mode="json", by_alias=True, exclude_none=True),
-        "status": status,
-        "specs": {k: v for k, v in recorded.items() if k in live},
-    }
+def _unreadable(path: Path, why: str) -> RunStateError:
+    return RunStateError(
+        f"{path} cannot be read ({why}): delete it to start every view at revision 1 again "
+        "(their outputs are recomputed)"
+    )

@@ -1,55 +1,104 @@
 """`distributary run`: a whole pipeline on one machine, no Kubernetes.
 
-The same planners the operator uses decide the topics and the runner specs; the `direct` backend
-creates the topics; one runner process runs every view on local Spark (one Spark application is
-kinder to a small machine than one per view). Everything lives under the state folder: the
-embedded broker's data, the checkpoints and the runner's log, so a second run resumes where the
-first stopped. Positions are read the way any Kafka tool reads them, from the revisions' consumer
-groups, and records/s from the progress topic the runner publishes.
+This is the second front end of the one reconcile (`reconcile/`): every round, each view and job
+goes, in the pipeline's order, through the same reconcile as under the operator, with the state
+folder as its status store (`local.revisions`), the pipeline files as its world, and lines on
+stderr as its events. So reprocessing beside the serving revision and the cutover, the retention
+guard, rewinds, write-ahead records and retirement behave here as they do in a cluster. The Spark
+runtime is `local.runtime`: every view revision in one runner process on local Spark (one Spark
+application is kinder to a small machine than one per view), each StreamJob its own file in a
+process of its own. The `direct` backend makes the topics. Everything lives under the state
+folder: the embedded broker's data, the checkpoints, the statuses and the runner's log, so a
+second run resumes where the first stopped. Positions are read the way any Kafka tool reads
+them, from the revisions' consumer groups, and records/s from the progress topic.
 
-The operator's two safeguards of a view's position hold here too: a reprocess whose inputs lost
-history to retention is refused unless the spec allows partial history (`local.revisions`), and
-a view's `spec.rewind` is carried out once per request id while the runner is stopped, just
-before it starts (`local.rewinds`).
+A view whose query fails is reported and restarted with back-off like any other application; the
+other views run on.
 """
 
 from __future__ import annotations
 
-import functools
-import json
-import os
-import signal
+import asyncio
+import contextlib
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from distributary.api.job import StreamJob
+from distributary.api.log import LogStatus
+from distributary.api.view import DerivedView
 from distributary.artifacts import SPARK_KAFKA_CONNECTOR, jars
 from distributary.backends.direct import DirectTopics
-from distributary.graph import Pipeline
+from distributary.backends.local_spark import LocalRuntime, LocalSparkRuntime
+from distributary.backends.topic_batches import DirectTopicBackend
+from distributary.errors import DistributaryError
+from distributary.graph import Pipeline, Ref
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.history import lost_input_history
 from distributary.kafka.progress import ProgressReader
-from distributary.local.broker import EmbeddedBroker, die_with_parent
-from distributary.local.revisions import LocalPlan, LocalRevisions, plan_views, view_key
-from distributary.local.rewinds import DONE, carry_out, describe, due_rewinds
+from distributary.local.broker import EmbeddedBroker
+from distributary.local.revisions import LocalRevisions, refused, resource_key
+from distributary.local.runtime import PipelineRuntime
 from distributary.local.state import RunState, ServedLog, write_run_state
 from distributary.local.status import Snapshot, ViewNote, observe, problem_line
+from distributary.plan.conditions import Problem
+from distributary.plan.lifecycle import read_topics
 from distributary.plan.pipeline import PipelinePlan, PlanSettings, plan_pipeline
 from distributary.plan.progress import PROGRESS_TOPIC
 from distributary.plan.runner_spec import RunnerSpec
 from distributary.plan.topics import DesiredTopic
+from distributary.reconcile.job import reconcile_job
+from distributary.reconcile.ports import Services, TryAgain
+from distributary.reconcile.view import reconcile_view
 
 IDLE_SECONDS = 3.0  # inputs unchanged this long, and no lag: caught up
 POLL_SECONDS = 1.0
 
 
-class RunError(RuntimeError):
+class RunError(DistributaryError, RuntimeError):
     """The pipeline could not be run; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class LocalEvents:
+    """A view's or job's events, as lines for people."""
+
+    kind: str
+    name: str
+    say: Callable[[str], None]
+
+    def info(self, reason: str, message: str) -> None:
+        """`view NAME: what happened`."""
+        what = "view" if self.kind == "DerivedView" else "job"
+        self.say(f"{what} {self.name}: {message[:1].lower()}{message[1:].rstrip('.')}")
+
+
+@dataclass
+class PipelineFiles:
+    """The pipeline files as a reconcile's world: the graph they make, the topic each view's
+    output Log serves, and what the other views and jobs read (from their statuses)."""
+
+    graph: Pipeline
+    revisions: LocalRevisions
+    served: dict[str, str] = field(default_factory=dict)  # a view's output Log -> its topic
+
+    def pipeline(self, resource: Mapping[str, Any]) -> tuple[Pipeline, dict[str, LogStatus]]:
+        """The files' graph, and the topics the views' outputs serve now."""
+        return self.graph, {name: LogStatus(topic_name=t) for name, t in self.served.items()}
+
+    async def serve(self, output: dict[str, Any], topic: str) -> None:
+        """Readers of the output Log read `topic` from now on (run.json says so)."""
+        self.served[output["metadata"]["name"]] = topic
+
+    def read_elsewhere(self, namespace: str, name: str) -> set[str]:
+        """The topics the other views' and jobs' live revisions read."""
+        me = f"{namespace}/{name}"
+        entries = [*self.revisions.views.items(), *self.revisions.jobs.items()]
+        return read_topics({"status": e.get("status") or {}} for k, e in entries if k != me)
 
 
 @dataclass
@@ -62,22 +111,41 @@ class LocalRun:
     bootstrap_servers: str | None = None
     cores: int = 2
     say: Callable[[str], None] = lambda text: print(text, file=sys.stderr, flush=True)
+    spark_conf: Mapping[str, str] = field(default_factory=dict)  # more settings, every revision
     broker: EmbeddedBroker | None = None
-    runner: subprocess.Popen[bytes] | None = None
     plan: PipelinePlan | None = None
-    specs: list[RunnerSpec] = field(default_factory=list)
     bootstrap: str | None = None
     revisions: LocalRevisions | None = None
-    local_plan: LocalPlan | None = None
-    said: set[str] = field(default_factory=set)  # problems told already (planned every second)
+    services: Services | None = None
+    runtime: PipelineRuntime | None = None
+    files: PipelineFiles | None = None
+    said: set[str] = field(default_factory=set)  # problems told already (reconciled every second)
+    loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
 
     @property
     def runner_log(self) -> Path:
         """Where the runner's (Spark's) output goes."""
         return self.state_dir / "runner.log"
 
+    @property
+    def specs(self) -> list[RunnerSpec]:
+        """The runner specs of every view revision that runs (or will, from the next start)."""
+        return self.runtime.specs if self.runtime is not None else []
+
+    @property
+    def runner(self) -> subprocess.Popen[bytes] | None:
+        """The runner process, while there is one."""
+        return self.runtime.process if self.runtime is not None else None
+
+    @runner.setter
+    def runner(self, process: subprocess.Popen[bytes] | None) -> None:
+        assert self.runtime is not None
+        self.runtime.process = process
+
     def start_kafka(self) -> str:
-        """The bootstrap servers: given, or the embedded broker's once it serves."""
+        """The bootstrap servers: given, or the embedded broker's once it serves. The state
+        folder's statuses are read first, so a corrupt revisions.json is reported at once."""
+        self.revisions = LocalRevisions.load(self.state_dir)
         if self.bootstrap_servers:
             return self.bootstrap_servers
         self.say(f"Starting the embedded Kafka broker in {self.state_dir / 'kafka'} ...")
@@ -86,51 +154,97 @@ class LocalRun:
         return self.broker.bootstrap_servers
 
     def prepare(self, bootstrap: str) -> None:
-        """Plan the pipeline (each view at the revisions the state folder records, a changed
-        one reprocessing beside its serving revision) and create or update its topics."""
+        """Make the declared logs' topics and reconcile every view and job once (each view's
+        revisions as the state folder records them, a changed one reprocessing beside its
+        serving revision, rewinds due carried out), without starting Spark yet."""
         self.bootstrap = bootstrap
-        self.revisions = LocalRevisions.load(self.state_dir)
-        self._replan()
+        if self.revisions is None:  # not read by start_kafka
+            self.revisions = LocalRevisions.load(self.state_dir)
+        checkpoints = (self.state_dir / "checkpoints").resolve().as_uri()
+        settings = PlanSettings("direct", checkpoint_root=checkpoints, bootstrap_servers=bootstrap)
+        self.plan = plan_pipeline(self.pipeline, settings)
+        admin = KafkaAdmin(bootstrap)
+        self._make_topics(DirectTopics(admin))
+        self.files = PipelineFiles(self.pipeline, self.revisions, self._served())
+        progress = ProgressReader(bootstrap, PROGRESS_TOPIC)
+        jobs = LocalSparkRuntime(LocalRuntime(self.state_dir / "jobs", self.cores))
+        self.runtime = PipelineRuntime(
+            self.state_dir, jobs, self._local, lambda: progress.latest, lambda t: self.say(t)
+        )
+        self.services = Services(
+            checkpoint_root=checkpoints,
+            bootstrap_servers=bootstrap,
+            admin=admin,
+            progress=progress,
+            topics=DirectTopicBackend(admin),
+            runtime=self.runtime,
+            lost_history=lambda topics: lost_input_history(admin, topics),
+        )
+        self.reconcile()
 
-    def _replan(self) -> None:
-        assert self.bootstrap is not None
-        assert self.revisions is not None
-        checkpoints = (self.state_dir / "checkpoints").resolve()
-        settings = PlanSettings(
-            backend="direct", checkpoint_root=checkpoints.as_uri(), bootstrap_servers=self.bootstrap
-        )
-        planned = plan_pipeline(self.pipeline, settings)
-        admin = KafkaAdmin(self.bootstrap)
-        self.local_plan = plan_views(
-            self.pipeline,
-            self.revisions,
-            checkpoint_root=checkpoints.as_uri(),
-            bootstrap_servers=self.bootstrap,
-            localize=self._local,
-            lost_history_of=functools.partial(lost_input_history, admin),
-        )
-        serving = self.local_plan.serving
-        self.plan = replace(
-            planned,
-            topics=tuple(
-                replace(t, topic=replace(t.topic, name=serving.get(t.log.name, t.topic.name)))
-                for t in planned.topics
-            ),
-        )
-        self.specs = list(self.local_plan.specs)
-        topics = DirectTopics(admin)
-        for desired in self._topics():
-            result = topics.apply(desired)
-            for refusal in result.refusals:
+    def _make_topics(self, topics: DirectTopics) -> None:
+        assert self.plan is not None
+        declared = [t.topic for t in self.plan.topics if not self.pipeline.is_derived(t.log)]
+        compacted = {"cleanup.policy": "compact"}
+        for desired in [*declared, DesiredTopic(PROGRESS_TOPIC, 1, None, compacted)]:
+            for refusal in topics.apply(desired).refusals:
                 self.say(f"warning: topic {desired.name}: {refusal.message}")
-        served = {t.log.name: ServedLog(t.topic.name, t.log.namespace) for t in self.plan.topics}
-        paths = tuple(map(str, self.paths))
-        state = RunState(self.bootstrap, paths, logs=served, views=self._view_states())
-        write_run_state(self.state_dir, state)
-        self.revisions.save()
-        for name, plan in self.local_plan.views.items():
-            for problem in plan.problems:
-                self._say_once(problem_line(name, problem, plan.revision))
+
+    def _served(self) -> dict[str, str]:
+        """The topic each view's output Log serves, as the statuses recorded."""
+        assert self.revisions is not None
+        served = {}
+        for ref, view in self.pipeline.views.items():
+            status = self.revisions.status("DerivedView", resource_key(view))
+            serving = status.get("servingRevision")
+            rows = status.get("revisions") or []
+            row: Mapping[str, Any] = next((r for r in rows if r["revision"] == serving), {})
+            output = self.pipeline.output(ref)
+            if output is not None and row.get("topic"):
+                served[output.metadata.name] = str(row["topic"])
+        return served
+
+    def reconcile(self) -> None:
+        """One round: every view and job in the pipeline's order, then run.json."""
+        self.loop.run_until_complete(self._round())
+        self._write_state()
+
+    async def _round(self) -> None:
+        assert self.services is not None
+        assert self.revisions is not None
+        assert self.files is not None
+        for ref in self.pipeline.order:
+            resource = self.pipeline.views.get(ref) or self.pipeline.jobs.get(ref)
+            if resource is None:
+                continue
+            resource = self._localized(ref, resource)
+            body, old = self.revisions.read(resource)
+            store = self.revisions.store(resource)
+            events = LocalEvents(resource.kind, resource.metadata.name, self.say)
+            reconcile = reconcile_view if resource.kind == "DerivedView" else reconcile_job
+            # On TryAgain its status says what it waits for; the next round tries again.
+            with contextlib.suppress(TryAgain):
+                await reconcile(body, self.services, store, self.files, events, old)
+            self._say_problem(resource, store.status)
+
+    def _localized(self, ref: Ref, resource: DerivedView | StreamJob) -> DerivedView | StreamJob:
+        """A job whose file is a relative path runs the file beside its pipeline file."""
+        if not isinstance(resource, StreamJob):
+            return resource
+        main = resource.spec.main_application_file
+        source = self.pipeline.source(ref)
+        if "://" in main or Path(main).is_absolute() or source is None:
+            return resource
+        path = (Path(source).parent / main).resolve()
+        spec = resource.spec.model_copy(update={"main_application_file": str(path)})
+        return resource.model_copy(update={"spec": spec})
+
+    def _say_problem(self, resource: DerivedView | StreamJob, status: Mapping[str, Any]) -> None:
+        problem = refused(status)
+        if problem is not None and resource.kind == "DerivedView":
+            serving = int(status.get("servingRevision") or 1)
+            found = Problem(problem["reason"], problem["message"])
+            self._say_once(problem_line(resource.metadata.name, found, serving))
 
     def _say_once(self, text: str) -> None:
         if text not in self.said:
@@ -139,103 +253,54 @@ class LocalRun:
 
     def notes(self) -> dict[str, ViewNote]:
         """Each view's note (by name): the change refused, if any, and the rewinds done."""
-        assert self.local_plan is not None
         assert self.revisions is not None
         notes = {}
-        for ref in self.pipeline.views:
-            plan = self.local_plan.views.get(ref.name)
-            rewinds = self.revisions.rewinds(view_key(ref))
-            notes[ref.name] = ViewNote(
-                serving=plan.revision if plan is not None else 1,
-                problem=plan.problems[0] if plan is not None and plan.problems else None,
-                rewinds=tuple(r for r in rewinds if r.get("phase") == DONE),
+        for view in self.pipeline.views.values():
+            status = self.revisions.status("DerivedView", resource_key(view))
+            problem = status.get("problem")
+            notes[view.metadata.name] = ViewNote(
+                serving=int(status.get("servingRevision") or 1),
+                problem=Problem(problem["reason"], problem["message"]) if problem else None,
+                rewinds=tuple(r for r in status.get("rewinds") or [] if r.get("phase") == "Done"),
             )
         return notes
 
-    def _view_states(self) -> dict[str, dict[str, Any]]:
-        """What run.json tells of each view: the revision serving, a refused change, rewinds."""
-        states: dict[str, dict[str, Any]] = {}
-        notes = self.notes()
-        for ref in self.pipeline.views:
-            note = notes[ref.name]
-            state: dict[str, Any] = {"namespace": ref.namespace, "servingRevision": note.serving}
+    def _write_state(self) -> None:
+        """run.json: the broker, the files, each log's serving topic, each view's state."""
+        assert self.plan is not None
+        assert self.files is not None
+        assert self.bootstrap is not None
+        served = {
+            t.log.name: ServedLog(self.files.served.get(t.log.name, t.topic.name), t.log.namespace)
+            for t in self.plan.topics
+        }
+        views: dict[str, dict[str, Any]] = {}
+        for name, note in self.notes().items():
+            view = next(v for v in self.pipeline.views.values() if v.metadata.name == name)
+            state: dict[str, Any] = {
+                "namespace": view.metadata.namespace,
+                "servingRevision": note.serving,
+            }
             if note.problem is not None:
                 state["problem"] = {"reason": note.problem.reason, "message": note.problem.message}
             if note.rewinds:
                 state["rewinds"] = [str(r["requestId"]) for r in note.rewinds]
-            states[ref.name] = state
-        return states
+            views[name] = state
+        paths = tuple(map(str, self.paths))
+        write_run_state(self.state_dir, RunState(self.bootstrap, paths, logs=served, views=views))
 
-    def rewind(self) -> None:
-        """Carry out the rewinds the views' specs ask for and no earlier run did (the runner
-        must be stopped), then plan again, so the rewound revisions run on fresh checkpoints."""
-        assert self.local_plan is not None
-        assert self.revisions is not None
-        assert self.bootstrap is not None
-        due = due_rewinds(self.pipeline, self.local_plan.views, self.revisions)
-        if not due:
-            return
-        admin = KafkaAdmin(self.bootstrap)
-        for rewind in due:
-            self.say(f"view {rewind.name}: rewinding for request {rewind.request_id} ...")
-            # A Pending record (a run stopped mid-way) is finished with the offsets it holds.
-            now = datetime.now(UTC)
-            done = carry_out(admin, rewind, self.revisions, now)
-            self.say(describe(rewind.name, done))
-        self._replan()
-
-    def advance(self, snapshot: Snapshot) -> bool:
-        """Carry the revisions on from what `snapshot` shows (cutover of a caught-up revision,
-        retirement); True when the runner must restart on other specs."""
-        assert self.revisions is not None
-        self.revisions.record_lags({(v.name, v.revision): v.lag for v in snapshot.views})
-        before = [s.model_dump_json() for s in self.specs]
-        self._replan()
-        admin = KafkaAdmin(self.bootstrap or "")
-        assert self.local_plan is not None
-        for name, plan in self.local_plan.views.items():
-            lifecycle = plan.lifecycle
-            if lifecycle is None:
-                continue
-            if lifecycle.cut_over is not None:
-                self.say(f"view {name}: revision {lifecycle.cut_over} caught up and serves now")
-            if lifecycle.delete_topics:
-                for topic in lifecycle.delete_topics:
-                    admin.delete_topic(topic)
-                self.revisions.topics_deleted(name, list(lifecycle.delete_topics))
-                self.revisions.save()
-        return [s.model_dump_json() for s in self.specs] != before
-
-    def _topics(self) -> list[DesiredTopic]:
+    def serving_plan(self) -> PipelinePlan:
+        """The plan with each view's output Log at the topic it serves now."""
         assert self.plan is not None
-        desired = [t.topic for t in self.plan.topics]
-        by_log = {t.log.name: t.topic for t in self.plan.topics}
-        for spec in self.specs:  # every running revision's own topic (one may catch up)
-            if spec.output is not None and spec.output.log in by_log:
-                desired.append(replace(by_log[spec.output.log], name=spec.output.topic))
-        compacted = {"cleanup.policy": "compact"}
-        desired.append(DesiredTopic(PROGRESS_TOPIC, 1, None, compacted))
-        for spec in self.specs:
-            partitions = max(i.partitions for i in spec.inputs)
-            desired.append(DesiredTopic(spec.dead_letter_topic, partitions, None, {}))
-        return list({d.name: d for d in desired}.values())
-
-    def restart_runner(self) -> None:
-        """Stop the runner (its queries checkpoint) and start it on the current specs."""
-        self._stop_runner()
-        self.start_runner()
-
-    def _stop_runner(self) -> None:
-        """Stop the runner gracefully (SIGTERM), by force after a minute."""
-        runner, self.runner = self.runner, None
-        if runner is not None and runner.poll() is None:
-            self.say("Stopping Spark (the queries finish their batch and checkpoint) ...")
-            runner.send_signal(signal.SIGTERM)
-            try:
-                runner.wait(60)
-            except subprocess.TimeoutExpired:
-                runner.kill()
-                runner.wait()
+        assert self.files is not None
+        served = self.files.served
+        return replace(
+            self.plan,
+            topics=tuple(
+                replace(t, topic=replace(t.topic, name=served.get(t.log.name, t.topic.name)))
+                for t in self.plan.topics
+            ),
+        )
 
     def _local(self, spec: RunnerSpec) -> RunnerSpec:
         conf = {
@@ -244,49 +309,46 @@ class LocalRun:
             "spark.jars": ",".join(str(j) for j in jars(SPARK_KAFKA_CONNECTOR)),
             "spark.ui.showConsoleProgress": "false",
             "spark.driver.memory": "2g",
+            **self.spark_conf,
         }
         return spec.model_copy(update={"spark_conf": conf})
 
     def start_runner(self) -> None:
-        """Start the runner on every view's spec, its output in the runner log; rewinds due are
-        carried out first, while it does not run."""
-        self.rewind()
-        spec_file = self.state_dir / "runner-specs.json"
-        spec_file.write_text(json.dumps([s.model_dump(mode="json") for s in self.specs], indent=1))
-        if not self.specs:
-            return
-        names = ", ".join(s.name for s in self.specs)
-        self.say(f"Starting Spark for {len(self.specs)} view(s) ({names}); log: {self.runner_log}")
-        with open(self.runner_log, "ab") as log:
-            self.runner = subprocess.Popen(
-                [sys.executable, "-m", "distributary.runner", "--spec", str(spec_file)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=die_with_parent,
-                env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-            )
+        """Start Spark on every view revision asked for (rewinds due were carried out by the
+        reconcile, while it did not run)."""
+        assert self.runtime is not None
+        self.runtime.flush()
+
+    def restart_runner(self) -> None:
+        """Stop the runner (its queries checkpoint) and start it on the current specs."""
+        assert self.runtime is not None
+        self.runtime.stop_runner()
+        self.runtime.flush()
 
     def runner_failed(self) -> str | None:
         """Why the runner exited before it was asked to, or None while it runs."""
-        if self.runner is None or self.runner.poll() is None:
-            return None
-        lines = self.runner_log.read_text(errors="replace").splitlines()[-12:]
-        tail = "\n".join(f"  {line}" for line in lines)
-        code = self.runner.returncode
-        return f"Spark stopped (exit code {code}); the end of {self.runner_log}:\n{tail}"
+        return self.runtime.failure() if self.runtime is not None else None
 
     def stop(self) -> None:
-        """Stop the runner (gracefully, then by force) and the embedded broker."""
-        self._stop_runner()
+        """Stop the runner (gracefully, then by force), the jobs and the embedded broker."""
+        if self.runtime is not None:
+            self.runtime.stop_runner()
+            for _namespace, _name, app in self.runtime.jobs.local.running("job-r*"):
+                self.runtime.jobs.local.stop(app)
+        if self.services is not None:
+            self.services.progress.close()
+            self.services = None
         if self.broker is not None:
             self.say("Stopping Kafka ...")
             self.broker.stop()
             self.broker = None
+        if not self.loop.is_closed():
+            self.loop.close()
 
 
 class CaughtUp:
-    """Decides when a pipeline has caught up: no view lags and no input moved for a while."""
+    """Decides when a pipeline has caught up: no view or job lags and no input moved for a
+    while; a view that failed is done with, and the run says so."""
 
     def __init__(self, idle_seconds: float = IDLE_SECONDS) -> None:
         self.idle_seconds = idle_seconds
@@ -294,13 +356,16 @@ class CaughtUp:
         self._since = time.monotonic()
 
     def __call__(self, snapshot: Snapshot) -> bool:
-        """True when every view is running with no lag and the logs have been still long enough."""
+        """True when every view runs with no lag (or failed) and the logs have been still."""
         ends = snapshot.all_end_offsets()
         if ends != self._ends:
             self._ends, self._since = ends, time.monotonic()
             return False
         still = time.monotonic() - self._since >= self.idle_seconds
-        return still and all(v.state == "Running" and v.lag == 0 for v in snapshot.views)
+        views = all(
+            (v.state == "Running" and v.lag == 0) or v.state == "Failed" for v in snapshot.views
+        )
+        return still and views and all(j.lag == 0 for j in snapshot.jobs)
 
 
 def watch(
@@ -310,32 +375,41 @@ def watch(
     until_caught_up: bool,
     stopping: Callable[[], bool],
 ) -> Snapshot:
-    """Refresh the snapshot until asked to stop, the runner fails, or (optionally) caught up."""
-    admin = KafkaAdmin(bootstrap)
-    reader = ProgressReader(bootstrap, PROGRESS_TOPIC)
+    """Reconcile and refresh the snapshot until asked to stop or (optionally) caught up."""
+    assert run.services is not None
+    assert run.revisions is not None
     caught_up = CaughtUp()
-    try:
-        while True:
-            assert run.plan is not None
-            snapshot = observe(run.plan, run.specs, admin, reader.poll(), run.notes())
-            if run.advance(snapshot):
-                run.restart_runner()
-                continue
-            show(snapshot)
-            failure = run.runner_failed() or (until_caught_up and _failed_view(snapshot, run))
-            if failure:
-                raise RunError(failure)
-            settled = caught_up(snapshot) and not (run.revisions and run.revisions.catching_up())
-            if stopping() or (until_caught_up and settled):
-                return snapshot
-            time.sleep(POLL_SECONDS)
-    finally:
-        reader.close()
+    while True:
+        run.reconcile()
+        run.start_runner()
+        snapshot = observe(
+            run.serving_plan(),
+            run.specs,
+            run.services.admin,
+            run.services.progress.poll(),
+            run.notes(),
+            jobs=run.revisions.jobs,
+        )
+        show(snapshot)
+        for failure in _failures(snapshot, run):
+            run._say_once(failure)
+        settled = caught_up(snapshot) and not run.revisions.catching_up()
+        if stopping() or (until_caught_up and settled):
+            return snapshot
+        time.sleep(POLL_SECONDS)
 
 
-def _failed_view(snapshot: Snapshot, run: LocalRun) -> str | None:
-    """Why a view failed (it can never catch up), or None."""
-    for view in snapshot.views:
-        if view.state == "Failed":
-            return f"view {view.name} failed: {view.error}; the whole story is in {run.runner_log}"
-    return None
+def _failures(snapshot: Snapshot, run: LocalRun) -> list[str]:
+    """Why views failed (told once each; the others run on)."""
+    found = [
+        f"view {view.name} failed: {view.error}; the whole story is in {run.runner_log}"
+        for view in snapshot.views
+        if view.state == "Failed"
+    ]
+    crashed = run.runner_failed()
+    return [crashed, *found] if crashed else found
+
+
+def failed_views(snapshot: Snapshot) -> list[str]:
+    """The views that failed, for the run's exit status."""
+    return [view.name for view in snapshot.views if view.state == "Failed"]

@@ -24,12 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from distributary.errors import DistributaryError
+
 DEFAULT_STATE_DIR = Path(".distributary")
 RUN_STATE_FILE = "run.json"
 
 
-class RunStateError(RuntimeError):
-    """The run-state file is missing or cannot be read; the message says what to do."""
+class RunStateError(DistributaryError, RuntimeError):
+    """A file of the state folder (run.json, revisions.json) is missing or cannot be read; the
+    message names it and says what to do."""
 
 
 @dataclass(frozen=True)

@@ -72,19 +72,54 @@ class ViewRow:
 
 
 @dataclass(frozen=True)
+class JobRow:
+    """A StreamJob's revision as its status tells: its group's position, its lag, its state."""
+
+    name: str
+    revision: int
+    position: Offsets
+    lag: int | None
+    state: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The job as the summary shows it."""
+        return {
+            "revision": self.revision,
+            "position": offsets_json(self.position),
+            "lag": self.lag,
+            "state": self.state,
+        }
+
+
+def job_row(name: str, status: Mapping[str, Any]) -> JobRow:
+    """A job's row from the status its reconcile wrote."""
+    position = {
+        str(i["topic"]): {int(p): int(o) for p, o in (i.get("position") or {}).items()}
+        for i in status.get("inputs") or []
+    }
+    ready: Mapping[str, Any] = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {}
+    )
+    state = "Running" if ready.get("status") == "True" else str(ready.get("reason") or "Starting")
+    lag = status.get("lag")
+    return JobRow(name, int(status.get("revision") or 1), position, lag, state)
+
+
+@dataclass(frozen=True)
 class Snapshot:
-    """Logs and views at one moment."""
+    """Logs, views and jobs at one moment."""
 
     logs: tuple[LogRow, ...]
     views: tuple[ViewRow, ...]
+    jobs: tuple[JobRow, ...] = ()
 
     def all_end_offsets(self) -> dict[str, dict[int, int]]:
         """End offsets of every log's topic, to tell whether anything moved."""
         return {log.topic: log.end_offsets for log in self.logs}
 
     def to_json(self) -> dict[str, Any]:
-        """The snapshot as the summary JSON object."""
-        return {
+        """The snapshot as the summary JSON object (`jobs` when there are)."""
+        found = {
             "logs": {
                 log.name: {
                     "topic": log.topic,
@@ -95,6 +130,9 @@ class Snapshot:
             },
             "views": {view.name: _view_json(view) for view in self.views},
         }
+        if self.jobs:
+            found["jobs"] = {job.name: job.to_json() for job in self.jobs}
+        return found
 
 
 def _view_json(view: ViewRow) -> dict[str, Any]:
@@ -120,9 +158,10 @@ def observe(
     admin: KafkaAdmin,
     progress: Mapping[str, Mapping[str, Any]],
     notes: Mapping[str, ViewNote] | None = None,
+    jobs: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Snapshot:
     """Read positions, end offsets and progress into a snapshot, with each view's note (by
-    view name)."""
+    view name) and each job as its status (`jobs`: entries by `namespace/name`) tells."""
     groups = {spec.consumer_group: admin.committed(spec.consumer_group) for spec in specs}
     topics = sorted({t.topic.name for t in plan.topics} | {s.dead_letter_topic for s in specs})
     marks = admin.watermarks(topics)
@@ -139,7 +178,11 @@ def observe(
         _view_row(spec, groups[spec.consumer_group], marks, progress, (notes or {}).get(spec.name))
         for spec in specs
     )
-    return Snapshot(logs=logs, views=views)
+    rows = tuple(
+        job_row(key.split("/", 1)[-1], entry.get("status") or {})
+        for key, entry in sorted((jobs or {}).items())
+    )
+    return Snapshot(logs=logs, views=views, jobs=rows)
 
 
 def _view_row(
@@ -213,6 +256,10 @@ def render(snapshot: Snapshot) -> Table:
             f"{view.records_per_second:,.0f}",
             state,
         )
+    for job in snapshot.jobs:
+        position = sum(o for offsets in job.position.values() for o in offsets.values())
+        lag = "-" if job.lag is None else str(job.lag)
+        table.add_row("job", job.name, f"r{job.revision}", str(position), lag, "", job.state)
     return table
 
 
@@ -223,4 +270,5 @@ def one_line(snapshot: Snapshot) -> str:
         + (f", change refused: {v.note.problem.reason}" if v.note.problem is not None else "")
         for v in snapshot.views
     ]
+    parts += [f"{j.name} r{j.revision} lag {j.lag} {j.state}" for j in snapshot.jobs]
     return "; ".join(parts) or "no views"

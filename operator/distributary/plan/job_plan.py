@@ -22,13 +22,14 @@ from distributary.api import owner_of
 from distributary.api.job import StreamJob
 from distributary.api.log import Log, LogStatus
 from distributary.graph import Pipeline, Ref
+from distributary.plan.children import rewind_folder
 from distributary.plan.classify import Classification, classify_job_change
 from distributary.plan.conditions import Problem, Work
 from distributary.plan.pipeline import job_revision_hash
 from distributary.plan.progress import PROGRESS_TOPIC
 from distributary.plan.runner_spec import consumer_group, reading_topic
 from distributary.plan.spark import Application, job_launch, spark_application_of
-from distributary.plan.view_plan import rewind_folder, serving_log
+from distributary.plan.view_plan import serving_log
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from distributary.plan.conditions import Observation, rfc3339
+from distributary.plan.conditions import Observation
 from distributary.plan.job_plan import JobPlan
 from distributary.plan.positions import Offsets
 from distributary.plan.view_status import (
@@ -66,21 +66,3 @@ def job_status(
         status["inputs"] = [{"log": i.log, "topic": i.topic} for i in plan.inputs]
     status.update(running_fields(seen, plan.change, generation))
     return status
-
-
-def job_start_record(plan: JobPlan, generation: int, now: datetime) -> dict[str, Any]:
-    """The write-ahead record of a job's new revision, written before it is started: a
-    restarted operator carries it on (and stops every other revision) instead of starting
-    another."""
-    return {
-        "pendingAction": {
-            "action": "StartRevision",
-            "revision": plan.revision,
-            "generation": generation,
-            "startedAt": rfc3339(now),
-        },
-        "revision": plan.revision,
-        "specHash": plan.spec_hash,
-        "consumerGroup": plan.consumer_group,
-        "inputs": [{"log": i.log, "topic": i.topic} for i in plan.inputs],
-    }

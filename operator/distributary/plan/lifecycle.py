@@ -251,3 +251,16 @@ def _count(n: int) -> str:
     if n >= 10_000:
         return f"{n / 1000:.0f}k"
     return str(n)
+
+
+def read_topics(readers: Any) -> set[str]:
+    """The topics live revisions of these views and jobs read (from their statuses)."""
+    found: set[str] = set()
+    for body in readers:
+        status = body.get("status") or {}
+        for item in status.get("inputs") or []:
+            found.add(str(item.get("topic")))
+        for row in status.get("revisions") or []:
+            if row.get("phase") in LIVE:
+                found |= {str(i.get("topic")) for i in row.get("inputs") or []}
+    return found

@@ -26,6 +26,9 @@ SparkRuntime = Literal["spark-operator", "local"]
 
 DEFAULT_IMAGE = "distributary-spark:0.1.0"
 DEFAULT_CHECKPOINT_ROOT = "file:///var/lib/distributary/checkpoints"
+# One set of defaults for the operator and `distributary plan`, so a plan previews what runs.
+DEFAULT_TOPIC_BACKEND: TopicBackend = "direct"  # works with any Kafka; the chart picks strimzi
+DEFAULT_STRIMZI_CLUSTER = "my-cluster"
 
 
 def revision_topic(log: Log, revision: int) -> str:
@@ -105,8 +108,8 @@ class PipelinePlan:
 class PlanSettings:
     """The operator settings a plan depends on."""
 
-    backend: TopicBackend = "strimzi"
-    strimzi_cluster: str = "my-cluster"
+    backend: TopicBackend = DEFAULT_TOPIC_BACKEND
+    strimzi_cluster: str = DEFAULT_STRIMZI_CLUSTER
     image: str = DEFAULT_IMAGE
     checkpoint_root: str = DEFAULT_CHECKPOINT_ROOT
     bootstrap_servers: str | None = None

@@ -17,6 +17,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from distributary.errors import DistributaryError
+
 Offsets = dict[str, dict[int, int]]
 """Topic -> partition -> offset (the next record to read, or a watermark)."""
 
@@ -27,7 +29,7 @@ EARLIEST = -2
 LATEST = -1
 
 
-class OffsetsError(ValueError):
+class OffsetsError(DistributaryError, ValueError):
     """Offsets in Spark's JSON form could not be read; the message names the part that is wrong."""
 
 
@@ -151,7 +153,7 @@ def render_offsets(offsets: Mapping[str, Mapping[int, int]]) -> str:
     return json.dumps(offsets_json(offsets), separators=(",", ":"))
 
 
-class CoverError(ValueError):
+class CoverError(DistributaryError, ValueError):
     """A `--covers` argument is not LOG:PARTITION:OFFSET; the message says what is wrong."""
 
 

@@ -1,11 +1,11 @@
 """One DerivedView in its namespace: what to create for it, or why it cannot run.
 
-The controller hands over every Log and DerivedView of the view's namespace as the API server
-has them; the same graph that `distributary validate` builds from files checks them here, so a
-missing input, a cycle across several views or SQL that uses an undeclared column is found the
-same way in both places and reported on the view that has it. A view's output Log exists in the
-API as the view's child; it is taken out of the graph (the graph derives it again from the view)
-but its status, which names the topic it serves, is kept for the views that read it.
+The front end hands over the Logs, views and jobs of the view's lineage (as the API server, or the
+pipeline files, have them); the same graph that `distributary validate` builds from files checks
+them here, so a missing input, a cycle across several views or SQL that uses an undeclared column is
+found the same way in both places and reported on the view that has it. A view's output Log exists
+in the API as the view's child; it is taken out of the graph (the graph derives it again from the
+view) but its status, which names the topic it serves, is kept for the views that read it.
 
 Revision 1 starts when a view has no revision yet. A later change of what determines the output
 (a new hash) goes through the revision lifecycle (`plan.lifecycle`) as its classification and the
@@ -15,7 +15,7 @@ one (which keeps serving until the new one has caught up), or refused with the r
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -24,6 +24,7 @@ from distributary.api import ResourceError, owner_of, parse_resource
 from distributary.api.log import Log, LogStatus, log_manifest
 from distributary.api.view import DerivedView
 from distributary.graph import Pipeline, Ref
+from distributary.plan.children import with_checkpoint
 from distributary.plan.classify import (
     Classification,
     classify_view_change,
@@ -376,30 +377,23 @@ def plan_view(
     )
 
 
-def holds(current: Any, manifest: Any) -> bool:
-    """Whether the object `current` (as the API server has it) already holds everything
-    `manifest` sets, so that applying it again would change nothing: each key of a mapping
-    with an equal value, lists and scalars equal. What the server adds (defaults, status,
-    other managers' fields) does not count."""
-    if isinstance(manifest, Mapping):
-        return isinstance(current, Mapping) and all(
-            key in current and holds(current[key], value) for key, value in manifest.items()
-        )
-    return bool(current == manifest)
+LostHistory = Callable[[Mapping[str, str]], str | None]
+"""Why some input topics (topic -> log) no longer hold their whole history, None if they do
+(`kafka.history.lost_input_history`)."""
 
 
-def with_checkpoint(runner: RunnerSpec, folder: str | None) -> RunnerSpec:
-    """`runner` checkpointing in `folder` under its revision's checkpoint (a rewind's fresh
-    checkpoint), or as it is without one."""
-    if not folder:
-        return runner
-    location = f"{runner.checkpoint_location.rstrip('/')}/{folder}"
-    return runner.model_copy(update={"checkpoint_location": location})
-
-
-def rewind_folder(request_id: str) -> str:
-    """The checkpoint folder of rewind `request_id`."""
-    return f"rewind-{request_id}"
+def history_guard(
+    plan: ViewPlan, planned: Callable[..., ViewPlan], lost_history_of: LostHistory | None
+) -> ViewPlan:
+    """`plan`, or, when the reprocessing revision it would start reads an input whose history
+    retention or compaction removed, the view planned again with that history lost
+    (`planned(history_lost=)`: refused unless the spec allows partial history). The operator's
+    retention guard."""
+    runner = plan.runner
+    if lost_history_of is None or not plan.starts or runner is None or runner.revision <= 1:
+        return plan
+    lost = lost_history_of({source.topic: source.log for source in runner.inputs})
+    return plan if lost is None else planned(history_lost=lost)
 
 
 def _taken(view: DerivedView) -> str:

@@ -296,25 +296,3 @@ def progress_status(record: Mapping[str, Any]) -> dict[str, Any]:
         }.items()
         if v is not None
     }
-
-
-def start_record(plan: ViewPlan, generation: int, now: datetime) -> dict[str, Any]:
-    """The write-ahead record, written before a revision's first start: every revision's row
-    as the lifecycle decided (the new one with its topic, group and inputs), which one serves,
-    and the action; a restarted operator carries it on instead of starting another."""
-    assert plan.runner is not None
-    assert plan.lifecycle is not None
-    rows = [dict(r) for r in plan.lifecycle.rows]
-    for row in rows:
-        if row["revision"] == plan.runner.revision:
-            row["inputs"] = runner_inputs(plan)
-    return {
-        "pendingAction": {
-            "action": "StartRevision",
-            "revision": plan.runner.revision,
-            "generation": generation,
-            "startedAt": rfc3339(now),
-        },
-        "servingRevision": plan.revision,
-        "revisions": rows,
-    }

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import time
@@ -154,6 +155,7 @@ class Revision:
             "revision": self.spec.revision,
             "consumerGroup": self.spec.consumer_group,
             "restarts": self.restarts,
+            "runnerPid": os.getpid(),  # which run of a shared runner process says this
         }
         record = progress_record(
             identity,

@@ -128,6 +128,16 @@ def test_plan_with_the_direct_backend_emits_no_kafka_topics(tmp_path: Path) -> N
     assert "KafkaTopic" not in out
 
 
+def test_plan_names_the_topic_backend_and_hides_its_old_name(tmp_path: Path) -> None:
+    path = str(write(tmp_path, LOG, VIEW))
+    code, out, _ = run("plan", path, "-o", "yaml", "--topic-backend", "direct")
+    assert code == 0
+    assert "KafkaTopic" not in out
+    code, out, _ = run("plan", "--help")
+    assert "--topic-backend" in out
+    assert "--backend" not in out.replace("--topic-backend", "")
+
+
 def test_plan_of_an_invalid_pipeline_plans_nothing(tmp_path: Path) -> None:
     code, out, err = run("plan", str(write(tmp_path, VIEW)))
     assert code == 1

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from tests.unit.cli.test_commands import run
 
-from distributary.cli_plan import ClusterView, place, render_cluster
-from distributary.cli_records import UserError
-from distributary.cli_run import load_checked
+from distributary.cli.errors import UserError
+from distributary.cli.plan_against import ClusterView, place, render_cluster
+from distributary.cli.validate import load_checked
 from distributary.graph import Ref
 from distributary.plan.cluster_changes import ClusterComparison
 from distributary.plan.file_changes import LogDifference, PlannedChange

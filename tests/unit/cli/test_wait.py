@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from distributary.cli_records import UserError
-from distributary.cli_wait import Positions, Probe, wait_for_view
+from distributary.cli.errors import UserError
+from distributary.cli.wait import Positions, Probe, wait_for_view
 from distributary.plan.positions import CoverError, parse_cover, uncovered
 
 

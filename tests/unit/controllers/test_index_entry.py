@@ -6,7 +6,7 @@ from typing import Any, cast
 
 import kopf
 
-from distributary.controllers.views import index_entry
+from distributary.controllers.indexes import index_entry
 from distributary.plan.view_plan import LATEST_ANNOTATION, SERVING_ANNOTATION
 
 IDENTITY = {

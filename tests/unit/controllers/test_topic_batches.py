@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from distributary.backends.direct import TopicOutcome
-from distributary.controllers.topic_batches import Request, TopicBatches, next_batch
+from distributary.backends.topic_batches import Request, TopicBatches, next_batch
 from distributary.kafka.admin import KafkaAdminError
 from distributary.plan.topics import DesiredTopic, TopicPlan
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from distributary.api.view import DerivedView
+from distributary.plan.children import holds
 from distributary.plan.classify import Classification
 from distributary.plan.view_plan import (
     CATCH_UP_BATCH,
     SERVING_ANNOTATION,
     VIEW_LABEL,
-    holds,
     namespace_pipeline,
     plan_view,
     planning_bodies,

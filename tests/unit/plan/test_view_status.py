@@ -9,7 +9,8 @@ from tests.unit.plan.test_view_plan import log, planned, view
 
 from distributary.plan.spark_state import AppState, restart_delay, spark_application_state
 from distributary.plan.view_plan import ViewPlan
-from distributary.plan.view_status import RunObservation, start_record, view_status
+from distributary.plan.view_status import RunObservation, view_status
+from distributary.plan.write_ahead import start_record
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 

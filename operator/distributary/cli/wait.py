@@ -18,13 +18,15 @@ from typing import Any
 
 import click
 
-from distributary.cli_records import UserError, run_broker
-from distributary.cli_run import load_checked
-from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
-from distributary.kube.resources import Kube, KubeError
-from distributary.local.state import RunState, RunStateError, read_run_state
+from distributary.cli.errors import UserError
+from distributary.cli.named_log import run_broker
+from distributary.cli.validate import load_checked
+from distributary.kafka.admin import KafkaAdmin
+from distributary.kube.resources import Kube
+from distributary.local.revisions import LocalRevisions
+from distributary.local.state import RunState, read_run_state
 from distributary.plan.pipeline import PlanSettings, plan_pipeline
-from distributary.plan.positions import CoverError, parse_cover, uncovered
+from distributary.plan.positions import parse_cover, uncovered
 
 API = "distributary.dev/v1alpha1"
 Positions = dict[str, dict[int, int]]
@@ -49,7 +51,9 @@ def _cluster_probe(kube: Kube, namespace: str, name: str) -> Probe:
     return probe
 
 
-def _local_probe(state: RunState, servers: str, name: str, namespace: str) -> Probe:
+def _local_probe(
+    state: RunState, state_dir: Path, servers: str, name: str, namespace: str
+) -> Probe:
     pipeline = load_checked([Path(p) for p in state.paths])
     plan = plan_pipeline(pipeline, PlanSettings(backend="direct"))
     planned = next(
@@ -58,13 +62,23 @@ def _local_probe(state: RunState, servers: str, name: str, namespace: str) -> Pr
     if planned is None:
         names = ", ".join(sorted(v.view.name for v in plan.views)) or "none"
         raise UserError(f"no view {name!r} in the run's pipeline (views: {names})")
-    runner = planned.runner
-    # The run records each log's serving topic; a view reads its inputs there.
-    topics = {s.log: state.serving_topic(s.log, namespace) or s.topic for s in runner.inputs}
+    first = planned.runner
     admin = KafkaAdmin(servers)
 
+    def serving() -> tuple[str, dict[str, str]]:
+        """The serving revision's group and input topics (by log), as the run's status says
+        now: a cutover moves them. Before its first record, revision 1's."""
+        status = LocalRevisions.load(state_dir).status("DerivedView", f"{namespace}/{name}")
+        number = status.get("servingRevision")
+        row = next((r for r in status.get("revisions") or [] if r["revision"] == number), None)
+        if row is None or not row.get("inputs"):
+            inputs = {s.log: state.serving_topic(s.log, namespace) or s.topic for s in first.inputs}
+            return first.consumer_group, inputs
+        return str(row["consumerGroup"]), {str(i["log"]): str(i["topic"]) for i in row["inputs"]}
+
     def probe() -> tuple[Positions, bool, str]:
-        committed = admin.committed(runner.consumer_group)
+        group, topics = serving()
+        committed = admin.committed(group)
         ends = admin.end_offsets(list(topics.values()))
         positions = {log: dict(committed.get(topic, {})) for log, topic in topics.items()}
         lag = sum(
@@ -72,7 +86,7 @@ def _local_probe(state: RunState, servers: str, name: str, namespace: str) -> Pr
             for topic in topics.values()
             for p, end in ends.get(topic, {}).items()
         )
-        return positions, lag == 0, f"group {runner.consumer_group}, lag {lag}"
+        return positions, lag == 0, f"group {group}, lag {lag}"
 
     return probe
 
@@ -147,17 +161,14 @@ def wait(
     """Wait until VIEW has read the given records (--covers) or everything (--caught-up).
 
     Exits 0 once it has, 1 with what is still missing when --timeout passes first."""
-    try:
-        parsed = [parse_cover(c) for c in covers]
-        if not parsed and not caught_up:
-            raise UserError("say what to wait for: --covers LOG:PARTITION:OFFSET or --caught-up")
-        if state_dir is None:
-            probe = _cluster_probe(Kube(kubeconfig), namespace, view)
-            detail = wait_for_view(probe, parsed, caught_up, timeout, _say)
-        else:
-            detail = _wait_local(state_dir, view, namespace, parsed, caught_up, timeout)
-    except (CoverError, KubeError, KafkaAdminError) as exc:
-        raise UserError(str(exc)) from exc
+    parsed = [parse_cover(c) for c in covers]
+    if not parsed and not caught_up:
+        raise UserError("say what to wait for: --covers LOG:PARTITION:OFFSET or --caught-up")
+    if state_dir is None:
+        probe = _cluster_probe(Kube(kubeconfig), namespace, view)
+        detail = wait_for_view(probe, parsed, caught_up, timeout, _say)
+    else:
+        detail = _wait_local(state_dir, view, namespace, parsed, caught_up, timeout)
     click.echo(f"{view}: done ({detail})")
 
 
@@ -169,13 +180,10 @@ def _wait_local(
     caught_up: bool,
     timeout: float,
 ) -> str:
-    try:
-        state = read_run_state(state_dir)
-    except RunStateError as exc:
-        raise UserError(str(exc)) from exc
+    state = read_run_state(state_dir)
     alive = state.alive()
     with run_broker(None, state, state_dir, may_start=True) as servers:
-        probe = _local_probe(state, servers, view, namespace)
+        probe = _local_probe(state, state_dir, servers, view, namespace)
         # A run that has stopped reads nothing more: its positions are final.
         return wait_for_view(probe, covers, caught_up, timeout if alive else 0.0, _say)
 

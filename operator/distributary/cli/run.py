@@ -3,7 +3,8 @@
 The table goes to stderr (refreshed in place on a terminal, a status line every few seconds
 otherwise) so that stdout carries only what a script wants: with `--until-caught-up`, one JSON
 object summarising every log and view as the last line. Ctrl-C and SIGTERM stop the runner
-gracefully (its queries checkpoint) and then the broker; a second run resumes from there.
+gracefully (its queries checkpoint) and then the broker; a second run resumes from there. The
+state folder is read before the broker starts, so a corrupt file in it is reported at once.
 """
 
 from __future__ import annotations
@@ -22,31 +23,15 @@ import click
 from rich.console import Console
 from rich.live import Live
 
-from distributary.artifacts import ArtifactError
-from distributary.cli_records import UserError, append_file
-from distributary.graph import Pipeline, load_pipeline
-from distributary.kafka.admin import KafkaAdminError
-from distributary.local.broker import BrokerError
-from distributary.local.run import LocalRun, RunError, watch
+from distributary.cli.errors import UserError
+from distributary.cli.options import PIPELINE_PATHS
+from distributary.cli.produce import append_file
+from distributary.cli.validate import load_checked
+from distributary.local.run import LocalRun, failed_views, watch
 from distributary.local.state import DEFAULT_STATE_DIR
 from distributary.local.status import Snapshot, one_line, render
 
 STATUS_EVERY = 5.0  # seconds between status lines when stderr is not a terminal
-
-
-def load_checked(paths: Sequence[Path], doing: str | None = None) -> Pipeline:
-    """The pipeline in `paths`, or a UserError after printing every problem on stderr (and, as
-    `doing` says, that nothing was planned or run)."""
-    pipeline = load_pipeline(paths)
-    for problem in pipeline.problems:
-        click.echo(str(problem), err=True)
-    if not pipeline.ok:
-        count = len(pipeline.problems)
-        nothing = f"; nothing was {doing}" if doing else ""
-        raise UserError(f"{count} problem{'s' if count != 1 else ''} found{nothing}")
-    if not pipeline.order:
-        raise UserError(f"no Distributary resources found in {', '.join(map(str, paths))}")
-    return pipeline
 
 
 def _produce_pairs(values: Sequence[str]) -> list[tuple[str, Path]]:
@@ -106,10 +91,6 @@ def _run(run: LocalRun, produce: list[tuple[str, Path]], until_caught_up: bool) 
             else None
         )
         click.echo(append_file(run.pipeline, log, file, bootstrap, topic), err=True)
-    for job in run.pipeline.jobs:
-        click.echo(
-            f"note: StreamJob {job.name} is not run locally; run it with spark-submit", err=True
-        )
     run.start_runner()
     signals = _Signals()
     console = Console(stderr=True)
@@ -122,7 +103,7 @@ def _run(run: LocalRun, produce: list[tuple[str, Path]], until_caught_up: bool) 
 
 
 @click.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@PIPELINE_PATHS
 @click.option("--bootstrap-servers", help="Use this Kafka instead of starting the embedded one.")
 @click.option(
     "--state-dir",
@@ -169,8 +150,6 @@ def run(
     )
     try:
         snapshot = _run(local, pairs, until_caught_up)
-    except (RunError, BrokerError, ArtifactError, KafkaAdminError) as exc:
-        raise UserError(str(exc)) from None
     finally:
         local.stop()
     if until_caught_up:
@@ -178,3 +157,6 @@ def run(
     else:
         click.echo("stopped; run again to resume", err=True)
     sys.stdout.flush()
+    failed = failed_views(snapshot)
+    if failed:  # the others ran on; the run says which did not
+        raise UserError(f"view(s) {', '.join(failed)} failed: see {local.runner_log}")

@@ -1,13 +1,13 @@
-"""The `distributary` command: validate, plan and draw pipelines, and generate the CRDs.
+"""`distributary plan`: what the operator would create for the files, before anything is applied.
 
-Every command reads the same YAML the operator reconciles. A user's mistake is reported on stderr,
-one line per problem naming the file, the resource, the field and the fix, with exit status 1;
-a traceback is kept for Distributary's own bugs.
+The plan is the operator's own (`plan.pipeline.plan_pipeline`), so what this prints is what a
+cluster gets: the topics with their configs and the Spark applications, as a summary or as the
+child manifests. With `--against` or `--against-cluster` it also says how each change would be
+carried out (`cli.plan_against`).
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -15,20 +15,16 @@ from typing import Any, TypeVar
 import click
 import yaml
 
-from distributary import __version__
-from distributary.api.crd import drift, write_crds
-from distributary.cli_plan import (
+from distributary.cli.errors import UserError
+from distributary.cli.options import PIPELINE_PATHS
+from distributary.cli.plan_against import (
     ClusterTarget,
     comparison_options,
     read_cluster,
     render_changes,
     render_cluster,
 )
-from distributary.cli_records import UserError, produce, tail
-from distributary.cli_run import load_checked, run
-from distributary.cli_wait import wait
-from distributary.controllers.main import operator
-from distributary.diagram import draw
+from distributary.cli.validate import load_checked
 from distributary.graph import Pipeline
 from distributary.plan.cluster_changes import cluster_changes
 from distributary.plan.file_changes import pipeline_changes
@@ -40,45 +36,9 @@ from distributary.plan.pipeline import (
     PlanSettings,
     plan_pipeline,
 )
-from distributary.sql import SqlError
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-PATHS = click.argument(
-    "paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path)
-)
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="distributary")
-def main() -> None:
-    """Distributary: log-centric data pipelines on Kafka and Spark.
-
-    Logs are Kafka topics; derived views are Spark SQL over logs whose output is itself a log;
-    stream jobs are your own PySpark applications. Describe them in YAML, then validate, plan,
-    draw, or (in a cluster) let the operator reconcile them.
-    """
-
-
-def _summary(pipeline: Pipeline) -> str:
-    declared = [r for r in pipeline.logs if not pipeline.is_derived(r)]
-    return (
-        f"{len(declared)} log{'s' if len(declared) != 1 else ''}, "
-        f"{len(pipeline.views)} view{'s' if len(pipeline.views) != 1 else ''}, "
-        f"{len(pipeline.jobs)} job{'s' if len(pipeline.jobs) != 1 else ''}"
-    )
-
-
-@main.command()
-@PATHS
-def validate(paths: tuple[Path, ...]) -> None:
-    """Check pipeline files: every resource, reference, SQL query and schema.
-
-    Exits 0 when the pipeline is valid; otherwise prints one line per problem and exits 1.
-    """
-    pipeline = load_checked(paths)
-    skipped = f"; {pipeline.skipped} other document(s) skipped" if pipeline.skipped else ""
-    click.echo(f"valid: {_summary(pipeline)}{skipped}")
+TOPIC_BACKENDS = click.Choice(["strimzi", "direct"])
 
 
 def _describe_configs(configs: dict[str, str] | Any) -> str:
@@ -146,7 +106,8 @@ def _render_text(plan: PipelinePlan, pipeline: Pipeline, settings: PlanSettings)
     return "\n".join(lines)
 
 
-def _option_group(func: F) -> F:
+def plan_options(func: F) -> F:
+    """The options of `plan` that say how the pipeline is planned and printed."""
     options = [
         click.option(
             "-o",
@@ -158,12 +119,15 @@ def _option_group(func: F) -> F:
             help="text: a summary; yaml: the child manifests the operator would apply.",
         ),
         click.option(
-            "--backend",
-            type=click.Choice(["strimzi", "direct"]),
+            "--topic-backend",
+            "topic_backend",
+            type=TOPIC_BACKENDS,
             default="strimzi",
             show_default=True,
             help="How topics are made: Strimzi KafkaTopics or the Kafka Admin API.",
         ),
+        # The flag's old name, kept for scripts; the first of the two given wins.
+        click.option("--backend", "topic_backend", type=TOPIC_BACKENDS, hidden=True),
         click.option(
             "--strimzi-cluster",
             default="my-cluster",
@@ -193,14 +157,14 @@ def _option_group(func: F) -> F:
     return func
 
 
-@main.command()
-@PATHS
-@_option_group
+@click.command()
+@PIPELINE_PATHS
+@plan_options
 @comparison_options
 def plan(
     paths: tuple[Path, ...],
     output: str,
-    backend: str,
+    topic_backend: str,
     strimzi_cluster: str,
     image: str,
     checkpoint_root: str,
@@ -221,7 +185,7 @@ def plan(
     if target is not None:
         pipeline, cluster = read_cluster(target, pipeline, paths)
     settings = PlanSettings(
-        backend="strimzi" if backend == "strimzi" else "direct",
+        backend="strimzi" if topic_backend == "strimzi" else "direct",
         strimzi_cluster=strimzi_cluster,
         image=image,
         checkpoint_root=checkpoint_root,
@@ -229,7 +193,7 @@ def plan(
     )
     try:
         planned = plan_pipeline(pipeline, settings)
-    except (ValueError, SqlError) as exc:
+    except ValueError as exc:  # the planners' own checks raise plain ValueErrors
         raise UserError(str(exc)) from None
     if output == "yaml":
         click.echo(yaml.safe_dump_all(planned.manifests(), sort_keys=False, width=100), nl=False)
@@ -240,54 +204,3 @@ def plan(
         click.echo(render_changes(pipeline_changes(before, pipeline), against))
     if cluster is not None:
         click.echo(render_cluster(cluster_changes(pipeline, cluster.resources), cluster))
-
-
-@main.command()
-@PATHS
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["mermaid", "dot"]),
-    default="mermaid",
-    show_default=True,
-    help="mermaid (for Markdown) or dot (for Graphviz).",
-)
-def graph(paths: tuple[Path, ...], fmt: str) -> None:
-    """Draw the pipeline: logs, the views and jobs that read and write them."""
-    pipeline = load_checked(paths, "planned")
-    click.echo(draw(pipeline, "dot" if fmt == "dot" else "mermaid"), nl=False)
-
-
-@main.command()
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("crds"),
-    show_default=True,
-    help="Where the CRD files are.",
-)
-@click.option("--check", is_flag=True, help="Exit 1 when the files differ from the models.")
-def crds(out_dir: Path, check: bool) -> None:
-    """Write the CRDs generated from the API models, or check that they are current."""
-    if check:
-        problems = drift(out_dir)
-        for line in problems:
-            click.echo(line, err=True)
-        if problems:
-            raise UserError("crds/ is stale: run 'distributary crds --out crds/' and commit it")
-        click.echo(f"{out_dir}: up to date")
-        return
-    for path in write_crds(out_dir):
-        click.echo(f"wrote {path}")
-
-
-main.add_command(run)
-main.add_command(operator)
-main.add_command(produce)
-main.add_command(tail)
-main.add_command(wait)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

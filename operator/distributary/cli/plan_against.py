@@ -7,7 +7,7 @@ the service account. The files are placed where `kubectl apply` would put them: 
 names no namespace goes to `--namespace`, else the context's namespace, else `default`. The
 cluster is read before anything is printed, so a failure leaves no half report.
 
-cli.py registers the options and calls in here; this module does not import cli.py.
+`cli.plan` takes the options and calls in here.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from typing import Any, TypeVar
 import click
 import yaml
 
-from distributary.cli_records import UserError
+from distributary.cli.errors import UserError
 from distributary.graph import Declared, Pipeline, Ref
 from distributary.kube.cluster_pipeline import context_namespace, read_namespaces
-from distributary.kube.resources import Kube, KubeError
+from distributary.kube.resources import Kube
 from distributary.plan.cluster_changes import ClusterComparison, NamespaceResources
 from distributary.plan.file_changes import LogDifference, PlannedChange
 
@@ -144,19 +144,16 @@ def read_cluster(
     target: ClusterTarget, pipeline: Pipeline, paths: Sequence[Path]
 ) -> tuple[Pipeline, ClusterView]:
     """The files' pipeline placed in the namespaces `kubectl apply` would put it in, and what
-    the cluster holds there. Raises UserError on any failure."""
-    try:
-        in_context = context_namespace(target.kubeconfig, target.context)
-        with Kube(target.kubeconfig, target.context) as kube:
-            namespace = target.namespace or in_context
-            placed = place(pipeline, paths, namespace, explicit=target.namespace is not None)
-            namespaces = tuple(sorted({ref.namespace for ref in placed.order}))
-            where = f"namespace{'s' if len(namespaces) > 1 else ''} {', '.join(namespaces)}"
-            click.echo(f"reading {where} from the API server at {kube.server}", err=True)
-            resources = read_namespaces(kube, namespaces)
-            return placed, ClusterView(kube.server, namespaces, resources)
-    except KubeError as exc:
-        raise UserError(str(exc)) from None
+    the cluster holds there. Raises KubeError when the cluster cannot be read."""
+    in_context = context_namespace(target.kubeconfig, target.context)
+    with Kube(target.kubeconfig, target.context) as kube:
+        namespace = target.namespace or in_context
+        placed = place(pipeline, paths, namespace, explicit=target.namespace is not None)
+        namespaces = tuple(sorted({ref.namespace for ref in placed.order}))
+        where = f"namespace{'s' if len(namespaces) > 1 else ''} {', '.join(namespaces)}"
+        click.echo(f"reading {where} from the API server at {kube.server}", err=True)
+        resources = read_namespaces(kube, namespaces)
+        return placed, ClusterView(kube.server, namespaces, resources)
 
 
 def place(

@@ -6,7 +6,8 @@ its watermarks read. One at a time that is about nine Admin API round trips each
 Kafka itself: it queues its topic and awaits its own outcome. One worker takes everything queued
 as a batch, runs it on a thread, and hands each handler its outcome or its error; requests that
 arrive meanwhile form the next batch. A lone Log waits `gather` seconds more than it would alone.
-Views' topics (each revision's output and dead letters) go the same way.
+Views' topics (each revision's output and dead letters) go the same way. `DirectTopicBackend`
+is the direct topic backend as the operator runs it, on these batches.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ import asyncio
 import concurrent.futures
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from distributary.backends.direct import TopicOutcome
-from distributary.kafka.admin import KafkaAdminError
+from distributary.api.log import Log
+from distributary.backends.direct import DirectTopics, TopicOutcome
+from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
+from distributary.plan.log_status import LogReconcile
 from distributary.plan.topics import DesiredTopic
 
 T = TypeVar("T")
@@ -96,3 +99,37 @@ def next_batch(
             names.add(name)
             batch.append(item)
     return batch, rest
+
+
+class DirectTopicBackend:
+    """The `direct` topic backend as the operator runs it (the `TopicBackend` contract): topics
+    made and kept through Kafka's Admin API, the reconciles of many Logs and views batched."""
+
+    def __init__(self, admin: KafkaAdmin) -> None:
+        self.admin = admin
+        self.batches = TopicBatches(DirectTopics(admin).reconcile_many)
+
+    async def ensure(
+        self,
+        log: Log,
+        desired: DesiredTopic,
+        owner: Mapping[str, Any],
+        managed: frozenset[str] = frozenset(),
+    ) -> LogReconcile:
+        """The topic brought to `desired`, with the topics of every other reconcile now."""
+        generation = log.metadata.generation
+        try:
+            done = await self.batches.reconcile(desired, managed)
+        except KafkaAdminError as exc:
+            return LogReconcile(generation, desired.name, unreachable=str(exc))
+        return LogReconcile(
+            generation,
+            desired.name,
+            plan=done.plan,
+            partitions=done.partitions,
+            watermarks=done.watermarks,
+        )
+
+    async def delete(self, log: Log | None, topic: str) -> None:
+        """Delete the topic through the Admin API (one already gone is fine)."""
+        await asyncio.to_thread(self.admin.delete_topic, topic)

@@ -1,0 +1,118 @@
+"""The two contracts every backend keeps: one for topics, one for Spark.
+
+The one reconcile (`reconcile/`) is written against these and nothing else: which topic
+backend makes topics (`direct`: Kafka's Admin API; `strimzi`: KafkaTopic resources) and which Spark
+runtime runs revisions (`spark-operator`: SparkApplications; `local`: processes on this machine)
+is chosen once, where the services are built, and no reconcile asks which one it has. A new
+backend is a new class that keeps these contracts; nothing else changes. The unit tests drive the
+controllers through small in-memory classes that keep them too.
+
+Every method of `TopicBackend` is a coroutine (the direct backend batches many reconciles into
+few Admin API requests); every method of `SparkRuntime` blocks and is called from a thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from distributary.api.job import StreamJob
+from distributary.api.log import Log
+from distributary.api.view import DerivedView
+from distributary.plan.log_status import LogReconcile
+from distributary.plan.runner_spec import RunnerSpec
+from distributary.plan.spark import Application
+from distributary.plan.spark_state import AppState
+from distributary.plan.topics import DesiredTopic
+
+
+@dataclass(frozen=True)
+class RevisionApp:
+    """How to reach one revision's application: its name, and how to read, start and remove it
+    (each a blocking call, run in a thread). `start` brings it to what the plan says and leaves
+    one that already is as it is."""
+
+    namespace: str
+    name: str
+    state: Callable[[], AppState]
+    start: Callable[[], AppState]
+    remove: Callable[[], None]
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Whose revisions a runtime stops: a view or a job, by kind, namespace and name."""
+
+    kind: Literal["DerivedView", "StreamJob"]
+    namespace: str
+    name: str
+
+
+class TopicBackend(Protocol):
+    """Makes and keeps Logs' topics, and deletes them when a Log says so."""
+
+    async def ensure(
+        self,
+        log: Log,
+        desired: DesiredTopic,
+        owner: Mapping[str, Any],
+        managed: frozenset[str] = frozenset(),
+    ) -> LogReconcile:
+        """Bring topic `desired` (the Log's own, or a view's revision or dead-letter topic) to
+        its spec on behalf of `log`, whose owner reference is `owner`; `managed` are the config
+        keys set before, the only ones that may be unset. The outcome, never an exception: a
+        Kafka (or API server) that does not answer is `unreachable`, a refusal is in the plan."""
+        ...
+
+    async def delete(self, log: Log | None, topic: str) -> None:
+        """Delete `topic` of `log` (its `deletionPolicy: Delete` asked for it); `log` is None
+        when its spec no longer parses. A topic already gone is fine, another Log's topic is
+        never touched. Raises `KafkaAdminError` or `KubeError` when it cannot be done now."""
+        ...
+
+
+class SparkRuntime(Protocol):
+    """Runs the revisions of views and jobs, and stops them."""
+
+    def view_app(self, view: DerivedView, runner: RunnerSpec) -> RevisionApp:
+        """The application of the view's revision `runner.revision`, running `runner`."""
+        ...
+
+    def job_app(
+        self,
+        job: StreamJob,
+        revision: int,
+        launch: Application | None,
+        manifest: dict[str, Any] | None,
+    ) -> RevisionApp:
+        """The application of the job's revision: `launch` says what runs, `manifest` is the
+        SparkApplication it becomes; both None while a change is refused (what runs is left
+        as it is)."""
+        ...
+
+    def keep(self, owner: Owner, revisions: Sequence[int]) -> None:
+        """These revisions run on as they are: the serving one beside a revision catching up,
+        or every live one while an edit is refused. Nothing is started anew for them; a runtime
+        that starts everything it runs afresh (one process for every view) carries them over."""
+        ...
+
+    def stop(self, owner: Owner, revisions: Sequence[int]) -> list[int]:
+        """Stop these revisions' applications (idempotent); the revisions that were running."""
+        ...
+
+    def retire_others(self, owner: Owner, keep: int) -> list[str]:
+        """Stop every application of `owner` but revision `keep`'s (a replaced revision, or one a
+        crash left behind); the names of those stopped."""
+        ...
+
+    def orphans(self, namespace: str | None, alive: set[tuple[str, str, str]]) -> list[str]:
+        """Stop applications whose view or job is gone, in `namespace` (None: all); `alive` holds
+        (kind, namespace, name) of the views and jobs that exist. Those stopped, by name. Where
+        the cluster's garbage collector removes them with their owner, nothing is done here."""
+        ...
+
+    def watches_applications(self) -> bool:
+        """Whether the runtime's applications are API objects whose changes the operator should
+        watch (SparkApplications), rather than processes it looks at on each round."""
+        ...

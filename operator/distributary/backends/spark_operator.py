@@ -1,0 +1,118 @@
+"""The `spark-operator` Spark runtime: each revision a Kubeflow `SparkApplication`.
+
+The Spark operator makes the driver and executors; Distributary applies the SparkApplication
+(owned by its view or job, so the garbage collector removes it with its owner), reads its state
+from `status.applicationState`, and deletes it to stop a revision. An observe round over many
+running views reads each application once and writes nothing: starting one applies the manifest
+only when the application last read lacks part of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from distributary.api import owner_of
+from distributary.api.job import StreamJob
+from distributary.api.view import DerivedView
+from distributary.backends.base import Owner, RevisionApp
+from distributary.kube.resources import Kube
+from distributary.plan.children import holds
+from distributary.plan.runner_spec import RunnerSpec
+from distributary.plan.spark import (
+    SPARK_APPLICATION_API_VERSION,
+    Application,
+    application_name,
+    label_value,
+    spark_application,
+)
+from distributary.plan.spark_state import AppState, spark_application_state
+
+KIND = "SparkApplication"
+
+
+class SparkOperatorRuntime:
+    """Runs revisions as SparkApplications through `kube`; views' default job image `image`."""
+
+    def __init__(self, kube: Kube, image: str) -> None:
+        self.kube = kube
+        self.image = image
+
+    def view_app(self, view: DerivedView, runner: RunnerSpec) -> RevisionApp:
+        """The view revision's SparkApplication, with the job image unless the spec names one."""
+        name = application_name(view.metadata.name, runner.revision)
+        manifest = spark_application(
+            runner, view.spec.spark, image=self.image, owner=owner_of(view)
+        )
+        return self._app(view.metadata.namespace, name, lambda: manifest)
+
+    def job_app(
+        self,
+        job: StreamJob,
+        revision: int,
+        launch: Application | None,
+        manifest: dict[str, Any] | None,
+    ) -> RevisionApp:
+        """The job revision's SparkApplication, `manifest` (None: left as it is)."""
+        name = application_name(job.metadata.name, revision, "StreamJob")
+        return self._app(job.metadata.namespace, name, lambda: manifest)
+
+    def _app(
+        self, namespace: str, name: str, manifest: Callable[[], dict[str, Any] | None]
+    ) -> RevisionApp:
+        read: dict[str, Any] = {}
+
+        def state() -> AppState:
+            read["app"] = self.kube.get(SPARK_APPLICATION_API_VERSION, KIND, namespace, name)
+            return spark_application_state(read["app"])
+
+        def start() -> AppState:
+            wanted = manifest()
+            if wanted is None:
+                return state()
+            current = read.pop("app", None)
+            if current is not None and holds(current, wanted):
+                return spark_application_state(current)
+            # The applied object carries the Spark operator's status: no second read needed.
+            return spark_application_state(self.kube.apply(wanted))
+
+        def remove() -> None:
+            read.pop("app", None)
+            self.kube.delete(SPARK_APPLICATION_API_VERSION, KIND, namespace, name)
+
+        return RevisionApp(namespace, name, state, start, remove)
+
+    def keep(self, owner: Owner, revisions: Sequence[int]) -> None:
+        """Nothing: a SparkApplication runs on until it is deleted."""
+
+    def stop(self, owner: Owner, revisions: Sequence[int]) -> list[int]:
+        """Delete the revisions' SparkApplications; those that existed."""
+        return [
+            revision
+            for revision in revisions
+            if self.kube.delete(
+                SPARK_APPLICATION_API_VERSION,
+                KIND,
+                owner.namespace,
+                application_name(owner.name, revision, owner.kind),
+            )
+        ]
+
+    def retire_others(self, owner: Owner, keep: int) -> list[str]:
+        """Delete the job's SparkApplications of every revision but `keep`, found by label."""
+        selector = f"distributary.dev/job={label_value(owner.name)}"
+        stopped = []
+        for item in self.kube.list(SPARK_APPLICATION_API_VERSION, KIND, owner.namespace, selector):
+            meta = item["metadata"]
+            if (meta.get("labels") or {}).get("distributary.dev/revision") != str(keep):
+                self.kube.delete(SPARK_APPLICATION_API_VERSION, KIND, owner.namespace, meta["name"])
+                stopped.append(str(meta["name"]))
+        return stopped
+
+    def orphans(self, namespace: str | None, alive: set[tuple[str, str, str]]) -> list[str]:
+        """Nothing: an application is owned by its view or job, and goes with it."""
+        return []
+
+    def watches_applications(self) -> bool:
+        """SparkApplications are API objects: their state changes are watched."""
+        return True

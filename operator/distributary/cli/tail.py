@@ -1,0 +1,112 @@
+"""`distributary tail`: the last records of a log, and (with -f) the ones that follow.
+
+Records are read from the log's serving topic, found as every command finds it
+(`cli.named_log`): a view's output is read where its serving revision writes. On a stopped run,
+`tail` starts the run's embedded broker just long enough to read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from distributary.cli.named_log import (
+    find_log,
+    missing_topic,
+    pipeline_for,
+    run_broker,
+    serving_topic,
+)
+from distributary.cli.options import run_state_options
+from distributary.graph import Pipeline
+from distributary.kafka.records import MissingTopicError, Record, TopicReader
+from distributary.local.state import RunState, find_run_state
+
+
+def _tail_topic(
+    given: str, paths: Sequence[Path], state: RunState | None, pipeline: list[Pipeline]
+) -> tuple[str, str, bool]:
+    """(log name, serving topic, derived) of a log named on the command line."""
+    namespace, _, name = given.rpartition("/")
+    served = state.logs.get(name) if state else None
+    if served is not None and namespace in ("", served.namespace):
+        return name, served.topic, False
+    if not pipeline:
+        pipeline.append(pipeline_for(paths, state))  # loaded once, for every log that needs it
+    ref, found = find_log(pipeline[0], given, state)
+    return ref.name, serving_topic(ref, found, state), pipeline[0].is_derived(ref)
+
+
+def _line(record: Record, prefix: str) -> str:
+    key = record.key.decode("utf-8", "replace") if record.key is not None else "-"
+    value = record.value.decode("utf-8", "replace") if record.value is not None else "(deleted)"
+    return f"{prefix}{record.partition}/{record.offset} {key} {value}"
+
+
+def _show_tail(
+    reader: TopicReader, targets: Sequence[tuple[str, str, bool]], count: int
+) -> dict[str, dict[int, int]]:
+    positions: dict[str, dict[int, int]] = {}
+    for name, topic, derived in targets:
+        try:
+            records, ends = reader.last(topic, count)
+        except MissingTopicError as exc:
+            raise missing_topic(exc, name, derived) from None
+        prefix = f"{name} " if len(targets) > 1 else ""
+        for record in records:
+            click.echo(_line(record, prefix))
+        positions[topic] = ends
+    return positions
+
+
+def _follow(
+    reader: TopicReader, targets: Sequence[tuple[str, str, bool]], positions: dict[str, Any]
+) -> None:
+    names = {topic: name for name, topic, _ in targets}
+    shown = ", ".join(f"{name} (topic {topic})" for name, topic, _ in targets)
+    click.echo(f"following {shown}; Ctrl-C to stop", err=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        for record in reader.follow(positions):
+            click.echo(_line(record, f"{names[record.topic]} " if len(targets) > 1 else ""))
+
+
+@click.command()
+@click.argument("logs", nargs=-1, required=True)
+@click.option(
+    "-n",
+    "--lines",
+    "count",
+    type=click.IntRange(min=0),
+    default=10,
+    show_default=True,
+    help="How many of the last records to print, per log.",
+)
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new records until Ctrl-C.")
+@run_state_options
+def tail(
+    logs: tuple[str, ...],
+    count: int,
+    follow: bool,
+    state_dir: Path,
+    bootstrap_servers: str | None,
+    pipeline_paths: tuple[Path, ...],
+) -> None:
+    """Print the last records of each LOG, one per line: PARTITION/OFFSET KEY VALUE.
+
+    Records are read from the log's serving topic (a view's output: its serving revision's) and
+    merged across partitions in timestamp order; a deleted key's tombstone shows as (deleted).
+    """
+    state = find_run_state(state_dir)
+    loaded: list[Pipeline] = []
+    targets = [_tail_topic(given, pipeline_paths, state, loaded) for given in logs]
+    with (
+        run_broker(bootstrap_servers, state, state_dir, may_start=True) as servers,
+        TopicReader(servers) as reader,
+    ):
+        positions = _show_tail(reader, targets, count)
+        if follow:
+            _follow(reader, targets, positions)

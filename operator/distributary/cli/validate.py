@@ -1,0 +1,54 @@
+"""`distributary validate`: check pipeline files, and the check every other command starts with.
+
+The files are read as the operator reads them; every problem is printed on stderr, one line each
+naming the file, the resource, the field and the fix, before anything is planned or run. The
+commands that read pipeline files (plan, graph, run, wait) call `load_checked` so a person meets
+the same report whichever command they ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+
+from distributary.cli.errors import UserError
+from distributary.cli.options import PIPELINE_PATHS
+from distributary.graph import Pipeline, load_pipeline
+
+
+def load_checked(paths: Sequence[Path], doing: str | None = None) -> Pipeline:
+    """The pipeline in `paths`, or a UserError after printing every problem on stderr (and, as
+    `doing` says, that nothing was planned or run)."""
+    pipeline = load_pipeline(paths)
+    for problem in pipeline.problems:
+        click.echo(str(problem), err=True)
+    if not pipeline.ok:
+        count = len(pipeline.problems)
+        nothing = f"; nothing was {doing}" if doing else ""
+        raise UserError(f"{count} problem{'s' if count != 1 else ''} found{nothing}")
+    if not pipeline.order:
+        raise UserError(f"no Distributary resources found in {', '.join(map(str, paths))}")
+    return pipeline
+
+
+def _summary(pipeline: Pipeline) -> str:
+    declared = [r for r in pipeline.logs if not pipeline.is_derived(r)]
+    return (
+        f"{len(declared)} log{'s' if len(declared) != 1 else ''}, "
+        f"{len(pipeline.views)} view{'s' if len(pipeline.views) != 1 else ''}, "
+        f"{len(pipeline.jobs)} job{'s' if len(pipeline.jobs) != 1 else ''}"
+    )
+
+
+@click.command()
+@PIPELINE_PATHS
+def validate(paths: tuple[Path, ...]) -> None:
+    """Check pipeline files: every resource, reference, SQL query and schema.
+
+    Exits 0 when the pipeline is valid; otherwise prints one line per problem and exits 1.
+    """
+    pipeline = load_checked(paths)
+    skipped = f"; {pipeline.skipped} other document(s) skipped" if pipeline.skipped else ""
+    click.echo(f"valid: {_summary(pipeline)}{skipped}")

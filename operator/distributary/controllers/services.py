@@ -1,0 +1,69 @@
+"""The operator's services: the clients and backends built once, at start, from the settings.
+
+Handlers reach them through kopf's memo (`memo.services`). This is the one place that knows which
+topic backend and which Spark runtime the operator runs with; every reconcile speaks to them
+through the contracts of `backends.base`. The restart clocks and the last application states
+seen are kept here too, since they live exactly as long as the operator process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from distributary.backends.base import SparkRuntime, TopicBackend
+from distributary.backends.local_spark import LocalRuntime, LocalSparkRuntime
+from distributary.backends.spark_operator import SparkOperatorRuntime
+from distributary.backends.strimzi import StrimziTopicBackend, StrimziTopics
+from distributary.backends.topic_batches import DirectTopicBackend
+from distributary.controllers.settings import OperatorSettings
+from distributary.kafka.admin import KafkaAdmin
+from distributary.kafka.history import lost_input_history
+from distributary.kafka.progress import ProgressReader
+from distributary.kube.resources import Kube
+from distributary.plan.progress import PROGRESS_TOPIC
+from distributary.reconcile.ports import Services
+
+
+@dataclass(kw_only=True)
+class OperatorServices(Services):
+    """What the handlers act through: the reconcile's services (`reconcile.ports.Services`),
+    and the operator's own. Built by `build`; tests build it from in-memory parts."""
+
+    settings: OperatorSettings
+    kube: Kube
+    application_states: dict[tuple[str, str], str] = field(default_factory=dict, repr=False)
+    """The last state seen of each SparkApplication (namespace, name), to act on changes."""
+
+
+def build(settings: OperatorSettings, kube: Callable[[], Kube] | None = None) -> OperatorServices:
+    """The services for `settings`: the one place the backend and runtime are chosen."""
+    admin = KafkaAdmin(settings.bootstrap_servers, client=dict(settings.kafka_client))
+    api = kube() if kube is not None else Kube(settings.kubeconfig)
+    topics: TopicBackend
+    if settings.topic_backend == "strimzi":
+        strimzi = StrimziTopics(api, settings.strimzi_cluster, settings.strimzi_namespace)
+        topics = StrimziTopicBackend(strimzi, admin)
+    else:
+        topics = DirectTopicBackend(admin)
+    runtime: SparkRuntime
+    if settings.spark_runtime == "local":
+        runtime = LocalSparkRuntime(LocalRuntime(settings.state_dir))
+    else:
+        runtime = SparkOperatorRuntime(api, settings.image)
+    client = dict(settings.kafka_client)
+
+    def lost_history(topics: Mapping[str, str]) -> str | None:
+        return lost_input_history(admin, topics, client)
+
+    return OperatorServices(
+        settings=settings,
+        kube=api,
+        checkpoint_root=settings.checkpoint_root,
+        bootstrap_servers=settings.bootstrap_servers,
+        admin=admin,
+        progress=ProgressReader(settings.bootstrap_servers, PROGRESS_TOPIC),
+        topics=topics,
+        runtime=runtime,
+        lost_history=lost_history,
+    )

@@ -1,0 +1,30 @@
+"""Status as the API server keeps it: a JSON merge patch applied, and whether one changes it.
+
+The operator writes status as merge patches onto the status subresource; `distributary run`
+writes the same patches into its state folder. Both need to know the status a patch leaves
+behind (to write only what changes something), and it must be the API server's rule, so the
+two front ends agree: None deletes a field, mappings merge, anything else replaces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def merged(status: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    """`status` after the merge patch `update`."""
+    result = dict(status)
+    for key, value in update.items():
+        if value is None:
+            result.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(result.get(key), Mapping):
+            result[key] = merged(result[key], value)
+        else:
+            result[key] = value
+    return result
+
+
+def changes(before: Mapping[str, Any], update: Mapping[str, Any]) -> bool:
+    """Whether the merge patch `update` would change `before`."""
+    return merged(before, update) != dict(before)

@@ -1,0 +1,108 @@
+"""The write-ahead records: what the operator writes to a resource's status before it acts.
+
+Status is the operator's write-ahead log. Before a revision starts, before the output Log moves
+to a new revision at a cutover, and before a rewind moves a consumer group, the record of what is
+about to happen is written; the action follows only once it is. A restarted operator reads the
+record and carries the same action on (the same revision, the same offsets) instead of deciding
+anew, and every action is idempotent, so doing it twice is harmless. Every such record is built
+here and written through the front end's status store (`controllers/status.py` in the API
+server, `local/revisions.py` in the state folder):
+
+| record         | written before                     | a restarted operator                    |
+|----------------|------------------------------------|-----------------------------------------|
+| StartRevision  | a view's or job's revision starts  | starts that same revision               |
+| CutOver        | the output Log serves the revision | points the output Log at it             |
+| Rewind         | a consumer group's offsets move    | moves them to the offsets recorded      |
+
+A restarted reconcile carries on from the records themselves: the revision rows and
+`servingRevision` (a started revision is in the rows, so it is run rather than started anew; a
+cutover is in `servingRevision`, which the output Log is pointed at) and `lastRewind` (its
+offsets). `pendingAction` says, for people and tools, what was under way; the status the
+reconcile writes when it is done clears it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+from distributary.api.common import PendingAction
+from distributary.plan.children import rewind_folder
+from distributary.plan.conditions import rfc3339
+from distributary.plan.job_plan import JobPlan
+from distributary.plan.view_plan import ViewPlan
+from distributary.plan.view_status import runner_inputs
+
+Action = Literal["StartRevision", "Rewind"]
+
+
+def pending_action(action: Action, revision: int, generation: int, now: datetime) -> dict[str, Any]:
+    """`status.pendingAction`: the action, the revision and the generation it was decided from."""
+    record = PendingAction(
+        action=action, revision=revision, generation=generation, started_at=rfc3339(now)
+    )
+    return record.model_dump(by_alias=True, exclude_none=True)
+
+
+def start_record(plan: ViewPlan, generation: int, now: datetime) -> dict[str, Any]:
+    """StartRevision of a view: every revision's row as the lifecycle decided (the new one with
+    its topic, group and inputs), which one serves, and the action."""
+    assert plan.runner is not None
+    assert plan.lifecycle is not None
+    rows = [dict(r) for r in plan.lifecycle.rows]
+    for row in rows:
+        if row["revision"] == plan.runner.revision:
+            row["inputs"] = runner_inputs(plan)
+    return {
+        "pendingAction": pending_action("StartRevision", plan.runner.revision, generation, now),
+        "servingRevision": plan.revision,
+        "revisions": rows,
+    }
+
+
+def job_start_record(plan: JobPlan, generation: int, now: datetime) -> dict[str, Any]:
+    """StartRevision of a job: the revision, its hash, consumer group and inputs."""
+    return {
+        "pendingAction": pending_action("StartRevision", plan.revision, generation, now),
+        "revision": plan.revision,
+        "specHash": plan.spec_hash,
+        "consumerGroup": plan.consumer_group,
+        "inputs": [{"log": i.log, "topic": i.topic} for i in plan.inputs],
+    }
+
+
+def cutover_record(serving: int, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """CutOver: which revision serves now, and every row's phase; written on the view before
+    its output Log moves (readers follow the Log, which follows this)."""
+    return {"servingRevision": serving, "revisions": [dict(r) for r in rows]}
+
+
+def rewind_record(
+    request_id: str,
+    revision: int,
+    offsets: Sequence[Mapping[str, Any]],
+    generation: int,
+    now: datetime,
+) -> dict[str, Any]:
+    """Rewind: the request, the revision, every partition's offset before and after (a
+    restarted operator moves the group to these, not to offsets looked up again), Pending."""
+    last = {"requestId": request_id, "revision": revision, "phase": "Pending", "offsets": offsets}
+    return {
+        "lastRewind": last,
+        "pendingAction": pending_action("Rewind", revision, generation, now),
+    }
+
+
+def rewind_message(record: Mapping[str, Any]) -> str:
+    """What a rewind did, for people: the revision, the request, each partition moved."""
+    moved = ", ".join(
+        f"{m['topic']}[{m['partition']}] "
+        f"{'-' if m.get('fromOffset') is None else m['fromOffset']} -> {m['toOffset']}"
+        for m in record.get("offsets") or []
+    )
+    return (
+        f"rewound revision {record['revision']} for request {record['requestId']}: "
+        f"{moved or 'no partitions'}; it reads on from there on a fresh checkpoint "
+        f"({rewind_folder(str(record['requestId']))})"
+    )

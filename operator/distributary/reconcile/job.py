@@ -1,0 +1,180 @@
+"""A StreamJob's reconcile: a user's own PySpark application, run and tracked like a view.
+
+Run by the operator on every change and by its observer between changes, and by `distributary
+run` on every round, in the view's shape (`reconcile.view`):
+
+    parse -> plan (pure, `plan.job_plan`) -> record ahead -> act -> observe -> record
+
+The plan checks the job in the graph of its namespace; a new revision is recorded in status
+before it starts (a write-ahead record); then every other revision of the job is stopped, a
+rewind is carried out, and the revision's application runs on the Spark runtime (restarted with
+capped back-off when it ends). Status gets positions and lag from the revision's consumer group,
+the last batch from the progress topic, the last change's classification and the conditions. The
+job's Logs are its own resources; the job creates no topics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from distributary.api import ResourceError, parse_resource
+from distributary.api.job import StreamJob
+from distributary.backends.base import Owner
+from distributary.kafka.admin import KafkaAdminError
+from distributary.plan.children import rewind_folder
+from distributary.plan.conditions import Problem
+from distributary.plan.job_plan import JobPlan, plan_job, with_job_rewind
+from distributary.plan.job_status import job_status
+from distributary.plan.positions import Offsets
+from distributary.plan.progress import progress_key
+from distributary.plan.spark_state import restart_delay
+from distributary.plan.view_status import RunObservation
+from distributary.plan.write_ahead import job_start_record, rewind_message
+from distributary.reconcile.applications import RewindTarget, rewind_once, run_application
+from distributary.reconcile.ports import Events, Services, StatusStore, TryAgain, World
+
+
+def parse_job(body: Mapping[str, Any], spec: Any = None) -> StreamJob | str:
+    """The job, or the message saying why its spec cannot be used."""
+    meta = body.get("metadata") or {}
+    document = {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid")},
+        "spec": body.get("spec") if spec is None else spec,
+    }
+    try:
+        found = parse_resource(document)
+    except ResourceError as exc:
+        return str(exc)
+    return found if isinstance(found, StreamJob) else "not a StreamJob"
+
+
+def _plan(
+    job: StreamJob,
+    body: Mapping[str, Any],
+    status: Any,
+    services: Services,
+    world: World,
+    old: StreamJob | None,
+) -> JobPlan:
+    pipeline, children = world.pipeline(body)
+    return plan_job(
+        pipeline,
+        children,
+        job,
+        dict(status),
+        checkpoint_root=services.checkpoint_root,
+        bootstrap_servers=services.bootstrap_servers,
+        old=old,
+    )
+
+
+def _owner(job: StreamJob) -> Owner:
+    return Owner("StreamJob", job.metadata.namespace, job.metadata.name)
+
+
+async def _rewind(
+    services: Services,
+    store: StatusStore,
+    plan: JobPlan,
+    job: StreamJob,
+    now: datetime,
+    generation: int,
+) -> tuple[JobPlan, dict[str, Any] | None]:
+    """The spec's rewind, carried out once (`rewind_once`); the plan to go on with (on the
+    rewind's fresh checkpoint) and the `lastRewind` to record."""
+    rewind = job.spec.rewind
+    if rewind is None or plan.launch is None or plan.consumer_group is None:
+        return plan, None
+    chosen = set(rewind.inputs) or {i.log for i in plan.inputs}
+    target = RewindTarget(
+        plan.revision,
+        plan.consumer_group,
+        sorted({i.topic for i in plan.inputs if i.log in chosen}),
+        lambda: services.runtime.stop(_owner(job), [plan.revision]),
+    )
+    done = await rewind_once(services, store, target, rewind.request_id, rewind.to, now, generation)
+    if done is None:
+        return plan, None
+    return with_job_rewind(plan, rewind_folder(rewind.request_id), "distributary-spark", job), done
+
+
+async def _positions(services: Services, plan: JobPlan) -> tuple[Offsets | None, Offsets | None]:
+    if plan.consumer_group is None or not plan.inputs:
+        return None, None
+    admin = services.admin
+    try:
+        committed = await asyncio.to_thread(admin.committed, plan.consumer_group)
+        marks = await asyncio.to_thread(admin.watermarks, [i.topic for i in plan.inputs])
+    except KafkaAdminError:
+        return None, None
+    ends = {t: {p: end for p, (_, end) in parts.items()} for t, parts in marks.items()}
+    return committed, ends
+
+
+async def _act(
+    events: Events,
+    services: Services,
+    store: StatusStore,
+    plan: JobPlan,
+    job: StreamJob,
+    generation: int,
+    now: datetime,
+) -> tuple[JobPlan, RunObservation, dict[str, Any] | None]:
+    """Stop the job's other revisions, carry out a rewind, run the revision and observe it."""
+    stopped = await asyncio.to_thread(services.runtime.retire_others, _owner(job), plan.revision)
+    if stopped:
+        events.info("RevisionStopped", f"Stopped {', '.join(stopped)}.")
+    plan, rewound = await _rewind(services, store, plan, job, now, generation)
+    if rewound is not None:
+        events.info("Rewound", rewind_message(rewound))
+    attempts = int((store.status.get("sparkApplication") or {}).get("attempts") or 0)
+    app = services.runtime.job_app(job, plan.revision, plan.launch, plan.application)
+    state, attempts = await run_application(services, app, attempts)
+    committed, ends = await _positions(services, plan)
+    progress = services.progress.poll(timeout=0)
+    meta = job.metadata
+    key = progress_key("StreamJob", meta.namespace, meta.name, plan.revision)
+    seen = RunObservation(app.name, state, attempts, committed, ends, progress.get(key))
+    return plan, seen, rewound
+
+
+async def reconcile_job(
+    body: Mapping[str, Any],
+    services: Services,
+    store: StatusStore,
+    world: World,
+    events: Events,
+    old_spec: Any = None,
+) -> None:
+    """One reconcile of the job `body` (as read: its status is `store`'s); see the module
+    docstring. `old_spec` is the spec an update replaces, to classify the change field by
+    field. Raises `StatusConflictError` and `TryAgain` as a view's reconcile does."""
+    generation = int((body.get("metadata") or {}).get("generation") or 0)
+    now = datetime.now(UTC)
+    status = dict(store.status)
+    found = parse_job(body)
+    if isinstance(found, str):
+        plan = JobPlan(int(status.get("revision") or 1), problems=(Problem("InvalidSpec", found),))
+        await store.finish(job_status(plan, RunObservation(), status, generation, now))
+        return
+    old = parse_job(body, old_spec) if old_spec else None
+    edited_from = old if isinstance(old, StreamJob) else None
+    plan = await asyncio.to_thread(_plan, found, body, status, services, world, edited_from)
+    seen, rewound = RunObservation(), None
+    if plan.spec_hash is not None:
+        if plan.starts:
+            await store.record_ahead(job_start_record(plan, generation, now))
+            events.info("StartRevision", f"Starting revision {plan.revision}.")
+        plan, seen, rewound = await _act(events, services, store, plan, found, generation, now)
+    written = job_status(plan, seen, status, generation, now)
+    if rewound is not None:
+        written["lastRewind"] = rewound
+    await store.finish(written)
+    if seen.app is not None and seen.app.ended:
+        delay = restart_delay(seen.attempts)
+        raise TryAgain(f"{seen.app.message}; restarting in {delay:.0f}s", delay)

@@ -1,0 +1,102 @@
+"""What a front end gives the reconcile: its status store, its events, its view of the world.
+
+The operator implements these with the API server (status subresource, Kubernetes events, kopf's
+indexes, the output Log as a child resource); `distributary run` with the state folder
+(`revisions.json`, lines on stderr, the pipeline files, `run.json`). The unit tests implement them
+in memory. Each is small on purpose: a front end is the few things that truly differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from distributary.api.log import LogStatus
+from distributary.backends.base import SparkRuntime, TopicBackend
+from distributary.graph import Pipeline
+from distributary.kafka.admin import KafkaAdmin
+from distributary.kafka.progress import ProgressReader
+from distributary.plan.view_plan import LostHistory
+
+
+class TryAgain(Exception):  # noqa: N818 (control flow, not an error a user sees as such)
+    """The reconcile cannot go on now (Kafka does not answer, an application restarts): run it
+    again after `delay` seconds. What it waits for is in the status already written."""
+
+    def __init__(self, message: str, delay: float) -> None:
+        super().__init__(message)
+        self.delay = delay
+
+
+class StatusConflictError(Exception):
+    """The resource's status changed since it was read: nothing was written, and nothing may act
+    on what was decided from the old status; the reconcile runs again from the new one."""
+
+
+class StatusStore(Protocol):
+    """One resource's status: as read, then as written; writes only onto what was read."""
+
+    @property
+    def status(self) -> dict[str, Any]:
+        """The status as read, with this reconcile's own writes merged in."""
+        ...
+
+    async def record_ahead(self, record: Mapping[str, Any]) -> None:
+        """Write a write-ahead record (`plan.write_ahead`) before acting on it. Raises
+        `StatusConflictError` when the status changed since it was read."""
+        ...
+
+    async def finish(self, status: Mapping[str, Any]) -> bool:
+        """Write the reconcile's status where it changes something; whether it did. Raises
+        `StatusConflictError` as `record_ahead` does."""
+        ...
+
+
+class Events(Protocol):
+    """Where a reconcile tells people what it did (Kubernetes events, or lines on stderr)."""
+
+    def info(self, reason: str, message: str) -> None:
+        """A notable step: a revision started, a cutover, a rewind."""
+        ...
+
+
+class World(Protocol):
+    """What a reconcile sees around a view or job, and the one child a view keeps: its output
+    Log."""
+
+    def pipeline(self, resource: Mapping[str, Any]) -> tuple[Pipeline, dict[str, LogStatus]]:
+        """The graph the view or job `resource` is checked in, and the statuses of the views'
+        output Logs by name (the topics they serve). Blocking: called from a thread."""
+        ...
+
+    async def serve(self, output: dict[str, Any], topic: str) -> None:
+        """Make the view's output Log as `output` (its manifest) says and point its readers at
+        `topic`, the serving revision's (idempotent)."""
+        ...
+
+    def read_elsewhere(self, namespace: str, name: str) -> set[str]:
+        """The topics that live revisions of other views and jobs than `name` read."""
+        ...
+
+
+@dataclass(kw_only=True)
+class Services:
+    """The outside systems a reconcile acts through, and its memory between reconciles."""
+
+    checkpoint_root: str
+    """Where revisions checkpoint."""
+
+    bootstrap_servers: str
+    """Kafka's bootstrap servers, as the runners get them."""
+
+    admin: KafkaAdmin
+    progress: ProgressReader
+    topics: TopicBackend
+    runtime: SparkRuntime
+    lost_history: LostHistory
+    """Why some input topics (topic -> log) lost history, None if they did not (the retention
+    guard's question to Kafka)."""
+
+    restart_due: dict[tuple[str, str], float] = field(default_factory=dict, repr=False)
+    """When the next restart of each ended application (namespace, name) is due (monotonic)."""

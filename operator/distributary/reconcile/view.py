@@ -1,0 +1,317 @@
+"""A view's reconcile: its output Log, its revision's topic and Spark application.
+
+Run by the operator on every change and by its observer between changes, and by `distributary
+run` on every round, in one shape:
+
+    parse -> plan (pure, `plan.view_plan`) -> record ahead -> act -> observe -> record
+
+The plan checks the view in the graph of its namespace and steps its revisions' lifecycle (the
+retention guard refuses a reprocess over lost history). What it decides is recorded in status
+before anything acts on it (`plan.write_ahead`: the start of a revision, a cutover), so a
+restarted operator carries it on instead of deciding anew. Then the actions: the output Log as
+the view's child, pointed at the serving revision's topic; replaced revisions stopped; retired
+topics deleted; the revision's topics made; a rewind carried out; the application run (one that
+ended restarts with capped back-off). Last, positions and lag from the revisions' consumer
+groups and the last batch from the progress topic go into status with the conditions. Every
+step is idempotent, so a crash anywhere is repaired by the next reconcile, and every status
+write goes through the front end's store. What is wrong with a view becomes a condition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+from distributary.api import ResourceError, owner_of, parse_resource
+from distributary.api.log import Log
+from distributary.api.view import DerivedView
+from distributary.backends.base import Owner
+from distributary.kafka.admin import KafkaAdminError
+from distributary.kafka.records import RecordsError
+from distributary.kube.resources import KubeError
+from distributary.plan.children import rewind_folder, with_checkpoint
+from distributary.plan.conditions import Problem
+from distributary.plan.lifecycle import LIVE, mark_deleted
+from distributary.plan.progress import progress_key
+from distributary.plan.spark_state import restart_delay
+from distributary.plan.view_plan import ViewPlan, history_guard, plan_view
+from distributary.plan.view_status import RunObservation, view_status
+from distributary.plan.write_ahead import cutover_record, rewind_message, start_record
+from distributary.reconcile.applications import RewindTarget, rewind_once, run_application
+from distributary.reconcile.ports import Events, Services, StatusStore, TryAgain, World
+
+TOPICS_RETRY = 15.0  # seconds before a view whose topics Kafka did not make runs again
+
+
+def parse_view(body: Mapping[str, Any], spec: Any = None) -> DerivedView | str:
+    """The view, or the message saying why its spec cannot be used; with `spec`, the view as it
+    was with that spec (an update's previous one)."""
+    meta = body.get("metadata") or {}
+    document = {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid")},
+        "spec": body.get("spec") if spec is None else spec,
+    }
+    try:
+        found = parse_resource(document)
+    except ResourceError as exc:
+        return str(exc)
+    return found if isinstance(found, DerivedView) else "not a DerivedView"
+
+
+def _plan(
+    view: DerivedView,
+    body: Mapping[str, Any],
+    status: Any,
+    services: Services,
+    world: World,
+    edited_from: DerivedView | None,
+) -> ViewPlan:
+    """The view's plan; a reprocess it would start is checked against its inputs' retained
+    history first (the retention guard)."""
+    pipeline, children = world.pipeline(body)
+    planned = functools.partial(
+        plan_view,
+        pipeline,
+        children,
+        view,
+        dict(status),
+        checkpoint_root=services.checkpoint_root,
+        bootstrap_servers=services.bootstrap_servers,
+        generation=int((body.get("metadata") or {}).get("generation") or 0),
+        edited_from=edited_from,
+        now=datetime.now(UTC),
+    )
+    try:
+        return history_guard(planned(), planned, services.lost_history)
+    except (KafkaAdminError, RecordsError) as exc:  # not without knowing what history it has
+        raise TryAgain(f"checking the inputs' history: {exc}", TOPICS_RETRY) from exc
+
+
+def _owner(view: DerivedView) -> Owner:
+    return Owner("DerivedView", view.metadata.namespace, view.metadata.name)
+
+
+async def _make_topics(services: Services, plan: ViewPlan, view: DerivedView) -> None:
+    """The revision's output and dead-letter topics, through the topic backend."""
+    assert plan.output_log is not None
+    output = Log.model_validate(plan.output_log)
+    owner = owner_of(view)
+    outcomes = await asyncio.gather(
+        *(services.topics.ensure(output, topic, owner) for topic in plan.topics)
+    )
+    for outcome in outcomes:
+        if outcome.unreachable is not None:
+            raise TryAgain(f"view topics: {outcome.unreachable}", TOPICS_RETRY)
+
+
+async def _observe(services: Services, plan: ViewPlan) -> dict[str, Any]:
+    """Every live revision's consumer group offsets, and its inputs' start and end offsets
+    (empty when Kafka does not answer: lag is then unknown, never 0)."""
+    assert plan.lifecycle is not None
+    admin = services.admin
+    rows = [r for r in plan.lifecycle.rows if r["phase"] in LIVE]
+    topics = {s.topic for s in plan.runner.inputs} if plan.runner is not None else set()
+    topics |= {str(s["topic"]) for r in rows for s in r.get("inputs") or []}
+    try:
+        groups = {
+            int(r["revision"]): await asyncio.to_thread(admin.committed, str(r["consumerGroup"]))
+            for r in rows
+            if r.get("consumerGroup")
+        }
+    except KafkaAdminError:
+        return {}
+    marks = {}
+    for topic in sorted(topics):  # one at a time: a topic that is gone hides no other's offsets
+        try:
+            marks.update(await asyncio.to_thread(admin.watermarks, [topic]))
+        except KafkaAdminError:
+            continue
+    return {
+        "groups": groups,
+        "ends": {t: {p: end for p, (_, end) in parts.items()} for t, parts in marks.items()},
+        "starts": {t: {p: low for p, (low, _) in parts.items()} for t, parts in marks.items()},
+    }
+
+
+async def _delete_topics(
+    services: Services, topics: Any, busy: set[str], output: dict[str, Any]
+) -> list[str]:
+    """Delete retired revisions' topics (their output Log says Delete) that no live revision of
+    another view or job reads any more (a reader moves off at its own cutover); those now
+    gone."""
+    log = Log.model_validate(output)
+    gone = []
+    for topic in topics:
+        if topic in busy:
+            continue
+        try:
+            await services.topics.delete(log, topic)
+        except (KafkaAdminError, KubeError):
+            continue  # tried again on the next reconcile
+        gone.append(topic)
+    return gone
+
+
+async def _rewind(
+    services: Services,
+    store: StatusStore,
+    plan: ViewPlan,
+    view: DerivedView,
+    now: datetime,
+    generation: int,
+) -> tuple[ViewPlan, dict[str, Any] | None]:
+    """The spec's rewind of the running revision, carried out once (`rewind_once`); the plan to
+    go on with (on the rewind's fresh checkpoint) and the `lastRewind` to record."""
+    rewind = view.spec.rewind
+    runner = plan.runner
+    if rewind is None or runner is None or plan.lifecycle is None:
+        return plan, None
+    chosen = set(rewind.inputs) or {str(s.alias) for s in runner.inputs}
+    target = RewindTarget(
+        runner.revision,
+        runner.consumer_group,
+        sorted({s.topic for s in runner.inputs if s.alias in chosen}),
+        lambda: services.runtime.stop(_owner(view), [runner.revision]),
+    )
+    done = await rewind_once(services, store, target, rewind.request_id, rewind.to, now, generation)
+    if done is None:
+        return plan, None
+    folder = rewind_folder(rewind.request_id)
+    rows = tuple(
+        {**row, "checkpoint": folder} if row["revision"] == runner.revision else row
+        for row in plan.lifecycle.rows
+    )
+    moved = replace(
+        plan,
+        runner=with_checkpoint(runner, folder),
+        lifecycle=replace(plan.lifecycle, rows=rows),
+    )
+    return moved, done
+
+
+async def _record_ahead(
+    events: Events, store: StatusStore, plan: ViewPlan, generation: int, now: datetime
+) -> None:
+    """Write what the plan is about to do before anything does it: a revision's start, then a
+    cutover (the view says first which revision serves; the output Log follows it)."""
+    if plan.starts and plan.runner is not None:
+        await store.record_ahead(start_record(plan, generation, now))
+        events.info("StartRevision", f"Starting revision {plan.runner.revision}.")
+    lifecycle = plan.lifecycle
+    if lifecycle is not None and lifecycle.cut_over is not None:
+        await store.record_ahead(cutover_record(plan.revision, lifecycle.rows))
+        events.info("CutOver", f"Revision {lifecycle.cut_over} caught up and serves now.")
+
+
+async def _act_on_revisions(
+    events: Events, services: Services, world: World, plan: ViewPlan, view: DerivedView
+) -> ViewPlan:
+    """Make the output Log and point it at the serving topic, stop replaced revisions, delete
+    retired topics no one reads; the plan with those topics marked deleted."""
+    lifecycle = plan.lifecycle
+    if plan.output_log is None or lifecycle is None:
+        return plan
+    serving = (lifecycle.row(plan.revision) or {}).get("topic")
+    if serving:
+        await world.serve(plan.output_log, str(serving))
+    stopped = await asyncio.to_thread(services.runtime.stop, _owner(view), lifecycle.stop)
+    if stopped:
+        events.info("RevisionStopped", f"Stopped revision {', '.join(map(str, stopped))}.")
+    busy = world.read_elsewhere(view.metadata.namespace, view.metadata.name)
+    gone = await _delete_topics(services, lifecycle.delete_topics, busy, plan.output_log)
+    if not gone:
+        return plan
+    rows = tuple(mark_deleted(lifecycle.rows, gone))
+    return replace(plan, lifecycle=replace(lifecycle, rows=rows))
+
+
+async def _keep_live(services: Services, plan: ViewPlan, view: DerivedView) -> None:
+    """The live revisions the plan does not run itself (the serving one beside a revision
+    catching up; every live one while an edit is refused) run on as they are."""
+    if plan.lifecycle is None:
+        return
+    running = plan.runner.revision if plan.runner is not None else None
+    live = [int(r["revision"]) for r in plan.lifecycle.rows if r["phase"] in LIVE]
+    others = [revision for revision in live if revision != running]
+    if others:
+        await asyncio.to_thread(services.runtime.keep, _owner(view), others)
+
+
+async def _run(
+    events: Events,
+    services: Services,
+    store: StatusStore,
+    plan: ViewPlan,
+    view: DerivedView,
+    generation: int,
+    now: datetime,
+) -> tuple[ViewPlan, RunObservation, dict[str, Any] | None]:
+    """Make the revision's topics, carry out a rewind, run the application and observe it."""
+    if plan.runner is None or plan.output_log is None:
+        return plan, RunObservation(), None
+    await _make_topics(services, plan, view)
+    plan, rewound = await _rewind(services, store, plan, view, now, generation)
+    if rewound is not None:
+        events.info("Rewound", rewind_message(rewound))
+    assert plan.runner is not None
+    attempts = int((store.status.get("sparkApplication") or {}).get("attempts") or 0)
+    app = services.runtime.view_app(view, plan.runner)
+    state, attempts = await run_application(services, app, attempts)
+    observed = await _observe(services, plan)
+    progress = services.progress.poll(timeout=0)
+    meta = view.metadata
+    key = progress_key("DerivedView", meta.namespace, meta.name, plan.runner.revision)
+    seen = RunObservation(
+        app.name,
+        state,
+        attempts,
+        ends=observed.get("ends"),
+        progress=progress.get(key),
+        groups=observed.get("groups") or {},
+        starts=observed.get("starts"),
+    )
+    return plan, seen, rewound
+
+
+async def reconcile_view(
+    body: Mapping[str, Any],
+    services: Services,
+    store: StatusStore,
+    world: World,
+    events: Events,
+    old_spec: Any = None,
+) -> None:
+    """One reconcile of the view `body` (as read: its status is `store`'s); see the module
+    docstring. `old_spec` is the spec an edit replaced (on an update), to classify the edit.
+    Raises `StatusConflictError` when the view's status changed under it (nothing acted after
+    that), `TryAgain` when it must run again later (what it waits for is in its status)."""
+    generation = int((body.get("metadata") or {}).get("generation") or 0)
+    now = datetime.now(UTC)
+    status = dict(store.status)
+    found = parse_view(body)
+    if isinstance(found, str):
+        problem = Problem("InvalidSpec", found)
+        plan = ViewPlan(int(status.get("servingRevision") or 1), problems=(problem,))
+        await store.finish(view_status(plan, RunObservation(), status, generation, now))
+        return
+    old = parse_view(body, old_spec) if old_spec else None
+    edited_from = old if isinstance(old, DerivedView) else None
+    plan = await asyncio.to_thread(_plan, found, body, status, services, world, edited_from)
+    await _record_ahead(events, store, plan, generation, now)
+    plan = await _act_on_revisions(events, services, world, plan, found)
+    await _keep_live(services, plan, found)
+    plan, seen, rewound = await _run(events, services, store, plan, found, generation, now)
+    written = view_status(plan, seen, status, generation, now)
+    if rewound is not None:
+        written["lastRewind"] = rewound
+    await store.finish(written)
+    if seen.app is not None and seen.app.ended:
+        # Come back when the restart is due.
+        delay = restart_delay(seen.attempts)
+        raise TryAgain(f"{seen.app.message}; restarting in {delay:.0f}s", delay)

@@ -1,0 +1,264 @@
+"""In-memory parts behind the reconcile's ports and the backend contracts, for the fast tests of
+the order of record and act. Every part appends what it is asked to do to one shared journal, so
+a test reads the order in which the reconcile wrote status and acted. Fakes live here, in the
+unit tier only: the integration tests drive the same reconcile through the real parts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from distributary.api.job import StreamJob
+from distributary.api.log import Log, LogStatus
+from distributary.api.view import DerivedView
+from distributary.backends.base import Owner, RevisionApp
+from distributary.graph import Pipeline
+from distributary.plan.log_status import LogReconcile
+from distributary.plan.runner_spec import RunnerSpec
+from distributary.plan.spark import Application
+from distributary.plan.spark_state import AppState
+from distributary.plan.status_patch import changes, merged
+from distributary.plan.topics import DesiredTopic
+from distributary.plan.view_plan import namespace_pipeline
+from distributary.reconcile.ports import Services, StatusConflictError
+
+NS = "shop"
+Journal = list[tuple[Any, ...]]
+
+
+@dataclass
+class FakeStore:
+    """A resource's status, kept in memory; `conflict` makes the next write refused."""
+
+    journal: Journal
+    saved: dict[str, Any] = field(default_factory=dict)
+    conflict: bool = False
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return dict(self.saved)
+
+    def _write(self, what: str, update: Mapping[str, Any]) -> None:
+        if self.conflict:
+            self.conflict = False
+            raise StatusConflictError("changed since it was read")
+        self.journal.append((what, dict(update)))
+        self.saved = merged(self.saved, update)
+
+    async def record_ahead(self, record: Mapping[str, Any]) -> None:
+        self._write("record", record)
+
+    async def finish(self, status: Mapping[str, Any]) -> bool:
+        if not changes(self.saved, status):
+            return False
+        self._write("finish", status)
+        return True
+
+
+@dataclass
+class FakeEvents:
+    journal: Journal
+
+    def info(self, reason: str, message: str) -> None:
+        self.journal.append(("event", reason))
+
+
+@dataclass
+class FakeWorld:
+    """A namespace of Logs, views and jobs (bodies as the API server holds them)."""
+
+    journal: Journal
+    logs: list[dict[str, Any]]
+    writers: list[dict[str, Any]]
+    served: dict[str, str] = field(default_factory=dict)
+
+    def pipeline(self, resource: Mapping[str, Any]) -> tuple[Pipeline, dict[str, LogStatus]]:
+        children = [
+            {**log, "status": {"topicName": self.served[log["metadata"]["name"]]}}
+            if log["metadata"]["name"] in self.served
+            else log
+            for log in self.logs
+        ]
+        pipeline, statuses, _ = namespace_pipeline(children, self.writers)
+        return pipeline, statuses
+
+    async def serve(self, output: dict[str, Any], topic: str) -> None:
+        name = output["metadata"]["name"]
+        if self.served.get(name) != topic:
+            self.journal.append(("serve", name, topic))
+            self.served[name] = topic
+
+    def read_elsewhere(self, namespace: str, name: str) -> set[str]:
+        return set()
+
+
+@dataclass
+class FakeTopics:
+    journal: Journal
+    unreachable: str | None = None
+
+    async def ensure(
+        self,
+        log: Log,
+        desired: DesiredTopic,
+        owner: Mapping[str, Any],
+        managed: frozenset[str] = frozenset(),
+    ) -> LogReconcile:
+        self.journal.append(("topic", desired.name))
+        return LogReconcile(0, desired.name, unreachable=self.unreachable)
+
+    async def delete(self, log: Log | None, topic: str) -> None:
+        self.journal.append(("delete topic", topic))
+
+
+@dataclass
+class FakeRuntime:
+    """Applications by name; each starts running at once unless told to fail."""
+
+    journal: Journal
+    running: dict[str, int] = field(default_factory=dict)  # name -> revision
+    failing: set[int] = field(default_factory=set)
+
+    def _app(self, namespace: str, name: str, revision: int) -> RevisionApp:
+        def state() -> AppState:
+            if revision in self.failing:
+                return AppState("FAILED", ended=True, failed=True, message="it failed")
+            if name in self.running:
+                return AppState("RUNNING", running=True)
+            return AppState("ABSENT")
+
+        def start() -> AppState:
+            if name not in self.running:
+                self.journal.append(("start", revision))
+                self.running[name] = revision
+            return state()
+
+        return RevisionApp(namespace, name, state, start, lambda: self.running.pop(name, None))
+
+    def view_app(self, view: DerivedView, runner: RunnerSpec) -> RevisionApp:
+        self.journal.append(("runner", runner.revision, runner.checkpoint_location))
+        name = f"{view.metadata.name}-r{runner.revision}"
+        return self._app(view.metadata.namespace, name, runner.revision)
+
+    def job_app(
+        self,
+        job: StreamJob,
+        revision: int,
+        launch: Application | None,
+        manifest: dict[str, Any] | None,
+    ) -> RevisionApp:
+        return self._app(job.metadata.namespace, f"{job.metadata.name}-job-r{revision}", revision)
+
+    def keep(self, owner: Owner, revisions: Sequence[int]) -> None:
+        self.journal.append(("keep", tuple(revisions)))
+
+    def stop(self, owner: Owner, revisions: Sequence[int]) -> list[int]:
+        stopped = []
+        for name, revision in list(self.running.items()):
+            if revision in revisions and name.startswith(owner.name):
+                del self.running[name]
+                stopped.append(revision)
+        if stopped:
+            self.journal.append(("stop", tuple(stopped)))
+        return stopped
+
+    def retire_others(self, owner: Owner, keep: int) -> list[str]:
+        gone = [n for n, r in self.running.items() if n.startswith(owner.name) and r != keep]
+        for name in gone:
+            del self.running[name]
+            self.journal.append(("stop", name))
+        return gone
+
+    def orphans(self, namespace: str | None, alive: set[tuple[str, str, str]]) -> list[str]:
+        return []
+
+    def watches_applications(self) -> bool:
+        return False
+
+
+@dataclass
+class FakeAdmin:
+    """Consumer groups' offsets and topics' end offsets (one partition each)."""
+
+    journal: Journal
+    groups: dict[str, dict[str, dict[int, int]]] = field(default_factory=dict)
+    ends: dict[str, int] = field(default_factory=dict)
+    marks: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)  # wins over ends
+    by_time: dict[str, dict[int, int]] = field(default_factory=dict)
+
+    def committed(self, group: str) -> dict[str, dict[int, int]]:
+        return self.groups.get(group, {})
+
+    def watermarks(self, topics: Sequence[str]) -> dict[str, dict[int, tuple[int, int]]]:
+        return {
+            topic: self.marks.get(topic) or {0: (0, self.ends.get(topic, 0))} for topic in topics
+        }
+
+    def offsets_for_time(self, topics: Sequence[str], ms: int) -> dict[str, dict[int, int]]:
+        return {topic: self.by_time.get(topic, {}) for topic in topics}
+
+    def commit(self, group: str, offsets: Mapping[str, Mapping[int, int]]) -> None:
+        self.journal.append(("commit", group, {t: dict(o) for t, o in offsets.items()}))
+        found = self.groups.setdefault(group, {})
+        for topic, partitions in offsets.items():
+            found.setdefault(topic, {}).update(partitions)
+
+    def describe_group(self, group: str) -> Any:
+        return None
+
+
+class FakeProgress:
+    latest: dict[str, dict[str, Any]] = {}  # noqa: RUF012 (never written)
+
+    def poll(self, timeout: float = 0.2) -> dict[str, dict[str, Any]]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class Parts:
+    """One namespace's parts, sharing one journal."""
+
+    journal: Journal
+    store: FakeStore
+    events: FakeEvents
+    world: FakeWorld
+    topics: FakeTopics
+    runtime: FakeRuntime
+    admin: FakeAdmin
+    lost: list[str]  # what the retention guard answers: the first element, if any
+
+    def services(self) -> Services:
+        def lost_history(topics: Mapping[str, str]) -> str | None:
+            return self.lost[0] if self.lost else None
+
+        return Services(
+            checkpoint_root="file:///ck",
+            bootstrap_servers="kafka:9092",
+            admin=cast(Any, self.admin),
+            progress=cast(Any, FakeProgress()),
+            topics=self.topics,
+            runtime=self.runtime,
+            lost_history=lost_history,
+        )
+
+    def since(self, mark: int) -> Journal:
+        """What happened after the journal held `mark` entries."""
+        return self.journal[mark:]
+
+
+def parts(logs: list[dict[str, Any]], writers: list[dict[str, Any]]) -> Parts:
+    journal: Journal = []
+    return Parts(
+        journal,
+        FakeStore(journal),
+        FakeEvents(journal),
+        FakeWorld(journal, logs, writers),
+        FakeTopics(journal),
+        FakeRuntime(journal),
+        FakeAdmin(journal),
+        [],
+    )

@@ -1,0 +1,202 @@
+"""The order of record and act in a view's reconcile, driven through in-memory parts.
+
+The write-ahead discipline is what lets a restarted operator (or `distributary run`) carry on
+what was decided instead of deciding anew: each test reads the journal of status writes and
+actions. The integration tests drive the same reconcile through the real broker, Spark and API
+server; these run in milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import pytest
+from tests.unit.reconcile.fakes import NS, Parts, parts
+
+from distributary.reconcile.ports import StatusConflictError, TryAgain
+from distributary.reconcile.view import reconcile_view
+
+SQL = "SELECT user, n FROM src WHERE n > 1"
+
+
+def log(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "distributary.dev/v1alpha1",
+        "kind": "Log",
+        "metadata": {"name": name, "namespace": NS, "resourceVersion": "1"},
+        "spec": {"partitions": 1, "schema": "user STRING, n INT"},
+    }
+
+
+def view(sql: str = SQL, generation: int = 1, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "distributary.dev/v1alpha1",
+        "kind": "DerivedView",
+        "metadata": {
+            "name": "big",
+            "namespace": NS,
+            "uid": "uid-big",
+            "generation": generation,
+            "resourceVersion": str(generation),
+        },
+        "spec": {
+            "inputs": [{"log": "clicks", "alias": "src"}],
+            "sql": sql,
+            "output": {"mode": "append"},
+            "upgrade": {"cutoverWindow": "0s"},
+            **spec,
+        },
+    }
+
+
+def run(p: Parts, body: dict[str, Any], old_spec: Any = None) -> None:
+    """One reconcile of `body` as the front end would run it: from the status it holds."""
+    read = {**copy.deepcopy(body), "status": p.store.status}
+    p.world.writers = [read]
+    asyncio.run(reconcile_view(read, p.services(), p.store, p.world, p.events, old_spec))
+
+
+def index(journal: list[tuple[Any, ...]], match: Any) -> int:
+    return next(i for i, entry in enumerate(journal) if match(entry))
+
+
+def is_start_record(revision: int) -> Any:
+    return lambda e: (
+        e[0] == "record" and (e[1].get("pendingAction") or {}).get("revision") == revision
+    )
+
+
+def test_the_start_record_is_written_before_the_application_starts() -> None:
+    p = parts([log("clicks")], [])
+    run(p, view())
+    started = index(p.journal, lambda e: e == ("start", 1))
+    assert index(p.journal, is_start_record(1)) < started
+    record = next(e[1] for e in p.journal if is_start_record(1)(e))
+    assert record["pendingAction"]["action"] == "StartRevision"
+    assert [r["revision"] for r in record["revisions"]] == [1]
+    # The reconcile's last write clears the pending action: the start was carried out.
+    assert p.journal[-1][0] == "finish"
+    assert "pendingAction" not in p.store.status
+    assert p.store.status["servingRevision"] == 1
+
+
+def reprocessed(p: Parts) -> dict[str, Any]:
+    """The view at revision 1, then its SQL edited: revision 2 catches up beside it."""
+    run(p, view())
+    edited = view("SELECT user, n FROM src WHERE n > 5", generation=2)
+    run(p, edited, old_spec=view()["spec"])
+    return edited
+
+
+def test_a_reprocess_records_revision_2_before_starting_it_and_revision_1_keeps_serving() -> None:
+    p = parts([log("clicks")], [])
+    mark = len(p.journal)
+    reprocessed(p)
+    after = p.since(mark)
+    assert index(after, is_start_record(2)) < index(after, lambda e: e == ("start", 2))
+    phases = {r["revision"]: r["phase"] for r in p.store.status["revisions"]}
+    assert phases == {1: "Serving", 2: "CatchingUp"}
+    assert p.world.served == {"big": "big.r1"}
+    assert set(p.runtime.running.values()) == {1, 2}
+
+
+def test_a_cutover_is_recorded_before_the_output_log_moves() -> None:
+    p = parts([log("clicks")], [])
+    p.admin.ends = {"clicks": 10}
+    p.admin.groups = {f"distributary.{NS}.big.r1": {"clicks": {0: 10}}}
+    edited = reprocessed(p)
+    run(p, edited)
+    assert [r["phase"] for r in p.store.status["revisions"]] == ["Serving", "CatchingUp"]
+    p.admin.groups[f"distributary.{NS}.big.r2"] = {"clicks": {0: 10}}
+    run(p, edited)  # observes revision 2's lag: 0
+    mark = len(p.journal)
+    run(p, edited)  # caught up for the window (0s): cuts over
+    after = p.since(mark)
+    cutover = index(after, lambda e: e[0] == "record" and e[1].get("servingRevision") == 2)
+    moved = index(after, lambda e: e == ("serve", "big", "big.r2"))
+    stopped = index(after, lambda e: e == ("stop", (1,)))
+    assert cutover < moved < stopped
+    assert p.world.served == {"big": "big.r2"}
+    phases = {r["revision"]: r["phase"] for r in p.store.status["revisions"]}
+    assert phases == {1: "Retiring", 2: "Serving"}
+
+
+def test_a_record_left_by_a_crash_resumes_the_same_revision() -> None:
+    p = parts([log("clicks")], [])
+    run(p, view())
+    edited = view("SELECT user, n FROM src WHERE n > 5", generation=2)
+    # The operator writes revision 2's start record, then dies before starting it.
+    crash = parts([log("clicks")], [])
+    crash.store.saved = copy.deepcopy(p.store.saved)
+    crash.runtime.running = dict(p.runtime.running)
+    crash.world.served = dict(p.world.served)
+
+    class DiedError(Exception):
+        pass
+
+    def die(*_: Any) -> Any:
+        raise DiedError
+
+    crash.runtime.view_app = die  # type: ignore[method-assign]
+    with pytest.raises(DiedError):
+        run(crash, edited, old_spec=view()["spec"])
+    assert (crash.store.status.get("pendingAction") or {}).get("revision") == 2
+    # A restarted operator: no update event (no old spec), the same status.
+    again = parts([log("clicks")], [])
+    again.store.saved = copy.deepcopy(crash.store.saved)
+    again.runtime.running = dict(crash.runtime.running)
+    again.world.served = dict(crash.world.served)
+    run(again, edited)
+    assert not any(is_start_record(3)(e) for e in again.journal)
+    assert ("start", 2) in again.journal
+    revisions = [r["revision"] for r in again.store.status["revisions"]]
+    assert revisions == [1, 2]
+    assert "pendingAction" not in again.store.status
+
+
+def test_a_refused_edit_changes_nothing() -> None:
+    p = parts([log("clicks")], [])
+    run(p, view())
+    before = copy.deepcopy(p.store.status)
+    p.lost.append("log clicks partition 0 starts at offset 7, not 0")
+    mark = len(p.journal)
+    edited = view("SELECT user, n FROM src WHERE n > 5", generation=2)
+    run(p, edited, old_spec=view()["spec"])
+    after = p.since(mark)
+    assert not [e for e in after if e[0] in ("record", "start", "stop", "serve", "delete topic")]
+    assert p.runtime.running == {"big-r1": 1}
+    assert p.world.served == {"big": "big.r1"}
+    status = p.store.status
+    assert status["revisions"] == before["revisions"]
+    reasons = {c["type"]: c.get("reason") for c in status["conditions"]}
+    assert reasons["Stalled"] == "HistoryIncomplete"
+
+
+def test_a_conflict_on_the_start_record_acts_on_nothing() -> None:
+    p = parts([log("clicks")], [])
+    p.store.conflict = True
+    with pytest.raises(StatusConflictError):
+        run(p, view())
+    assert p.journal == []
+    assert p.runtime.running == {}
+
+
+def test_a_failed_application_is_restarted_after_its_back_off() -> None:
+    p = parts([log("clicks")], [])
+    run(p, view())
+    p.runtime.failing.add(1)
+    with pytest.raises(TryAgain) as waited:
+        run(p, view())
+    assert waited.value.delay == 10
+    app = p.store.status["sparkApplication"]
+    assert (app["state"], app["attempts"]) == ("FAILED", 1)
+
+
+def test_unreachable_topics_are_tried_again_before_anything_runs() -> None:
+    p = parts([log("clicks")], [])
+    p.topics.unreachable = "Kafka does not answer"
+    with pytest.raises(TryAgain, match="Kafka does not answer"):
+        run(p, view())
+    assert not [e for e in p.journal if e[0] == "start"]
