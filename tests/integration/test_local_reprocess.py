@@ -87,3 +87,18 @@ def test_the_state_folder_records_the_revisions_and_serving_topics(
     assert served["enriched-page-views"]["topic"] == "enriched-page-views.r2"
     assert served["views-per-country"]["topic"] == "views-per-country.r2"
     assert served["views-per-user"]["topic"] == "views-per-user.r1"
+
+
+def test_wait_follows_the_serving_revision_after_the_cutover(
+    runs: tuple[Path, dict[str, Any], dict[str, Any]],
+) -> None:
+    state, _, second = runs
+    ends = second["logs"]["page-views"]["endOffsets"]
+    partition, end = next((int(p), o) for p, o in ends.items() if o > 0)
+    covered = distributary(
+        "wait", "enriched-page-views", "--state-dir", str(state), "--caught-up",
+        "--covers", f"page-views:{partition}:{end - 1}",
+    )  # fmt: skip
+    assert covered.returncode == 0, covered.stderr
+    group = "distributary.default.enriched-page-views.r2"
+    assert covered.stdout.startswith(f"enriched-page-views: done (group {group}, lag 0)")

@@ -6,8 +6,9 @@ and the field; `KINDS` maps each kind to its model and its CRD's names.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -16,6 +17,8 @@ from distributary.api.job import StreamJob
 from distributary.api.log import Log
 from distributary.api.view import DerivedView
 from distributary.errors import DistributaryError
+
+ResourceT = TypeVar("ResourceT", Log, DerivedView, StreamJob)
 
 Resource = Log | DerivedView | StreamJob
 
@@ -142,6 +145,26 @@ def parse_resource(document: dict[str, Any]) -> Resource:
         raise ResourceError(label, problems) from None
     assert isinstance(resource, Log | DerivedView | StreamJob)
     return resource
+
+
+def parse_body(
+    body: Mapping[str, Any], model: type[ResourceT], spec: Any = None
+) -> ResourceT | str:
+    """The resource the API object `body` holds (its identity and spec; with `spec`, as it was
+    with that spec, e.g. an update's previous one), or the message saying why it cannot be
+    used: a front end reports it as the resource's condition rather than failing on it."""
+    meta = body.get("metadata") or {}
+    document = {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid")},
+        "spec": body.get("spec") if spec is None else spec,
+    }
+    try:
+        found = parse_resource(document)
+    except ResourceError as exc:
+        return str(exc)
+    return found if isinstance(found, model) else f"not a {model.__name__}"
 
 
 def owner_of(resource: Resource) -> dict[str, str]:

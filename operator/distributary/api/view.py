@@ -250,7 +250,7 @@ class Revision(StatusModel):
 
     revision: int = Field(description="The revision number, from 1.")
     spec_hash: str = Field(description="Hash of what determines the output.")
-    topic: str = Field(description="The topic this revision writes.")
+    topic: str = Field(default="", description="The topic this revision writes.")
     consumer_group: str | None = Field(default=None, description="Its consumer group.")
     phase: Literal["Pending", "CatchingUp", "Serving", "Retiring", "Retired", "Failed"] = Field(
         description="Pending, CatchingUp, Serving, Retiring, Retired or Failed."

@@ -8,7 +8,7 @@ seen are kept here too, since they live exactly as long as the operator process.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from distributary.backends.base import SparkRuntime, TopicBackend
@@ -36,10 +36,10 @@ class OperatorServices(Services):
     """The last state seen of each SparkApplication (namespace, name), to act on changes."""
 
 
-def build(settings: OperatorSettings, kube: Callable[[], Kube] | None = None) -> OperatorServices:
+def build(settings: OperatorSettings) -> OperatorServices:
     """The services for `settings`: the one place the backend and runtime are chosen."""
     admin = KafkaAdmin(settings.bootstrap_servers, client=dict(settings.kafka_client))
-    api = kube() if kube is not None else Kube(settings.kubeconfig)
+    api = Kube(settings.kubeconfig)
     topics: TopicBackend
     if settings.topic_backend == "strimzi":
         strimzi = StrimziTopics(api, settings.strimzi_cluster, settings.strimzi_namespace)

@@ -26,14 +26,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final, Literal
 
 from distributary.api.common import duration_ms
-from distributary.api.view import Upgrade
+from distributary.api.view import Revision, Upgrade
 from distributary.plan.classify import Classification
 from distributary.plan.conditions import Problem, rfc3339
 
-SERVING, CATCHING_UP, RETIRING, RETIRED = "Serving", "CatchingUp", "Retiring", "Retired"
+SERVING: Final = "Serving"
+CATCHING_UP: Final = "CatchingUp"
+RETIRING: Final = "Retiring"
+RETIRED: Final = "Retired"
 LIVE = (SERVING, CATCHING_UP)
 
 
@@ -44,12 +47,25 @@ def parse_time(text: str | None) -> datetime | None:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
+Phase = Literal["Pending", "CatchingUp", "Serving", "Retiring", "Retired", "Failed"]
+
+
+def revisions_of(rows: Sequence[Mapping[str, Any] | Revision]) -> tuple[Revision, ...]:
+    """Status rows (camelCase, as the API stores them) as typed revisions."""
+    return tuple(r if isinstance(r, Revision) else Revision.model_validate(r) for r in rows)
+
+
+def rows_json(rows: Sequence[Revision]) -> list[dict[str, Any]]:
+    """Typed revisions as status rows (camelCase, no nulls: the API server drops them)."""
+    return [r.model_dump(mode="json", by_alias=True, exclude_none=True) for r in rows]
+
+
 @dataclass(frozen=True)
 class Lifecycle:
     """The revisions after one step: rows to write, and what follows from them."""
 
     serving: int
-    rows: tuple[dict[str, Any], ...]
+    rows: tuple[Revision, ...]
     current: int | None  # the revision that runs the spec's definition now (None: refused)
     started: int | None = None  # a revision this step created (recorded before it starts)
     cut_over: int | None = None  # the revision this step made Serving
@@ -59,51 +75,177 @@ class Lifecycle:
     change: Classification | None = None
     notes: tuple[str, ...] = field(default=())
 
-    def row(self, revision: int) -> dict[str, Any] | None:
+    def row(self, revision: int) -> Revision | None:
         """The row of `revision`."""
-        return next((r for r in self.rows if r["revision"] == revision), None)
+        return next((r for r in self.rows if r.revision == revision), None)
 
     @property
-    def catching_up(self) -> dict[str, Any] | None:
+    def catching_up(self) -> Revision | None:
         """The revision reprocessing beside the serving one, if any."""
-        return next((r for r in self.rows if r["phase"] == CATCHING_UP), None)
+        return next((r for r in self.rows if r.phase == CATCHING_UP), None)
+
+    def live(self) -> list[int]:
+        """The revisions whose application runs: the serving one, and one catching up."""
+        return [r.revision for r in self.rows if r.phase in LIVE]
 
 
-def _retire(row: dict[str, Any], now: datetime, upgrade: Upgrade) -> dict[str, Any]:
+def _retire(row: Revision, now: datetime, upgrade: Upgrade) -> Revision:
     after = timedelta(milliseconds=duration_ms(upgrade.retire_after))
-    return {**row, "phase": RETIRING, "retiredAt": rfc3339(now), "retireAt": rfc3339(now + after)}
+    update = {"phase": RETIRING, "retired_at": rfc3339(now), "retire_at": rfc3339(now + after)}
+    return row.model_copy(update=update)
 
 
 def _new_row(
-    revision: int, spec_hash: str, phase: str, topic: str, group: str, now: datetime
-) -> dict[str, Any]:
-    return {
-        "revision": revision,
-        "specHash": spec_hash,
-        "phase": phase,
-        "topic": topic,
-        "consumerGroup": group,
-        "startedAt": rfc3339(now),
-    }
+    revision: int, spec_hash: str, phase: Phase, topic: str, group: str, now: datetime
+) -> Revision:
+    return Revision(
+        revision=revision,
+        spec_hash=spec_hash,
+        phase=phase,
+        topic=topic,
+        consumer_group=group,
+        started_at=rfc3339(now),
+    )
 
 
 def _cutover_due(
-    row: dict[str, Any], lag: int | None, upgrade: Upgrade, now: datetime
-) -> tuple[dict[str, Any], bool]:
+    row: Revision, lag: int | None, upgrade: Upgrade, now: datetime
+) -> tuple[Revision, bool]:
     """The catching-up row with its lag recorded, and whether it has stayed caught up long
     enough to serve."""
     if lag is None or lag > upgrade.cutover_max_lag:
-        # No nulls in status rows: the API server drops them, and the next read would differ.
-        kept = {k: v for k, v in row.items() if k not in ("lag", "caughtUpSince")}
-        return ({**kept, "lag": lag} if lag is not None else kept), False
-    since = parse_time(row.get("caughtUpSince")) or now
+        return row.model_copy(update={"lag": lag, "caught_up_since": None}), False
+    since = parse_time(row.caught_up_since) or now
     window = timedelta(milliseconds=duration_ms(upgrade.cutover_window))
-    updated = {**row, "lag": lag, "caughtUpSince": rfc3339(since)}
+    updated = row.model_copy(update={"lag": lag, "caught_up_since": rfc3339(since)})
     return updated, now - since >= window
 
 
+@dataclass
+class _Step:
+    """One step's working state: the rows by revision, and what the step found to do."""
+
+    table: dict[int, Revision]
+    serving: Revision
+    upgrade: Upgrade
+    now: datetime
+    notes: list[str] = field(default_factory=list)
+    current: int | None = None
+    started: int | None = None
+    cut_over: int | None = None
+    problem: Problem | None = None
+    acted: bool = False  # whether the change was carried out (or refused) in this step
+
+    @property
+    def catching(self) -> list[Revision]:
+        return [r for r in self.table.values() if r.phase == CATCHING_UP]
+
+    def put(self, row: Revision) -> None:
+        self.table[row.revision] = row
+
+    def retire(self, row: Revision) -> None:
+        self.put(_retire(row, self.now, self.upgrade))
+
+
+def _undo(state: _Step) -> None:
+    """The serving revision runs the spec's definition: a catch-up is not needed any more."""
+    state.current = state.serving.revision
+    for row in state.catching:
+        state.retire(row)
+        state.notes.append(f"revision {row.revision} is not needed: the serving one matches")
+
+
+def _catch_up(state: _Step, row: Revision, lag: int | None) -> None:
+    """The revision catching up runs the definition: record its lag, cut over when due."""
+    state.current = row.revision
+    updated, due = _cutover_due(row, lag, state.upgrade, state.now)
+    state.put(updated)
+    if due:
+        state.put(
+            updated.model_copy(update={"phase": SERVING, "serving_since": rfc3339(state.now)})
+        )
+        state.retire(state.serving)
+        state.cut_over = row.revision
+        retired = state.serving.revision
+        state.notes.append(f"revision {row.revision} caught up and serves; {retired} retires")
+
+
+def _refusal(
+    change: Classification, in_place: bool, upgrade: Upgrade, lost: str | None
+) -> Problem | None:
+    """Why a classified change cannot be carried out, None when it can."""
+    if change.kind == "Forbidden":
+        return Problem("ChangeForbidden", "; ".join(change.reasons))
+    if in_place and change.kind == "Reprocess":
+        return Problem(
+            "ReprocessRequired",
+            "; ".join(change.reasons)
+            + ": Spark cannot restore the checkpoint after this change; set "
+            "spec.upgrade.strategy to Reprocess (or Auto) to recompute the view beside the "
+            "serving revision",
+        )
+    if lost is not None and not upgrade.allow_partial_history:
+        return Problem(
+            "HistoryIncomplete",
+            f"{lost}: a new revision would miss those records, so it is not started; "
+            "set spec.upgrade.allowPartialHistory: true to reprocess what remains, or keep "
+            "the serving revision (revert the change)",
+        )
+    return None
+
+
+def _carry_out(
+    state: _Step, change: Classification, spec_hash: str, topic_of: Any, group_of: Any,
+    history_lost: str | None,
+) -> None:  # fmt: skip
+    """A classified change of the definition: in place, as a new revision beside the serving
+    one, or refused."""
+    state.acted = True
+    upgrade = state.upgrade
+    in_place = upgrade.strategy == "InPlace" or (
+        upgrade.strategy == "Auto" and change.kind in ("Ignore", "RestartInPlace")
+    )
+    state.problem = _refusal(change, in_place, upgrade, history_lost)
+    if state.problem is not None:
+        return
+    if in_place:
+        state.serving = state.serving.model_copy(update={"spec_hash": spec_hash})
+        state.put(state.serving)
+        state.current = state.serving.revision
+        state.notes.append(f"revision {state.current} restarts in place from its checkpoint")
+        return
+    for row in state.catching:  # superseded by a newer definition
+        state.retire(row)
+    revision = max(state.table) + 1
+    state.put(
+        _new_row(
+            revision, spec_hash, CATCHING_UP, topic_of(revision), group_of(revision), state.now
+        )
+    )
+    state.current = state.started = revision
+    state.notes.append(f"revision {revision} reprocesses beside revision {state.serving.revision}")
+
+
+def _retirements(
+    table: dict[int, Revision], lags: Mapping[int, int | None], now: datetime, delete: bool
+) -> list[str]:
+    """Record the serving revision's lag and retire what is due; the topics to delete."""
+    deletes: list[str] = []
+    for revision, row in sorted(table.items()):
+        lag = lags.get(revision)
+        if row.phase == SERVING and lag is not None:
+            table[revision] = row.model_copy(update={"lag": lag})
+        retire_at = parse_time(row.retire_at)
+        if row.phase == RETIRING and retire_at is not None and now >= retire_at:
+            table[revision] = row.model_copy(update={"phase": RETIRED})
+        retired = table[revision].phase == RETIRED and not table[revision].topic_deleted
+        if retired and delete and row.topic:
+            deletes.append(row.topic)
+    return deletes
+
+
 def step(
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[Revision | Mapping[str, Any]],
     *,
     spec_hash: str,
     change: Classification | None,
@@ -120,106 +262,42 @@ def step(
     `topic_of(revision)` and `group_of(revision)` name a revision's topic and consumer group;
     `delete_retired` says whether retired topics are deleted (the output's deletion policy);
     `history_lost` says why the inputs' history is incomplete, which refuses a reprocess."""
-    table = {int(r["revision"]): dict(r) for r in rows}
-    serving_rows = [r for r in table.values() if r.get("phase") in (SERVING, "Pending")]
+    table = {r.revision: r for r in revisions_of(rows)}
+    serving_rows = [r for r in table.values() if r.phase in (SERVING, "Pending")]
     if not serving_rows:  # a view's first revision
         first = _new_row(1, spec_hash, SERVING, topic_of(1), group_of(1), now)
         return Lifecycle(1, (first,), current=1, started=1)
-    serving = max(serving_rows, key=lambda r: int(r["revision"]))
-    serving = {**serving, "phase": SERVING}
-    table[int(serving["revision"])] = serving
-    notes: list[str] = []
-    acted = False  # whether `change` was carried out (or refused) in this step
-    problem: Problem | None = None
-    current: int | None = None
-    started = cut_over = None
-    catching = [r for r in table.values() if r.get("phase") == CATCHING_UP]
-    if serving["specHash"] == spec_hash:
-        current = int(serving["revision"])
-        for row in catching:  # the edit was undone: its reprocess is not needed any more
-            table[int(row["revision"])] = _retire(row, now, upgrade)
-            notes.append(f"revision {row['revision']} is not needed: the serving one matches")
-    elif any(r["specHash"] == spec_hash for r in catching):
-        row = next(r for r in catching if r["specHash"] == spec_hash)
-        current = int(row["revision"])
-        updated, due = _cutover_due(row, lags.get(current), upgrade, now)
-        table[current] = updated
-        if due:
-            table[current] = {**updated, "phase": SERVING, "servingSince": rfc3339(now)}
-            table[int(serving["revision"])] = _retire(serving, now, upgrade)
-            cut_over = current
-            notes.append(f"revision {current} caught up and serves; {serving['revision']} retires")
-    elif change is None:
-        current = None  # waiting for the change to be classified
-    else:
-        acted = True
-        kind = change.kind
-        in_place = upgrade.strategy == "InPlace" or (
-            upgrade.strategy == "Auto" and kind in ("Ignore", "RestartInPlace")
-        )
-        if kind == "Forbidden":
-            problem = Problem("ChangeForbidden", "; ".join(change.reasons))
-        elif in_place and kind == "Reprocess":
-            problem = Problem(
-                "ReprocessRequired",
-                "; ".join(change.reasons)
-                + ": Spark cannot restore the checkpoint after this change; set "
-                "spec.upgrade.strategy to Reprocess (or Auto) to recompute the view beside the "
-                "serving revision",
-            )
-        elif history_lost is not None and not upgrade.allow_partial_history:
-            problem = Problem(
-                "HistoryIncomplete",
-                f"{history_lost}: a new revision would miss those records, so it is not started; "
-                "set spec.upgrade.allowPartialHistory: true to reprocess what remains, or keep "
-                "the serving revision (revert the change)",
-            )
-        elif in_place:
-            serving = {**serving, "specHash": spec_hash}
-            table[int(serving["revision"])] = serving
-            current = int(serving["revision"])
-            notes.append(f"revision {current} restarts in place from its checkpoint")
-        else:
-            for row in catching:  # superseded by a newer definition
-                table[int(row["revision"])] = _retire(row, now, upgrade)
-            revision = max(table) + 1
-            table[revision] = _new_row(
-                revision, spec_hash, CATCHING_UP, topic_of(revision), group_of(revision), now
-            )
-            current = started = revision
-            notes.append(f"revision {revision} reprocesses beside revision {serving['revision']}")
-    serving_now = next(int(r["revision"]) for r in table.values() if r["phase"] == SERVING)
-    deletes: list[str] = []
-    for revision, row in sorted(table.items()):
-        lag = lags.get(revision)
-        if row["phase"] == SERVING and lag is not None:
-            table[revision] = {**table[revision], "lag": lag}
-        retire_at = parse_time(row.get("retireAt"))
-        if row["phase"] == RETIRING and retire_at is not None and now >= retire_at:
-            table[revision] = {**row, "phase": RETIRED}
-        retired = table[revision]["phase"] == RETIRED and not table[revision].get("topicDeleted")
-        if retired and delete_retired and row.get("topic"):
-            deletes.append(str(row["topic"]))
-    stop = tuple(sorted(r for r, row in table.items() if row["phase"] in (RETIRING, RETIRED)))
+    serving = max(serving_rows, key=lambda r: r.revision).model_copy(update={"phase": SERVING})
+    table[serving.revision] = serving
+    state = _Step(table, serving, upgrade, now)
+    matching = next((r for r in state.catching if r.spec_hash == spec_hash), None)
+    if serving.spec_hash == spec_hash:
+        _undo(state)
+    elif matching is not None:
+        _catch_up(state, matching, lags.get(matching.revision))
+    elif change is not None:
+        _carry_out(state, change, spec_hash, topic_of, group_of, history_lost)
+    # else: waiting for the change to be classified
+    serving_now = next(r.revision for r in table.values() if r.phase == SERVING)
+    deletes = _retirements(table, lags, now, delete_retired)
+    stop = tuple(sorted(r for r, row in table.items() if row.phase in (RETIRING, RETIRED)))
     return Lifecycle(
         serving_now,
         tuple(table[r] for r in sorted(table)),
-        current=current,
-        started=started,
-        cut_over=cut_over,
+        current=state.current,
+        started=state.started,
+        cut_over=state.cut_over,
         stop=stop,
         delete_topics=tuple(deletes),
-        problem=problem,
-        change=change if acted else None,
-        notes=tuple(notes),
+        problem=state.problem,
+        change=change if state.acted else None,
+        notes=tuple(state.notes),
     )
 
 
-def mark_deleted(rows: Sequence[Mapping[str, Any]], topics: Sequence[str]) -> list[dict[str, Any]]:
+def mark_deleted(rows: Sequence[Revision], topics: Sequence[str]) -> list[Revision]:
     """`rows` with the revisions whose topic is in `topics` marked as deleted."""
-    return [
-        {**row, "topicDeleted": True} if row.get("topic") in topics else dict(row) for row in rows
-    ]
+    return [r.model_copy(update={"topic_deleted": True}) if r.topic in topics else r for r in rows]
 
 
 def reprocess_progress(

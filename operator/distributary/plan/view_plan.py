@@ -32,7 +32,7 @@ from distributary.plan.classify import (
     view_definition,
 )
 from distributary.plan.conditions import Problem, Work
-from distributary.plan.lifecycle import LIVE, Lifecycle, step
+from distributary.plan.lifecycle import LIVE, Lifecycle, revisions_of, step
 from distributary.plan.pipeline import revision_topic
 from distributary.plan.runner_spec import (
     RunnerSpec,
@@ -313,8 +313,8 @@ def plan_view(
             return ViewPlan(revision, waiting=(Work("WaitingForInput", message),))
         inputs[alias] = seen
     spec_hash = revision_hash(view_definition(view, inputs))
-    rows = before.get("revisions") or []
-    known = {r.get("specHash") for r in rows if r.get("phase") in ("Pending", *LIVE)}
+    rows = revisions_of(before.get("revisions") or [])
+    known = {r.spec_hash for r in rows if r.phase in ("Pending", *LIVE)}
     if rows and spec_hash not in known and change is None:
         change = (
             edit_change(edited_from, view, inputs, pipeline, children, known)
@@ -326,7 +326,7 @@ def plan_view(
         spec_hash=spec_hash,
         change=change,
         upgrade=view.spec.upgrade,
-        lags={int(r["revision"]): r.get("lag") for r in rows},
+        lags={r.revision: r.lag for r in rows},
         now=now or datetime.now(UTC),
         topic_of=lambda r: revision_topic(output, r),
         group_of=lambda r: consumer_group(view.metadata.namespace, view.metadata.name, r),
@@ -338,7 +338,7 @@ def plan_view(
         problems=(lifecycle.problem,) if lifecycle.problem else (),
         spec_hash=spec_hash,
         output_log=_output_manifest(
-            view, output, lifecycle.serving, max(int(r["revision"]) for r in lifecycle.rows)
+            view, output, lifecycle.serving, max(r.revision for r in lifecycle.rows)
         ),
         lifecycle=lifecycle,
     )
@@ -364,7 +364,8 @@ def plan_view(
     if fresh is not None and runner.max_offsets_per_trigger is None:
         # Read in bounded batches, so that each commits and its progress shows as it goes.
         runner = runner.model_copy(update={"max_offsets_per_trigger": CATCH_UP_BATCH})
-    runner = with_checkpoint(runner, (lifecycle.row(current) or {}).get("checkpoint"))
+    row = lifecycle.row(current)
+    runner = with_checkpoint(runner, row.checkpoint if row is not None else None)
     return replace(
         plan,
         topics=(

@@ -33,6 +33,7 @@ from distributary.plan.lifecycle import (
     SERVING,
     progress_message,
     reprocess_progress,
+    rows_json,
 )
 from distributary.plan.positions import Offsets, data_loss_risk
 from distributary.plan.progress import records_behind
@@ -212,7 +213,7 @@ def view_status(
 ) -> dict[str, Any]:
     """The status to write for a view (camelCase, as the API stores it)."""
     before = dict(previous or {})
-    rows = [dict(r) for r in (plan.lifecycle.rows if plan.lifecycle else ())]
+    rows = rows_json(plan.lifecycle.rows) if plan.lifecycle else []
     running = plan.runner.revision if plan.runner is not None else None
     groups = dict(seen.groups)
     if running is not None and seen.committed is not None:

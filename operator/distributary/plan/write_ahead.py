@@ -28,9 +28,11 @@ from datetime import datetime
 from typing import Any, Literal
 
 from distributary.api.common import PendingAction
+from distributary.api.view import Revision
 from distributary.plan.children import rewind_folder
 from distributary.plan.conditions import rfc3339
 from distributary.plan.job_plan import JobPlan
+from distributary.plan.lifecycle import rows_json
 from distributary.plan.view_plan import ViewPlan
 from distributary.plan.view_status import runner_inputs
 
@@ -50,7 +52,7 @@ def start_record(plan: ViewPlan, generation: int, now: datetime) -> dict[str, An
     its topic, group and inputs), which one serves, and the action."""
     assert plan.runner is not None
     assert plan.lifecycle is not None
-    rows = [dict(r) for r in plan.lifecycle.rows]
+    rows = rows_json(plan.lifecycle.rows)
     for row in rows:
         if row["revision"] == plan.runner.revision:
             row["inputs"] = runner_inputs(plan)
@@ -72,10 +74,10 @@ def job_start_record(plan: JobPlan, generation: int, now: datetime) -> dict[str,
     }
 
 
-def cutover_record(serving: int, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def cutover_record(serving: int, rows: Sequence[Revision]) -> dict[str, Any]:
     """CutOver: which revision serves now, and every row's phase; written on the view before
     its output Log moves (readers follow the Log, which follows this)."""
-    return {"servingRevision": serving, "revisions": [dict(r) for r in rows]}
+    return {"servingRevision": serving, "revisions": rows_json(rows)}
 
 
 def rewind_record(

@@ -20,8 +20,9 @@ from distributary.backends.base import RevisionApp
 from distributary.kafka.rewinds import move_group, rewind_offsets
 from distributary.plan.conditions import rfc3339
 from distributary.plan.spark_state import AppState, restart_delay
+from distributary.plan.view_status import RunObservation
 from distributary.plan.write_ahead import rewind_record
-from distributary.reconcile.ports import Services, StatusStore
+from distributary.reconcile.ports import Services, StatusStore, TryAgain
 
 
 async def run_application(
@@ -43,6 +44,13 @@ async def run_application(
         await asyncio.to_thread(app.remove)
     state = await asyncio.to_thread(app.start)
     return state, 0 if state.running else attempts
+
+
+def come_back_for_restart(seen: RunObservation) -> None:
+    """When the application ended, ask to run again when its restart is due (`TryAgain`)."""
+    if seen.app is not None and seen.app.ended:
+        delay = restart_delay(seen.attempts)
+        raise TryAgain(f"{seen.app.message}; restarting in {delay:.0f}s", delay)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from distributary.api import ResourceError, parse_resource
+from distributary.api import parse_body
 from distributary.api.job import StreamJob
 from distributary.backends.base import Owner
 from distributary.kafka.admin import KafkaAdminError
@@ -30,27 +30,15 @@ from distributary.plan.job_plan import JobPlan, plan_job, with_job_rewind
 from distributary.plan.job_status import job_status
 from distributary.plan.positions import Offsets
 from distributary.plan.progress import progress_key
-from distributary.plan.spark_state import restart_delay
 from distributary.plan.view_status import RunObservation
 from distributary.plan.write_ahead import job_start_record, rewind_message
-from distributary.reconcile.applications import RewindTarget, rewind_once, run_application
-from distributary.reconcile.ports import Events, Services, StatusStore, TryAgain, World
-
-
-def parse_job(body: Mapping[str, Any], spec: Any = None) -> StreamJob | str:
-    """The job, or the message saying why its spec cannot be used."""
-    meta = body.get("metadata") or {}
-    document = {
-        "apiVersion": body.get("apiVersion"),
-        "kind": body.get("kind"),
-        "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid")},
-        "spec": body.get("spec") if spec is None else spec,
-    }
-    try:
-        found = parse_resource(document)
-    except ResourceError as exc:
-        return str(exc)
-    return found if isinstance(found, StreamJob) else "not a StreamJob"
+from distributary.reconcile.applications import (
+    RewindTarget,
+    come_back_for_restart,
+    rewind_once,
+    run_application,
+)
+from distributary.reconcile.ports import Events, Services, StatusStore, World
 
 
 def _plan(
@@ -157,12 +145,12 @@ async def reconcile_job(
     generation = int((body.get("metadata") or {}).get("generation") or 0)
     now = datetime.now(UTC)
     status = dict(store.status)
-    found = parse_job(body)
+    found = parse_body(body, StreamJob)
     if isinstance(found, str):
         plan = JobPlan(int(status.get("revision") or 1), problems=(Problem("InvalidSpec", found),))
         await store.finish(job_status(plan, RunObservation(), status, generation, now))
         return
-    old = parse_job(body, old_spec) if old_spec else None
+    old = parse_body(body, StreamJob, old_spec) if old_spec else None
     edited_from = old if isinstance(old, StreamJob) else None
     plan = await asyncio.to_thread(_plan, found, body, status, services, world, edited_from)
     seen, rewound = RunObservation(), None
@@ -175,6 +163,4 @@ async def reconcile_job(
     if rewound is not None:
         written["lastRewind"] = rewound
     await store.finish(written)
-    if seen.app is not None and seen.app.ended:
-        delay = restart_delay(seen.attempts)
-        raise TryAgain(f"{seen.app.message}; restarting in {delay:.0f}s", delay)
+    come_back_for_restart(seen)

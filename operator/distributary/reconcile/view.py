@@ -26,7 +26,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from distributary.api import ResourceError, owner_of, parse_resource
+from distributary.api import owner_of, parse_body
 from distributary.api.log import Log
 from distributary.api.view import DerivedView
 from distributary.backends.base import Owner
@@ -37,31 +37,18 @@ from distributary.plan.children import rewind_folder, with_checkpoint
 from distributary.plan.conditions import Problem
 from distributary.plan.lifecycle import LIVE, mark_deleted
 from distributary.plan.progress import progress_key
-from distributary.plan.spark_state import restart_delay
 from distributary.plan.view_plan import ViewPlan, history_guard, plan_view
 from distributary.plan.view_status import RunObservation, view_status
 from distributary.plan.write_ahead import cutover_record, rewind_message, start_record
-from distributary.reconcile.applications import RewindTarget, rewind_once, run_application
+from distributary.reconcile.applications import (
+    RewindTarget,
+    come_back_for_restart,
+    rewind_once,
+    run_application,
+)
 from distributary.reconcile.ports import Events, Services, StatusStore, TryAgain, World
 
-TOPICS_RETRY = 15.0  # seconds before a view whose topics Kafka did not make runs again
-
-
-def parse_view(body: Mapping[str, Any], spec: Any = None) -> DerivedView | str:
-    """The view, or the message saying why its spec cannot be used; with `spec`, the view as it
-    was with that spec (an update's previous one)."""
-    meta = body.get("metadata") or {}
-    document = {
-        "apiVersion": body.get("apiVersion"),
-        "kind": body.get("kind"),
-        "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid")},
-        "spec": body.get("spec") if spec is None else spec,
-    }
-    try:
-        found = parse_resource(document)
-    except ResourceError as exc:
-        return str(exc)
-    return found if isinstance(found, DerivedView) else "not a DerivedView"
+RETRY_SECONDS = 15.0  # before a view that waits on Kafka (its topics, its history) runs again
 
 
 def _plan(
@@ -90,7 +77,7 @@ def _plan(
     try:
         return history_guard(planned(), planned, services.lost_history)
     except (KafkaAdminError, RecordsError) as exc:  # not without knowing what history it has
-        raise TryAgain(f"checking the inputs' history: {exc}", TOPICS_RETRY) from exc
+        raise TryAgain(f"checking the inputs' history: {exc}", RETRY_SECONDS) from exc
 
 
 def _owner(view: DerivedView) -> Owner:
@@ -107,7 +94,7 @@ async def _make_topics(services: Services, plan: ViewPlan, view: DerivedView) ->
     )
     for outcome in outcomes:
         if outcome.unreachable is not None:
-            raise TryAgain(f"view topics: {outcome.unreachable}", TOPICS_RETRY)
+            raise TryAgain(f"view topics: {outcome.unreachable}", RETRY_SECONDS)
 
 
 async def _observe(services: Services, plan: ViewPlan) -> dict[str, Any]:
@@ -115,14 +102,14 @@ async def _observe(services: Services, plan: ViewPlan) -> dict[str, Any]:
     (empty when Kafka does not answer: lag is then unknown, never 0)."""
     assert plan.lifecycle is not None
     admin = services.admin
-    rows = [r for r in plan.lifecycle.rows if r["phase"] in LIVE]
+    rows = [r for r in plan.lifecycle.rows if r.phase in LIVE]
     topics = {s.topic for s in plan.runner.inputs} if plan.runner is not None else set()
-    topics |= {str(s["topic"]) for r in rows for s in r.get("inputs") or []}
+    topics |= {s.topic for r in rows for s in r.inputs}
     try:
         groups = {
-            int(r["revision"]): await asyncio.to_thread(admin.committed, str(r["consumerGroup"]))
+            r.revision: await asyncio.to_thread(admin.committed, r.consumer_group)
             for r in rows
-            if r.get("consumerGroup")
+            if r.consumer_group
         }
     except KafkaAdminError:
         return {}
@@ -184,7 +171,7 @@ async def _rewind(
         return plan, None
     folder = rewind_folder(rewind.request_id)
     rows = tuple(
-        {**row, "checkpoint": folder} if row["revision"] == runner.revision else row
+        row.model_copy(update={"checkpoint": folder}) if row.revision == runner.revision else row
         for row in plan.lifecycle.rows
     )
     moved = replace(
@@ -217,9 +204,9 @@ async def _act_on_revisions(
     lifecycle = plan.lifecycle
     if plan.output_log is None or lifecycle is None:
         return plan
-    serving = (lifecycle.row(plan.revision) or {}).get("topic")
-    if serving:
-        await world.serve(plan.output_log, str(serving))
+    serving = lifecycle.row(plan.revision)
+    if serving is not None and serving.topic:
+        await world.serve(plan.output_log, serving.topic)
     stopped = await asyncio.to_thread(services.runtime.stop, _owner(view), lifecycle.stop)
     if stopped:
         events.info("RevisionStopped", f"Stopped revision {', '.join(map(str, stopped))}.")
@@ -237,8 +224,7 @@ async def _keep_live(services: Services, plan: ViewPlan, view: DerivedView) -> N
     if plan.lifecycle is None:
         return
     running = plan.runner.revision if plan.runner is not None else None
-    live = [int(r["revision"]) for r in plan.lifecycle.rows if r["phase"] in LIVE]
-    others = [revision for revision in live if revision != running]
+    others = [revision for revision in plan.lifecycle.live() if revision != running]
     if others:
         await asyncio.to_thread(services.runtime.keep, _owner(view), others)
 
@@ -294,13 +280,13 @@ async def reconcile_view(
     generation = int((body.get("metadata") or {}).get("generation") or 0)
     now = datetime.now(UTC)
     status = dict(store.status)
-    found = parse_view(body)
+    found = parse_body(body, DerivedView)
     if isinstance(found, str):
         problem = Problem("InvalidSpec", found)
         plan = ViewPlan(int(status.get("servingRevision") or 1), problems=(problem,))
         await store.finish(view_status(plan, RunObservation(), status, generation, now))
         return
-    old = parse_view(body, old_spec) if old_spec else None
+    old = parse_body(body, DerivedView, old_spec) if old_spec else None
     edited_from = old if isinstance(old, DerivedView) else None
     plan = await asyncio.to_thread(_plan, found, body, status, services, world, edited_from)
     await _record_ahead(events, store, plan, generation, now)
@@ -311,7 +297,4 @@ async def reconcile_view(
     if rewound is not None:
         written["lastRewind"] = rewound
     await store.finish(written)
-    if seen.app is not None and seen.app.ended:
-        # Come back when the restart is due.
-        delay = restart_delay(seen.attempts)
-        raise TryAgain(f"{seen.app.message}; restarting in {delay:.0f}s", delay)
+    come_back_for_restart(seen)

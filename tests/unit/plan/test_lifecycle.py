@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from distributary.api.view import Upgrade
+from distributary.api.view import Revision, Upgrade
 from distributary.plan.classify import Classification
 from distributary.plan.lifecycle import (
     Lifecycle,
@@ -44,14 +44,20 @@ def run(
 
 
 def phases(life: Lifecycle) -> list[tuple[int, str]]:
-    return [(r["revision"], r["phase"]) for r in life.rows]
+    return [(r.revision, r.phase) for r in life.rows]
+
+
+def revision(life: Lifecycle, number: int) -> Revision:
+    row = life.row(number)
+    assert row is not None, f"no revision {number} in {phases(life)}"
+    return row
 
 
 def test_a_new_view_serves_revision_1() -> None:
     life = run([], "h1")
     assert (life.serving, life.current, life.started) == (1, 1, 1)
     assert phases(life) == [(1, "Serving")]
-    assert life.rows[0]["topic"] == "out.r1"
+    assert life.rows[0].topic == "out.r1"
 
 
 def test_a_reprocess_runs_the_next_revision_beside_the_serving_one() -> None:
@@ -59,8 +65,9 @@ def test_a_reprocess_runs_the_next_revision_beside_the_serving_one() -> None:
     life = run(list(serving), "h2", change=REPROCESS)
     assert phases(life) == [(1, "Serving"), (2, "CatchingUp")]
     assert (life.serving, life.current, life.started, life.stop) == (1, 2, 2, ())
-    assert life.row(2) is not None
-    assert (life.row(2) or {})["consumerGroup"] == "g.r2"
+    row = life.row(2)
+    assert row is not None
+    assert row.consumer_group == "g.r2"
 
 
 def test_cutover_waits_until_the_lag_has_stayed_low_for_the_window() -> None:
@@ -69,16 +76,16 @@ def test_cutover_waits_until_the_lag_has_stayed_low_for_the_window() -> None:
     assert (behind.serving, behind.cut_over) == (1, None)
     first = run(list(behind.rows), "h2", lags={2: 0}, now=T0 + timedelta(seconds=1))
     assert (first.serving, first.cut_over) == (1, None)
-    assert (first.row(2) or {})["caughtUpSince"] == "2026-11-22T12:00:01Z"
+    assert revision(first, 2).caught_up_since == "2026-11-22T12:00:01Z"
     blip = run(list(first.rows), "h2", lags={2: 7}, now=T0 + timedelta(seconds=5))
-    assert "caughtUpSince" not in (blip.row(2) or {})  # the window starts again
+    assert revision(blip, 2).caught_up_since is None  # the window starts again
     again = run(list(blip.rows), "h2", lags={2: 0}, now=T0 + timedelta(seconds=6))
     early = run(list(again.rows), "h2", lags={2: 0}, now=T0 + timedelta(seconds=15))
     assert early.cut_over is None
     due = run(list(early.rows), "h2", lags={2: 0}, now=T0 + timedelta(seconds=16))
     assert (due.serving, due.cut_over, due.stop) == (2, 2, (1,))
     assert phases(due) == [(1, "Retiring"), (2, "Serving")]
-    assert (due.row(1) or {})["retireAt"] == "2026-11-22T13:00:16Z"
+    assert revision(due, 1).retire_at == "2026-11-22T13:00:16Z"
 
 
 def test_a_cutover_under_a_lag_threshold_accepts_that_lag() -> None:
@@ -133,7 +140,7 @@ def test_in_place_changes_keep_the_revision_and_reprocess_only_changes_are_refus
     in_place = Upgrade.model_validate({"strategy": "InPlace"})
     restart = Classification("RestartInPlace", ("a filter changed",))
     kept = run(serving, "h2", change=restart, upgrade=in_place)
-    assert (kept.current, phases(kept), (kept.row(1) or {})["specHash"]) == (
+    assert (kept.current, phases(kept), revision(kept, 1).spec_hash) == (
         1,
         [(1, "Serving")],
         "h2",
