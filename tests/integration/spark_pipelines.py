@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -31,6 +32,7 @@ from distributary.artifacts import KAFKA_BROKER, jars
 from distributary.graph import Ref, load_pipeline
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.cluster import client_config
+from distributary.kafka.records import produce as append
 from distributary.local.broker import java_binary
 from distributary.local.run import LocalRun
 from distributary.plan.pipeline import PipelinePlan
@@ -293,3 +295,45 @@ def parse_group_table(text: str) -> dict[str, Offsets]:
         elif not words:
             header = None
     return groups
+
+
+class SteadyProducer:
+    """Appends records `{id, user, amount}` to `topic` at `rate` a second on a thread, from id
+    `first` on, until stopped: the live input of tests that edit, rewind or cut over while
+    records keep arriving. Remembers every record it appended."""
+
+    SCHEMA = "id INT, user STRING, amount INT"
+
+    def __init__(self, bootstrap: str, topic: str, rate: int = 40, first: int = 0) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.rate = rate
+        self.next = first
+        self.schema = RecordSchema.parse(self.SCHEMA, [])
+        self.sent: list[dict[str, Any]] = []
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def record(i: int) -> dict[str, Any]:
+        """The record with id `i`."""
+        return {"id": i, "user": f"u{i % 5}", "amount": i % 20}
+
+    def start(self) -> SteadyProducer:
+        """Start appending."""
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self.stopping.is_set():
+            batch = [self.record(i) for i in range(self.next, self.next + 4)]
+            append(self.bootstrap, self.topic, [self.schema.encode(r) for r in batch])
+            self.sent.extend(batch)
+            self.next += 4
+            time.sleep(4 / self.rate)
+
+    def stop(self) -> list[dict[str, Any]]:
+        """Stop appending; every record appended."""
+        self.stopping.set()
+        self.thread.join(30)
+        return list(self.sent)

@@ -121,7 +121,9 @@ class Upgrade(ApiModel):
         description="Reprocess even when retention has removed part of an input's history.",
     )
     cutover_max_lag: Annotated[int, Field(ge=0)] = Field(
-        default=0, description="A new revision has caught up when its lag is at most this."
+        default=0,
+        description="A new revision has caught up when it is behind by at most this many "
+        "records more than its inputs receive in one cutoverWindow (on idle inputs: this many).",
     )
     cutover_window: Duration = Field(
         default="10s", description="...and has stayed so for this long."
@@ -245,6 +247,14 @@ class RevisionInput(StatusModel):
     topic: str = Field(description="The topic the revision reads.")
 
 
+class InputMark(StatusModel):
+    """How many records a revision's inputs held at a moment: where its input rate is measured
+    from."""
+
+    at: str = Field(json_schema_extra={"format": "date-time"}, description="When (RFC 3339).")
+    records: int = Field(description="The sum of its inputs' end offsets then.")
+
+
 class Revision(StatusModel):
     """One revision of the view: a run of the query from its inputs' start into its own topic."""
 
@@ -271,6 +281,13 @@ class Revision(StatusModel):
     )
     checkpoint: str | None = Field(
         default=None, description="The checkpoint's folder under the revision's, after a rewind."
+    )
+    input_rate: float | None = Field(
+        default=None,
+        description="Records per second its inputs grow by, over the last ten seconds or more.",
+    )
+    input_mark: InputMark | None = Field(
+        default=None, description="Where the input rate is measured from."
     )
     caught_up_since: str | None = Field(
         default=None,

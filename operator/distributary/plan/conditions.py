@@ -85,6 +85,13 @@ def rfc3339(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def parse_time(text: str | None) -> datetime | None:
+    """A status timestamp (RFC 3339, as `rfc3339` writes it) as a datetime."""
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
 def _summary(reason: str, messages: Sequence[str]) -> tuple[str, str]:
     message = " ".join(m.strip() for m in messages if m.strip())
     return reason, message[:_MAX_MESSAGE]

@@ -31,20 +31,13 @@ from typing import Any, Final, Literal
 from distributary.api.common import duration_ms
 from distributary.api.view import Revision, Upgrade
 from distributary.plan.classify import Classification
-from distributary.plan.conditions import Problem, rfc3339
+from distributary.plan.conditions import Problem, parse_time, rfc3339
 
 SERVING: Final = "Serving"
 CATCHING_UP: Final = "CatchingUp"
 RETIRING: Final = "Retiring"
 RETIRED: Final = "Retired"
 LIVE = (SERVING, CATCHING_UP)
-
-
-def parse_time(text: str | None) -> datetime | None:
-    """A status timestamp (RFC 3339, as `rfc3339` writes it) as a datetime."""
-    if not text:
-        return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 Phase = Literal["Pending", "CatchingUp", "Serving", "Retiring", "Retired", "Failed"]
@@ -108,15 +101,25 @@ def _new_row(
     )
 
 
+def keeping_up(lag: int | None, rate: float | None, seconds: float, margin: int = 0) -> bool:
+    """Whether a reader `lag` records behind keeps up with inputs that grow by `rate` records
+    a second: it is behind by at most what they receive in `seconds`, plus `margin`. On idle
+    inputs that is a lag of at most `margin`; on live ones a reader is never at lag 0, and need
+    not be."""
+    return lag is not None and lag <= margin + round(max(rate or 0.0, 0.0) * seconds)
+
+
 def _cutover_due(
     row: Revision, lag: int | None, upgrade: Upgrade, now: datetime
 ) -> tuple[Revision, bool]:
-    """The catching-up row with its lag recorded, and whether it has stayed caught up long
-    enough to serve."""
-    if lag is None or lag > upgrade.cutover_max_lag:
+    """The catching-up row with its lag recorded, and whether it has kept up (done what the
+    serving revision does: read what arrives, no more than one window behind) long enough to
+    serve."""
+    window = timedelta(milliseconds=duration_ms(upgrade.cutover_window))
+    seconds = window.total_seconds()
+    if not keeping_up(lag, row.input_rate, seconds, upgrade.cutover_max_lag):
         return row.model_copy(update={"lag": lag, "caught_up_since": None}), False
     since = parse_time(row.caught_up_since) or now
-    window = timedelta(milliseconds=duration_ms(upgrade.cutover_window))
     updated = row.model_copy(update={"lag": lag, "caught_up_since": rfc3339(since)})
     return updated, now - since >= window
 

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from distributary.errors import DistributaryError
+from distributary.plan.conditions import parse_time, rfc3339
 
 Offsets = dict[str, dict[int, int]]
 """Topic -> partition -> offset (the next record to read, or a watermark)."""
@@ -27,6 +29,29 @@ Watermarks = dict[str, dict[int, tuple[int, int]]]
 
 EARLIEST = -2
 LATEST = -1
+
+
+RATE_SECONDS = 10.0  # an input rate is measured over at least this long
+
+
+def input_rate(
+    mark: Mapping[str, Any] | None, rate: float | None, records: int, now: datetime
+) -> tuple[dict[str, Any], float | None]:
+    """How fast inputs grow: from `mark` (`{"at": RFC 3339, "records": n}`, the sum of their end
+    offsets then) to `records` now. The mark to keep, and the rate (records/s; `rate`, the last
+    one, until a second has passed since the mark). The mark moves on every `RATE_SECONDS`, so
+    the rate is measured over that long or more, never over a moment between two reads."""
+    here = {"at": rfc3339(now), "records": records}
+    try:
+        at = parse_time(str(mark["at"])) if mark and mark.get("at") else None
+    except ValueError:  # not a time: measured afresh
+        at = None
+    if mark is None or at is None:
+        return here, rate
+    seconds = (now - at).total_seconds()
+    if seconds >= 1.0:
+        rate = round(max(records - int(mark.get("records") or 0), 0) / seconds, 3)
+    return (here if seconds >= RATE_SECONDS else dict(mark)), rate
 
 
 class OffsetsError(DistributaryError, ValueError):

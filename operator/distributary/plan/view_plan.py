@@ -207,6 +207,21 @@ class ViewPlan:
     lifecycle: Lifecycle | None = None
 
 
+def partitions_lowered(output: Log, child: LogStatus | None) -> Problem | None:
+    """A refusal when the view's output asks for fewer partitions than its topic has: Kafka
+    cannot remove partitions, and applying it would fail."""
+    have = child.partitions if child is not None else None
+    want = output.spec.partitions
+    if have is None or want >= have:
+        return None
+    return Problem(
+        "PartitionsLowered",
+        f"spec.output.partitions: {want} is fewer than the {have} partitions the output topic "
+        f"has, and Kafka cannot remove partitions; set it to {have} or more (or leave it unset "
+        "if the inputs have as many), or create a new view to shrink it",
+    )
+
+
 def serving_log(log: Log, children: Mapping[str, LogStatus], pipeline: Pipeline) -> Log | None:
     """An input as its readers see it: a view's output Log with the topic it serves (None while
     the upstream view has not started, so there is no topic to read yet)."""
@@ -314,6 +329,11 @@ def plan_view(
         inputs[alias] = seen
     spec_hash = revision_hash(view_definition(view, inputs))
     rows = revisions_of(before.get("revisions") or [])
+    lowered = partitions_lowered(output, children.get(output.metadata.name))
+    if lowered is not None and rows:
+        # Refused before anything moves: the revisions and the output Log stay as they are.
+        unchanged = Lifecycle(revision, rows, current=None, problem=lowered)
+        return ViewPlan(revision, problems=(lowered,), spec_hash=spec_hash, lifecycle=unchanged)
     known = {r.spec_hash for r in rows if r.phase in ("Pending", *LIVE)}
     if rows and spec_hash not in known and change is None:
         change = (

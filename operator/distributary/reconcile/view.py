@@ -205,7 +205,8 @@ async def _act_on_revisions(
     if plan.output_log is None or lifecycle is None:
         return plan
     serving = lifecycle.row(plan.revision)
-    if serving is not None and serving.topic:
+    # A refused or pending edit changes nothing: the output Log stays as it is.
+    if serving is not None and serving.topic and not plan.problems and not plan.waiting:
         await world.serve(plan.output_log, serving.topic)
     stopped = await asyncio.to_thread(services.runtime.stop, _owner(view), lifecycle.stop)
     if stopped:

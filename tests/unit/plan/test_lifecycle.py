@@ -193,3 +193,18 @@ def test_a_reprocess_over_lost_history_is_refused_unless_partial_history_is_allo
         history_lost=lost,
     )  # fmt: skip
     assert allowed.started == 2
+
+
+def test_on_live_input_a_revision_within_one_window_of_arrivals_cuts_over() -> None:
+    """Records keep arriving (50/s): a lag of 0 never comes, and is not waited for."""
+    rows = list(run(list(run([], "h1").rows), "h2", change=REPROCESS).rows)
+    live = [r.model_copy(update={"input_rate": 50.0}) if r.revision == 2 else r for r in rows]
+    far = run(live, "h2", lags={2: 501})  # more than the 10 s window's 500 records
+    assert (far.cut_over, revision(far, 2).caught_up_since) == (None, None)
+    near = run(live, "h2", lags={2: 480})
+    assert revision(near, 2).caught_up_since == "2026-11-22T12:00:00Z"
+    due = run(list(near.rows), "h2", lags={2: 300}, now=T0 + timedelta(seconds=10))
+    assert (due.serving, due.cut_over) == (2, 2)
+    # On idle input the window allows nothing more than cutoverMaxLag.
+    idle = run(rows, "h2", lags={2: 1})
+    assert revision(idle, 2).caught_up_since is None

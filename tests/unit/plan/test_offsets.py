@@ -193,3 +193,22 @@ def test_a_gap_at_the_head_of_a_compacted_partition_is_lost_history() -> None:
     assert "partition 0 has no records at offset 0," in str(compacted_history(head, starts, topics))
     moved = {"users.r1": {0: 5}}  # read from the first retained offset: no gap there
     assert compacted_history({"users.r1": {0: [5, 6]}}, moved, topics) is None
+
+
+def test_an_input_rate_is_measured_over_ten_seconds_or_more_never_over_a_moment() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from distributary.plan.positions import input_rate
+
+    t0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+    mark, rate = input_rate(None, None, 1000, t0)
+    assert (mark, rate) == ({"at": "2026-11-22T12:00:00Z", "records": 1000}, None)
+    # Half a second later: too short to measure; the last rate (none) and the mark are kept.
+    assert input_rate(mark, None, 1020, t0 + timedelta(seconds=0.5)) == (mark, None)
+    # Four seconds: measured from the mark, which stays until ten seconds have passed.
+    assert input_rate(mark, None, 1200, t0 + timedelta(seconds=4)) == (mark, 50.0)
+    moved, rate = input_rate(mark, 50.0, 1600, t0 + timedelta(seconds=10))
+    assert (moved, rate) == ({"at": "2026-11-22T12:00:10Z", "records": 1600}, 60.0)
+    # A mark that is not a time is measured afresh; offsets that shrank are no negative rate.
+    assert input_rate({"at": "yesterday"}, 7.0, 5, t0)[1] == 7.0
+    assert input_rate(mark, None, 10, t0 + timedelta(seconds=5))[1] == 0.0

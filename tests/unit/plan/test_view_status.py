@@ -143,3 +143,31 @@ def test_data_loss_risk_names_the_revision_input_and_partition() -> None:
     )
     calm = view_status(plan(), safe, None, 1, NOW)
     assert kinds(calm)["DataLossRisk"] == ("False", "WithinRetention")
+
+
+def test_on_live_input_a_revision_behind_by_less_than_ten_seconds_of_it_keeps_up() -> None:
+    """Records keep arriving: the serving revision is never at lag 0, and need not be."""
+
+    def observed(previous: Any, at: datetime, committed: int, end: int) -> dict[str, Any]:
+        seen = RunObservation(
+            "big-r1",
+            AppState("RUNNING", running=True),
+            0,
+            {"clicks": {0: committed}},
+            {"clicks": {0: end}},
+        )
+        views = [view("big", "clicks", "SELECT user, n FROM src")]
+        planned_now: ViewPlan = planned([log("clicks")], views, "big", previous, generation=1)
+        return view_status(planned_now, seen, previous, 1, at)
+
+    first = observed(None, NOW, 900, 1000)
+    assert kinds(first)["CaughtUp"] == ("False", "Lag")  # no rate yet: only lag 0 counts
+    later = NOW.replace(second=12)
+    # 600 records arrived in 12 s (50/s); 200 behind is 4 s of input: keeping up.
+    keeping = observed(first, later, 1400, 1600)
+    assert kinds(keeping)["CaughtUp"] == ("True", "KeepingUp")
+    assert keeping["revisions"][0]["inputRate"] == 50.0
+    assert keeping["revisions"][0]["caughtUpAt"] == "2026-11-22T12:00:12Z"
+    # 700 behind is 14 s of input: not keeping up.
+    behind = observed(first, later, 900, 1600)
+    assert kinds(behind)["CaughtUp"] == ("False", "Lag")

@@ -72,19 +72,20 @@ class FakeWorld:
     logs: list[dict[str, Any]]
     writers: list[dict[str, Any]]
     served: dict[str, str] = field(default_factory=dict)
+    applied: dict[str, Any] = field(default_factory=dict)  # each output Log's spec as applied
+    partitions: dict[str, int] = field(default_factory=dict)  # each output topic's, as made
 
     def pipeline(self, resource: Mapping[str, Any]) -> tuple[Pipeline, dict[str, LogStatus]]:
-        children = [
-            {**log, "status": {"topicName": self.served[log["metadata"]["name"]]}}
-            if log["metadata"]["name"] in self.served
-            else log
-            for log in self.logs
-        ]
-        pipeline, statuses, _ = namespace_pipeline(children, self.writers)
+        pipeline, statuses, _ = namespace_pipeline(self.logs, self.writers)
+        for name, topic in self.served.items():
+            statuses[name] = LogStatus(topic_name=topic, partitions=self.partitions.get(name))
         return pipeline, statuses
 
     async def serve(self, output: dict[str, Any], topic: str) -> None:
         name = output["metadata"]["name"]
+        if self.applied.get(name) != output["spec"]:
+            self.journal.append(("apply", name))
+            self.applied[name] = output["spec"]
         if self.served.get(name) != topic:
             self.journal.append(("serve", name, topic))
             self.served[name] = topic

@@ -200,3 +200,37 @@ def test_unreachable_topics_are_tried_again_before_anything_runs() -> None:
     with pytest.raises(TryAgain, match="Kafka does not answer"):
         run(p, view())
     assert not [e for e in p.journal if e[0] == "start"]
+
+
+def test_a_refused_edit_leaves_the_output_log_as_it_is() -> None:
+    """An append view edited into an upsert one whose reprocess is refused: the live topic's
+    Log is not made compacted under the serving revision."""
+    p = parts([log("clicks")], [])
+    run(p, view())
+    applied = dict(p.world.applied)
+    p.lost.append("log clicks partition 0 starts at offset 7, not 0")
+    mark = len(p.journal)
+    upsert = {"mode": "upsert", "key": ["user"]}
+    edited = view("SELECT user, n FROM src", generation=2, output=upsert)
+    run(p, edited, old_spec=view()["spec"])
+    assert not [e for e in p.since(mark) if e[0] in ("apply", "record", "start", "stop")]
+    assert p.world.applied == applied
+    reasons = {c["type"]: c.get("reason") for c in p.store.status["conditions"]}
+    assert reasons["Stalled"] == "HistoryIncomplete"
+
+
+def test_fewer_output_partitions_than_the_topic_has_are_refused_and_nothing_moves() -> None:
+    p = parts([log("clicks")], [])
+    run(p, view(output={"mode": "append", "partitions": 4}))
+    p.world.partitions["big"] = 4
+    before = copy.deepcopy(p.store.status["revisions"])
+    mark = len(p.journal)
+    run(p, view(generation=2, output={"mode": "append", "partitions": 2}))
+    after = p.since(mark)
+    assert not [e for e in after if e[0] in ("apply", "record", "start", "stop", "topic")]
+    assert ("keep", (1,)) in after  # the serving revision runs on as it is
+    assert p.runtime.running == {"big-r1": 1}
+    stalled = next(c for c in p.store.status["conditions"] if c["type"] == "Stalled")
+    assert (stalled["status"], stalled["reason"]) == ("True", "PartitionsLowered")
+    assert "set it to 4 or more" in stalled["message"]
+    assert p.store.status["revisions"] == before
