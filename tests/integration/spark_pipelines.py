@@ -303,8 +303,9 @@ class SteadyProducer:
     records keep arriving. Remembers every record it appended."""
 
     SCHEMA = "id INT, user STRING, amount INT"
+    RATE = 40  # records per second, unless told
 
-    def __init__(self, bootstrap: str, topic: str, rate: int = 40, first: int = 0) -> None:
+    def __init__(self, bootstrap: str, topic: str, rate: int = RATE, first: int = 0) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
         self.rate = rate

@@ -62,6 +62,14 @@ def wait_until(
     pytest.fail(f"not {what} after {timeout:.0f}s: {said.read_text()[-3000:]}")
 
 
+def read_all(state: Path, total: int) -> bool:
+    """Whether the serving revision has read `total` records and lags by none."""
+    status = view_status(state)
+    inputs = status.get("inputs") or []
+    read = sum(int(o) for i in inputs for o in (i.get("position") or {}).values())
+    return read == total and status.get("lag") == 0
+
+
 @pytest.fixture(scope="module")
 def live(
     tmp_path_factory: pytest.TempPathFactory, broker: EmbeddedBroker
@@ -95,30 +103,21 @@ def live(
             stderr=err,
         )
     try:
-        wait_until(
-            "revision 2 serving while records arrive",
-            lambda: view_status(state).get("servingRevision") == 2,
-            run,
-            said,
-            timeout=300,
-        )
-        sent_at_cutover = len(producer.sent)
-        time.sleep(2)  # records still arrive after the cutover
-    finally:
-        records = first_records + producer.stop()
-    try:
-        total = len(records)
+        try:
+            wait_until(
+                "revision 2 serving while records arrive",
+                lambda: view_status(state).get("servingRevision") == 2,
+                run,
+                said,
+                timeout=300,
+            )
+            sent_at_cutover = len(producer.sent)
+            time.sleep(2)  # records still arrive after the cutover
+        finally:
+            records = first_records + producer.stop()
         wait_until(
             "revision 2 has read every record",
-            lambda: (
-                sum(
-                    int(o)
-                    for i in view_status(state).get("inputs") or []
-                    for o in (i.get("position") or {}).values()
-                )
-                == total
-                and view_status(state).get("lag") == 0
-            ),
+            lambda: read_all(state, len(records)),
             run,
             said,
             timeout=240,

@@ -29,7 +29,7 @@ from distributary.api.common import (
     cel,
     validations,
 )
-from distributary.api.view import InputMark, RewindRequest, RewindStatus
+from distributary.api.view import RewindRequest, RewindStatus
 
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
@@ -162,13 +162,6 @@ class JobStatus(StatusModel):
     )
     inputs: list[InputPosition] = Field(default_factory=list, description="Position per input.")
     lag: int | None = Field(default=None, description="Total lag over the inputs.")
-    input_rate: float | None = Field(
-        default=None,
-        description="Records per second its inputs grow by, over the last ten seconds or more.",
-    )
-    input_mark: InputMark | None = Field(
-        default=None, description="Where the input rate is measured from."
-    )
     last_progress: Progress | None = Field(default=None, description="The last micro-batch.")
     spark_application: SparkApplicationRef | None = Field(
         default=None, description="The Spark application."

@@ -25,10 +25,8 @@ from distributary.kafka.admin import KafkaAdmin
 from distributary.kube.resources import Kube
 from distributary.local.revisions import LocalRevisions
 from distributary.local.state import RunState, read_run_state
-from distributary.plan.lifecycle import keeping_up
 from distributary.plan.pipeline import PlanSettings, plan_pipeline
 from distributary.plan.positions import parse_cover, uncovered
-from distributary.plan.view_status import CAUGHT_UP_SECONDS
 
 API = "distributary.dev/v1alpha1"
 Positions = dict[str, dict[int, int]]
@@ -67,20 +65,20 @@ def _local_probe(
     first = planned.runner
     admin = KafkaAdmin(servers)
 
-    def serving() -> tuple[str, dict[str, str], float | None]:
-        """The serving revision's group, input topics (by log) and input rate, as the run's
-        status says now: a cutover moves them. Before its first record, revision 1's."""
+    def serving() -> tuple[str, dict[str, str]]:
+        """The serving revision's group and input topics (by log), as the run's status says
+        now: a cutover moves them. Before its first record, revision 1's."""
         status = LocalRevisions.load(state_dir).status("DerivedView", f"{namespace}/{name}")
         number = status.get("servingRevision")
         row = next((r for r in status.get("revisions") or [] if r["revision"] == number), None)
         if row is None or not row.get("inputs"):
             inputs = {s.log: state.serving_topic(s.log, namespace) or s.topic for s in first.inputs}
-            return first.consumer_group, inputs, None
+            return first.consumer_group, inputs
         topics = {str(i["log"]): str(i["topic"]) for i in row["inputs"]}
-        return str(row["consumerGroup"]), topics, row.get("inputRate")
+        return str(row["consumerGroup"]), topics
 
     def probe() -> tuple[Positions, bool, str]:
-        group, topics, rate = serving()
+        group, topics = serving()
         committed = admin.committed(group)
         ends = admin.end_offsets(list(topics.values()))
         positions = {log: dict(committed.get(topic, {})) for log, topic in topics.items()}
@@ -89,8 +87,7 @@ def _local_probe(
             for topic in topics.values()
             for p, end in ends.get(topic, {}).items()
         )
-        # Caught up as the view's CaughtUp condition says: keeping up with what arrives.
-        return positions, keeping_up(lag, rate, CAUGHT_UP_SECONDS), f"group {group}, lag {lag}"
+        return positions, lag == 0, f"group {group}, lag {lag}"
 
     return probe
 

@@ -17,7 +17,6 @@ from typing import Any
 
 import kopf
 
-from distributary.api.log import LogStatus
 from distributary.controllers import metrics
 from distributary.controllers.indexes import (
     indexes_of,
@@ -25,12 +24,11 @@ from distributary.controllers.indexes import (
 )
 from distributary.controllers.services import OperatorServices
 from distributary.controllers.status import StatusRecorder
-from distributary.graph import Pipeline
 from distributary.plan.children import holds
 from distributary.plan.lifecycle import read_topics
-from distributary.plan.view_plan import namespace_pipeline, planning_bodies
+from distributary.plan.view_plan import namespace_pipeline, planning_bodies, reprocessing_outputs
 from distributary.reconcile.job import reconcile_job
-from distributary.reconcile.ports import StatusConflictError, TryAgain
+from distributary.reconcile.ports import Lineage, StatusConflictError, TryAgain
 from distributary.reconcile.view import reconcile_view
 
 CONFLICT_RETRY = 1.0  # seconds before a reconcile whose status changed under it runs again
@@ -64,13 +62,14 @@ class Namespace:
     def _items(self, kind: str, namespace: str) -> list[Any]:
         return list(self.indexes.get(kind, {}).get(namespace, []))
 
-    def pipeline(self, resource: Mapping[str, Any]) -> tuple[Pipeline, dict[str, LogStatus]]:
-        """The graph of `resource`'s lineage in its namespace (`planning_bodies`)."""
+    def lineage(self, resource: Mapping[str, Any]) -> Lineage:
+        """The graph of `resource`'s lineage in its namespace (`planning_bodies`), and the
+        outputs of the views in it that have a revision catching up."""
         namespace = str((resource.get("metadata") or {}).get("namespace"))
         writers = [*self._items("views", namespace), *self._items("jobs", namespace)]
         logs, lineage = planning_bodies(self._items("logs", namespace), writers, dict(resource))
         pipeline, children, _invalid = namespace_pipeline(logs, lineage)
-        return pipeline, children
+        return Lineage(pipeline, children, reprocessing_outputs(lineage))
 
     async def serve(self, output: dict[str, Any], topic: str) -> None:
         """Apply the output Log when the index shows it lacks part of `output`, then point its

@@ -51,8 +51,9 @@ from distributary.plan.pipeline import PipelinePlan, PlanSettings, plan_pipeline
 from distributary.plan.progress import PROGRESS_TOPIC
 from distributary.plan.runner_spec import RunnerSpec
 from distributary.plan.topics import DesiredTopic
+from distributary.plan.view_plan import reprocessing_outputs
 from distributary.reconcile.job import reconcile_job
-from distributary.reconcile.ports import Services, TryAgain
+from distributary.reconcile.ports import Lineage, Services, TryAgain
 from distributary.reconcile.view import reconcile_view
 
 IDLE_SECONDS = 3.0  # inputs unchanged this long, and no lag: caught up
@@ -86,9 +87,18 @@ class PipelineFiles:
     revisions: LocalRevisions
     served: dict[str, str] = field(default_factory=dict)  # a view's output Log -> its topic
 
-    def pipeline(self, resource: Mapping[str, Any]) -> tuple[Pipeline, dict[str, LogStatus]]:
-        """The files' graph, and the topics the views' outputs serve now."""
-        return self.graph, {name: LogStatus(topic_name=t) for name, t in self.served.items()}
+    def lineage(self, resource: Mapping[str, Any]) -> Lineage:
+        """The files' graph, the topics the views' outputs serve now, and the outputs whose
+        view has a revision catching up."""
+        children = {name: LogStatus(topic_name=t) for name, t in self.served.items()}
+        views = [
+            {"kind": "DerivedView", "spec": {"output": {"log": output.metadata.name}},
+             "metadata": {"name": view.metadata.name},
+             "status": self.revisions.status("DerivedView", resource_key(view))}
+            for ref, view in self.graph.views.items()
+            if (output := self.graph.output(ref)) is not None
+        ]  # fmt: skip
+        return Lineage(self.graph, children, reprocessing_outputs(views))
 
     async def serve(self, output: dict[str, Any], topic: str) -> None:
         """Readers of the output Log read `topic` from now on (run.json says so)."""

@@ -15,7 +15,7 @@ from typing import Any
 
 from distributary.plan.conditions import Observation
 from distributary.plan.job_plan import JobPlan
-from distributary.plan.positions import Offsets, input_rate
+from distributary.plan.positions import Offsets
 from distributary.plan.view_status import (
     RunObservation,
     application_findings,
@@ -44,16 +44,12 @@ def job_status(
     before = dict(previous or {})
     inputs = job_positions(plan, seen.committed or {}, seen.ends or {}) if seen.ends else []
     lag = total_lag(inputs, seen.committed)
-    rate, mark = before.get("inputRate"), before.get("inputMark")
-    if seen.ends:
-        records = sum(sum(seen.ends.get(i.topic, {}).values()) for i in plan.inputs)
-        mark, rate = input_rate(mark, rate, records, now)
     problems, work = application_findings(seen)
     observation = Observation(
         generation,
         problems=(*plan.problems, *problems),
         work=(*plan.waiting, *work),
-        extras=caught_up(lag, rate),
+        extras=caught_up(lag),
         ready_reason="Running",
         ready_message=f"Revision {plan.revision} runs"
         + (f"; lag {lag}" if lag is not None else ""),
@@ -66,7 +62,6 @@ def job_status(
     if inputs:
         status["inputs"] = inputs
         status["lag"] = lag
-        status["inputMark"], status["inputRate"] = mark, rate
     elif plan.inputs and plan.launch is not None:
         status["inputs"] = [{"log": i.log, "topic": i.topic} for i in plan.inputs]
     status.update(running_fields(seen, plan.change, generation))

@@ -22,7 +22,7 @@ from typing import Any
 
 from distributary.api import ResourceError, owner_of, parse_resource
 from distributary.api.log import Log, LogStatus, log_manifest
-from distributary.api.view import DerivedView
+from distributary.api.view import DerivedView, Revision
 from distributary.graph import Pipeline, Ref
 from distributary.plan.children import with_checkpoint
 from distributary.plan.classify import (
@@ -32,7 +32,7 @@ from distributary.plan.classify import (
     view_definition,
 )
 from distributary.plan.conditions import Problem, Work
-from distributary.plan.lifecycle import LIVE, Lifecycle, revisions_of, step
+from distributary.plan.lifecycle import CATCHING_UP, LIVE, Lifecycle, revisions_of, step
 from distributary.plan.pipeline import revision_topic
 from distributary.plan.runner_spec import (
     RunnerSpec,
@@ -100,6 +100,20 @@ def planning_bodies(
                 chosen_logs[id(log)] = log
             queue.extend(w for w in by_output.get(name, ()) if id(w) not in chosen)
     return list(chosen_logs.values()), list(chosen.values())
+
+
+def reprocessing_outputs(bodies: Iterable[Mapping[str, Any]]) -> frozenset[str]:
+    """The output Logs of the views among `bodies` that have a revision catching up: their
+    readers wait for the cutover before they start a revision of their own, which would
+    otherwise read the old revision's topic with the new one's schema."""
+    found: set[str] = set()
+    for body in bodies:
+        rows = ((body.get("status") or {}).get("revisions")) or []
+        if body.get("kind") == "DerivedView" and any(
+            isinstance(r, Mapping) and r.get("phase") == CATCHING_UP for r in rows
+        ):
+            found.update(_named_logs(body, "outputs"))
+    return frozenset(found)
 
 
 def _name(body: Mapping[str, Any]) -> str:
@@ -207,6 +221,24 @@ class ViewPlan:
     lifecycle: Lifecycle | None = None
 
 
+def _after_upstream(
+    revision: int,
+    rows: tuple[Revision, ...],
+    spec_hash: str,
+    change: Classification | None,
+    upstream: list[str],
+) -> ViewPlan:
+    """The plan of a view whose new revision waits for an upstream cutover: the revisions as
+    they are (the serving one runs on), the change's classification kept for when it starts."""
+    waiting = Work(
+        "WaitingForUpstream",
+        f"input {', '.join(upstream)} is being reprocessed by its view; this view's new "
+        "revision starts once it serves (it then reads the new revision's topic)",
+    )
+    unchanged = Lifecycle(revision, rows, current=None, change=change)
+    return ViewPlan(revision, waiting=(waiting,), spec_hash=spec_hash, lifecycle=unchanged)
+
+
 def partitions_lowered(output: Log, child: LogStatus | None) -> Problem | None:
     """A refusal when the view's output asks for fewer partitions than its topic has: Kafka
     cannot remove partitions, and applying it would fail."""
@@ -304,12 +336,14 @@ def plan_view(
     now: datetime | None = None,
     edited_from: DerivedView | None = None,
     history_lost: str | None = None,
+    upstream_reprocessing: frozenset[str] = frozenset(),
 ) -> ViewPlan:
     """The plan of `view` (checked in `pipeline`) at `generation`, given its previous status.
     A change of its definition is carried out as `change` says; for an edit from the spec
     `edited_from` it is classified here (`plan.classify.classify_view_change`). A reprocess is
     refused when `history_lost` says the inputs' history is incomplete (`lost_history`) and the
-    spec does not allow partial history."""
+    spec does not allow partial history. A new revision waits while a view whose output it
+    reads has one catching up (`upstream_reprocessing`: those outputs), until its cutover."""
     ref = Ref.of(view)
     before = dict(previous or {})
     serving = int(before.get("servingRevision") or 0)
@@ -353,6 +387,9 @@ def plan_view(
         delete_retired=output.spec.deletion_policy == "Delete",
         history_lost=history_lost,
     )
+    upstream = sorted({log.metadata.name for log in inputs.values()} & upstream_reprocessing)
+    if lifecycle.started is not None and lifecycle.started > 1 and upstream:
+        return _after_upstream(revision, rows, spec_hash, lifecycle.change, upstream)
     plan = ViewPlan(
         lifecycle.serving,
         problems=(lifecycle.problem,) if lifecycle.problem else (),

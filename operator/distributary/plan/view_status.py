@@ -1,15 +1,14 @@
 """A DerivedView's status from one reconcile: revisions, positions and lag, conditions.
 
-Ready means the view's running application runs; `CaughtUp` says whether the serving revision keeps
-up with its inputs: it has read all they hold (lag 0, reason NoLag) or, while records keep arriving,
-it is behind by no more than what arrives in ten seconds (reason KeepingUp; the rate is measured
-over ten seconds or more and kept in the row). So `kubectl wait --for=condition=CaughtUp` waits for
-a pipeline to settle on idle inputs and to keep up on live ones; `Reprocessing` says whether a new
-revision is catching up beside the serving one, with its progress ("revision 2 reprocessing 43%:
-1.2M of 2.8M records"). Each revision's row in `status.revisions` carries its phase, topic, consumer
-group, inputs, lag and progress. Problems only the user can fix (bad SQL, a missing input, an
-application that keeps failing, a refused change) make the view Stalled; waiting for an input's
-topic, an application that is starting or restarting makes it Reconciling.
+Ready means the view's running application runs; `CaughtUp` says whether the serving revision has
+read all its inputs hold (lag 0), so `kubectl wait --for=condition=CaughtUp` waits for a pipeline to
+settle. Each live revision's row also records how fast its inputs grow (`inputRate`, measured over
+ten seconds or more), which the cutover of a revision catching up goes by; `Reprocessing` says
+whether a new revision is catching up beside the serving one, with its progress ("revision 2
+reprocessing 43%: 1.2M of 2.8M records"). Each revision's row in `status.revisions` carries its
+phase, topic, consumer group, inputs, lag and progress. Problems only the user can fix (bad SQL, a
+missing input, an application that keeps failing, a refused change) make the view Stalled; waiting
+for an input's topic, an application that is starting or restarting makes it Reconciling.
 """
 
 from __future__ import annotations
@@ -33,7 +32,6 @@ from distributary.plan.lifecycle import (
     CATCHING_UP,
     LIVE,
     SERVING,
-    keeping_up,
     progress_message,
     reprocess_progress,
     rows_json,
@@ -80,12 +78,11 @@ def _observation(
     plan: ViewPlan,
     seen: RunObservation,
     generation: int,
-    behind: tuple[int | None, float | None],
+    lag: int | None,
     catching_up: Mapping[str, Any] | None,
 ) -> Observation:
     problems, work = application_findings(seen)
-    lag, rate = behind
-    extras = list(caught_up(lag, rate))
+    extras = list(caught_up(lag))
     if plan.lifecycle is not None:
         extras.append(
             ExtraCondition(
@@ -113,21 +110,13 @@ def _observation(
     )
 
 
-CAUGHT_UP_SECONDS = 10.0  # a reader keeps up when behind by less than this much input
-
-
-def caught_up(lag: int | None, rate: float | None = None) -> tuple[ExtraCondition, ...]:
-    """The `CaughtUp` condition for a consumer `lag` records behind inputs that grow by `rate`
-    records a second (none while the lag is unknown): True when it keeps up, i.e. is behind by
-    at most what arrives in `CAUGHT_UP_SECONDS` (on idle inputs: lag 0)."""
+def caught_up(lag: int | None) -> tuple[ExtraCondition, ...]:
+    """The `CaughtUp` condition for a consumer `lag` records behind (none while unknown)."""
     if lag is None:
         return ()
     behind = f"{lag} record(s) behind"
     if lag == 0:
         return (ExtraCondition("CaughtUp", "True", "NoLag", behind),)
-    if keeping_up(lag, rate, CAUGHT_UP_SECONDS):
-        arriving = f"{rate or 0:g} record(s)/s arriving"
-        return (ExtraCondition("CaughtUp", "True", "KeepingUp", f"{behind}, {arriving}"),)
     return (ExtraCondition("CaughtUp", "False", "Lag", behind),)
 
 
@@ -183,8 +172,7 @@ def _observed_row(
         row["inputMark"] = mark
         if rate is not None:
             row["inputRate"] = rate
-    keeps_up = lag == 0 or keeping_up(lag, row.get("inputRate"), CAUGHT_UP_SECONDS)
-    if row["phase"] == SERVING and keeps_up and not row.get("caughtUpAt"):
+    if row["phase"] == SERVING and lag == 0 and not row.get("caughtUpAt"):
         row["caughtUpAt"] = rfc3339(now)
     if row["phase"] == CATCHING_UP and seen.ends and seen.starts is not None and group is not None:
         topics = {str(s["topic"]) for s in sources}
@@ -240,7 +228,6 @@ def view_status(
         groups.setdefault(running, seen.committed)
     inputs: list[dict[str, Any]] = []
     lag: int | None = None
-    rate: float | None = None
     catching_up: dict[str, Any] | None = None
     risks: list[str] = []
     for index, row in enumerate(rows):
@@ -252,10 +239,10 @@ def view_status(
         rows[index], positions, row_lag = _observed_row(row, group, seen, now)
         risks += _risks(row, group, seen)
         if row["phase"] == SERVING:
-            inputs, lag, rate = positions, row_lag, rows[index].get("inputRate")
+            inputs, lag = positions, row_lag
         else:
             catching_up = rows[index]
-    observation = _observation(plan, seen, generation, (lag, rate), catching_up)
+    observation = _observation(plan, seen, generation, lag, catching_up)
     if seen.starts is not None:
         observation = replace(observation, extras=(*observation.extras, data_loss_condition(risks)))
     status = status_of(observation, before, now)

@@ -49,10 +49,10 @@ def _plan(
     world: World,
     old: StreamJob | None,
 ) -> JobPlan:
-    pipeline, children = world.pipeline(body)
+    seen = world.lineage(body)
     return plan_job(
-        pipeline,
-        children,
+        seen.pipeline,
+        seen.children,
         job,
         dict(status),
         checkpoint_root=services.checkpoint_root,

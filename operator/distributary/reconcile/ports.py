@@ -61,13 +61,24 @@ class Events(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Lineage:
+    """What a view or job is planned against: the graph it is checked in, the statuses of the
+    views' output Logs by name (the topics they serve), and the output Logs whose view has a
+    revision catching up (readers wait for its cutover before they reprocess)."""
+
+    pipeline: Pipeline
+    children: dict[str, LogStatus]
+    reprocessing: frozenset[str] = frozenset()
+
+
 class World(Protocol):
     """What a reconcile sees around a view or job, and the one child a view keeps: its output
     Log."""
 
-    def pipeline(self, resource: Mapping[str, Any]) -> tuple[Pipeline, dict[str, LogStatus]]:
-        """The graph the view or job `resource` is checked in, and the statuses of the views'
-        output Logs by name (the topics they serve). Blocking: called from a thread."""
+    def lineage(self, resource: Mapping[str, Any]) -> Lineage:
+        """What the view or job `resource` is planned against. Blocking: called from a
+        thread."""
         ...
 
     async def serve(self, output: dict[str, Any], topic: str) -> None:

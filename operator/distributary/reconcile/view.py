@@ -61,11 +61,11 @@ def _plan(
 ) -> ViewPlan:
     """The view's plan; a reprocess it would start is checked against its inputs' retained
     history first (the retention guard)."""
-    pipeline, children = world.pipeline(body)
+    seen = world.lineage(body)
     planned = functools.partial(
         plan_view,
-        pipeline,
-        children,
+        seen.pipeline,
+        seen.children,
         view,
         dict(status),
         checkpoint_root=services.checkpoint_root,
@@ -73,6 +73,7 @@ def _plan(
         generation=int((body.get("metadata") or {}).get("generation") or 0),
         edited_from=edited_from,
         now=datetime.now(UTC),
+        upstream_reprocessing=seen.reprocessing,
     )
     try:
         return history_guard(planned(), planned, services.lost_history)

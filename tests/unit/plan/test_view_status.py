@@ -145,8 +145,8 @@ def test_data_loss_risk_names_the_revision_input_and_partition() -> None:
     assert kinds(calm)["DataLossRisk"] == ("False", "WithinRetention")
 
 
-def test_on_live_input_a_revision_behind_by_less_than_ten_seconds_of_it_keeps_up() -> None:
-    """Records keep arriving: the serving revision is never at lag 0, and need not be."""
+def test_each_live_revision_records_how_fast_its_inputs_grow() -> None:
+    """What the cutover of a revision catching up on live input goes by (`plan.lifecycle`)."""
 
     def observed(previous: Any, at: datetime, committed: int, end: int) -> dict[str, Any]:
         seen = RunObservation(
@@ -161,13 +161,14 @@ def test_on_live_input_a_revision_behind_by_less_than_ten_seconds_of_it_keeps_up
         return view_status(planned_now, seen, previous, 1, at)
 
     first = observed(None, NOW, 900, 1000)
-    assert kinds(first)["CaughtUp"] == ("False", "Lag")  # no rate yet: only lag 0 counts
-    later = NOW.replace(second=12)
-    # 600 records arrived in 12 s (50/s); 200 behind is 4 s of input: keeping up.
-    keeping = observed(first, later, 1400, 1600)
-    assert kinds(keeping)["CaughtUp"] == ("True", "KeepingUp")
-    assert keeping["revisions"][0]["inputRate"] == 50.0
-    assert keeping["revisions"][0]["caughtUpAt"] == "2026-11-22T12:00:12Z"
-    # 700 behind is 14 s of input: not keeping up.
-    behind = observed(first, later, 900, 1600)
-    assert kinds(behind)["CaughtUp"] == ("False", "Lag")
+    row = first["revisions"][0]
+    assert (row["inputMark"], "inputRate" in row) == (
+        {"at": "2026-11-22T12:00:00Z", "records": 1000},
+        False,
+    )
+    # 600 records arrived in 12 s: 50 a second, and the mark moves on.
+    later = observed(first, NOW.replace(second=12), 1400, 1600)
+    row = later["revisions"][0]
+    assert (row["inputRate"], row["inputMark"]["records"]) == (50.0, 1600)
+    # CaughtUp still means everything read: 200 behind is not.
+    assert kinds(later)["CaughtUp"] == ("False", "Lag")

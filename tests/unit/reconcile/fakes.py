@@ -13,15 +13,14 @@ from distributary.api.job import StreamJob
 from distributary.api.log import Log, LogStatus
 from distributary.api.view import DerivedView
 from distributary.backends.base import Owner, RevisionApp
-from distributary.graph import Pipeline
 from distributary.plan.log_status import LogReconcile
 from distributary.plan.runner_spec import RunnerSpec
 from distributary.plan.spark import Application
 from distributary.plan.spark_state import AppState
 from distributary.plan.status_patch import changes, merged
 from distributary.plan.topics import DesiredTopic
-from distributary.plan.view_plan import namespace_pipeline
-from distributary.reconcile.ports import Services, StatusConflictError
+from distributary.plan.view_plan import namespace_pipeline, reprocessing_outputs
+from distributary.reconcile.ports import Lineage, Services, StatusConflictError
 
 NS = "shop"
 Journal = list[tuple[Any, ...]]
@@ -75,11 +74,11 @@ class FakeWorld:
     applied: dict[str, Any] = field(default_factory=dict)  # each output Log's spec as applied
     partitions: dict[str, int] = field(default_factory=dict)  # each output topic's, as made
 
-    def pipeline(self, resource: Mapping[str, Any]) -> tuple[Pipeline, dict[str, LogStatus]]:
+    def lineage(self, resource: Mapping[str, Any]) -> Lineage:
         pipeline, statuses, _ = namespace_pipeline(self.logs, self.writers)
         for name, topic in self.served.items():
             statuses[name] = LogStatus(topic_name=topic, partitions=self.partitions.get(name))
-        return pipeline, statuses
+        return Lineage(pipeline, statuses, reprocessing_outputs(self.writers))
 
     async def serve(self, output: dict[str, Any], topic: str) -> None:
         name = output["metadata"]["name"]

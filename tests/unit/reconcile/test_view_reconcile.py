@@ -13,7 +13,7 @@ import copy
 from typing import Any
 
 import pytest
-from tests.unit.reconcile.fakes import NS, Parts, parts
+from tests.unit.reconcile.fakes import NS, FakeStore, Parts, parts
 
 from distributary.reconcile.ports import StatusConflictError, TryAgain
 from distributary.reconcile.view import reconcile_view
@@ -234,3 +234,53 @@ def test_fewer_output_partitions_than_the_topic_has_are_refused_and_nothing_move
     assert (stalled["status"], stalled["reason"]) == ("True", "PartitionsLowered")
     assert "set it to 4 or more" in stalled["message"]
     assert p.store.status["revisions"] == before
+
+
+def test_a_reader_of_a_reprocessing_view_waits_for_its_cutover_then_reads_the_new_topic() -> None:
+    """The upstream view's edit changes its output's schema: the downstream view's definition
+    changes at once, but its new revision must not read the old revision's topic with the new
+    schema. It waits, its serving revision running on, and starts once the upstream serves."""
+    p = parts([log("clicks")], [])
+    down_store = FakeStore(p.journal)
+    counts = {
+        "apiVersion": "distributary.dev/v1alpha1",
+        "kind": "DerivedView",
+        "metadata": {"name": "per-user", "namespace": NS, "uid": "uid-per-user",
+                     "generation": 1, "resourceVersion": "1"},
+        "spec": {
+            "inputs": [{"log": "big", "alias": "b"}],
+            "sql": "SELECT user, count(*) AS n FROM b GROUP BY user",
+            "output": {"mode": "upsert", "key": ["user"]},
+            "upgrade": {"cutoverWindow": "0s"},
+        },
+    }  # fmt: skip
+
+    def both(upstream: dict[str, Any], old: Any = None) -> None:
+        up = {**copy.deepcopy(upstream), "status": p.store.status}
+        down = {**copy.deepcopy(counts), "status": down_store.status}
+        p.world.writers = [up, down]
+        asyncio.run(reconcile_view(up, p.services(), p.store, p.world, p.events, old))
+        p.world.writers = [{**up, "status": p.store.status}, down]  # as the index shows it
+        asyncio.run(reconcile_view(down, p.services(), down_store, p.world, p.events))
+
+    p.admin.ends = {"clicks": 10}
+    p.admin.groups = {f"distributary.{NS}.big.r1": {"clicks": {0: 10}}}
+    both(view())
+    assert p.runtime.running == {"big-r1": 1, "per-user-r1": 1}
+    wider = view("SELECT user, n, n * 2 AS twice FROM src", generation=2)
+    both(wider, old=view()["spec"])
+    assert [r["phase"] for r in p.store.status["revisions"]] == ["Serving", "CatchingUp"]
+    waiting = next(c for c in down_store.status["conditions"] if c["type"] == "Reconciling")
+    assert waiting["reason"] == "WaitingForUpstream"
+    assert [r["revision"] for r in down_store.status["revisions"]] == [1]
+    assert p.runtime.running == {"big-r1": 1, "big-r2": 2, "per-user-r1": 1}
+    # The upstream's revision 2 catches up and serves; then the reader reprocesses from it.
+    p.admin.groups[f"distributary.{NS}.big.r2"] = {"clicks": {0: 10}}
+    for _ in range(3):
+        both(wider)
+    assert p.world.served["big"] == "big.r2"
+    rows = {r["revision"]: r for r in down_store.status["revisions"]}
+    assert rows[2]["phase"] in ("CatchingUp", "Serving")
+    assert [i["topic"] for i in rows[2]["inputs"]] == ["big.r2"]
+    started = [e for e in p.journal if e[0] == "runner" and "/per-user/r2" in e[2]]
+    assert started, "the reader's revision 2 never ran"
