@@ -30,12 +30,12 @@ PIPELINE = """
 apiVersion: distributary.dev/v1alpha1
 kind: Log
 metadata: {name: lj-clicks}
-spec: {partitions: 2, schema: "user STRING, url STRING"}
+spec: {topicName: local-jobs.clicks, partitions: 2, schema: "user STRING, url STRING"}
 ---
 apiVersion: distributary.dev/v1alpha1
 kind: Log
 metadata: {name: lj-shouts}
-spec: {partitions: 1, schema: "user STRING, url STRING"}
+spec: {topicName: local-jobs.shouts, partitions: 1, schema: "user STRING, url STRING"}
 ---
 apiVersion: distributary.dev/v1alpha1
 kind: StreamJob
@@ -49,7 +49,7 @@ spec:
 ---
 apiVersion: distributary.dev/v1alpha1
 kind: DerivedView
-metadata: {name: per-user}
+metadata: {name: local-jobs-per-user}
 spec:
   inputs: [{log: lj-clicks, alias: c}]
   sql: SELECT user, url FROM c WHERE user = 'u1'
@@ -97,7 +97,7 @@ def runs(
     )
     first_file = write_lines(folder / "first.jsonl", clicks(0, 20))
     first = summary_of(distributary("run", *common, "--produce", f"lj-clicks={first_file}"))
-    after_first = read(broker, "lj-shouts")
+    after_first = read(broker, "local-jobs.shouts")
     second_file = write_lines(folder / "second.jsonl", clicks(20, 32))
     second = summary_of(distributary("run", *common, "--produce", f"lj-clicks={second_file}"))
     return state, first, second, after_first
@@ -110,7 +110,7 @@ def test_the_jobs_own_file_turns_the_input_into_exactly_its_output(
     _, _, _, after_first = runs
     assert after_first == shouted(clicks(0, 20))
     # The second run resumes from the job's checkpoint: the new records once, nothing again.
-    assert read(broker, "lj-shouts") == shouted(clicks(0, 32))
+    assert read(broker, "local-jobs.shouts") == shouted(clicks(0, 32))
 
 
 def test_the_jobs_position_is_its_consumer_groups_offsets_in_the_summary(
@@ -118,12 +118,14 @@ def test_the_jobs_position_is_its_consumer_groups_offsets_in_the_summary(
     broker: EmbeddedBroker,
 ) -> None:
     _, first, second, _ = runs
-    ends = KafkaAdmin(broker.bootstrap_servers).end_offsets(["lj-clicks"])
+    ends = KafkaAdmin(broker.bootstrap_servers).end_offsets(["local-jobs.clicks"])
     committed = KafkaAdmin(broker.bootstrap_servers).committed(GROUP)
     assert committed == ends
     job = second["jobs"]["shout"]
     assert (job["revision"], job["lag"], job["state"]) == (1, 0, "Running")
-    assert job["position"] == {"lj-clicks": {str(p): o for p, o in ends["lj-clicks"].items()}}
+    assert job["position"] == {
+        "local-jobs.clicks": {str(p): o for p, o in ends["local-jobs.clicks"].items()}
+    }
     assert first["jobs"]["shout"]["lag"] == 0
 
 
@@ -132,9 +134,9 @@ def test_the_view_beside_the_job_runs_as_before(
     broker: EmbeddedBroker,
 ) -> None:
     _, _, second, _ = runs
-    assert second["views"]["per-user"]["lag"] == 0
+    assert second["views"]["local-jobs-per-user"]["lag"] == 0
     kept = Counter((r["user"], r["url"]) for r in clicks(0, 32) if r["user"] == "u1")
-    assert read(broker, "per-user.r1") == kept
+    assert read(broker, "local-jobs-per-user.r1") == kept
 
 
 def test_the_state_folder_records_the_jobs_status(
