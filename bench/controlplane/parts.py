@@ -156,6 +156,8 @@ class Operator:
             "--metrics-port", str(self.metrics_port),
             "--state-dir", str(self.folder / "local"),
             "--checkpoint-root", (self.folder / "checkpoints").as_uri(),
+            # No driver runs: the simulated applications never read these checkpoints.
+            "--allow-node-local-checkpoints",
         ]  # fmt: skip
         env = {**os.environ, "KUBECONFIG": str(self.plane.kubeconfig)}
         self.folder.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,9 @@ cutover at lag 0 after a 2s window):
 3. the SQL changes (same selectivity, so both revisions write alike): revision 2 reads all N
    from the start beside revision 1, and the clock runs until the output Log's topic moves.
 
+With --live (live.py) records keep arriving at a steady rate from before revision 1 starts until
+after the cutover, as in production, and revision 2's topic is checked exactly at the end.
+
 Why it is shaped this way:
 - Rates are Spark's own account (the runner's progress records: rows over first batch start to
   last batch end), as in bench/dataplane; wall figures from the revisions' consumer groups,
@@ -35,7 +38,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -57,6 +59,7 @@ except ImportError:  # run directly by a Python without Distributary: use the pr
     raise
 
 import figures  # noqa: E402  (found through the path above)
+import live  # noqa: E402
 import parts  # noqa: E402
 from figures import LOG, SQL_AFTER, SQL_BEFORE, VIEW  # noqa: E402
 from parts import say  # noqa: E402
@@ -77,76 +80,7 @@ def load_dataplane() -> ModuleType:
 dataplane = load_dataplane()
 
 
-def wait(what: str, done: Callable[[], bool], timeout: float, show: Callable[[], str]) -> float:
-    """Wait until `done()`, saying `show()` every few seconds; when it was done (wall clock)."""
-    started = shown = time.monotonic()
-    while not done():
-        now = time.monotonic()
-        if now - started > timeout:
-            raise TimeoutError(f"{what}: not done within {timeout:.0f}s; last: {show()}")
-        if now - shown >= parts.PROGRESS_EVERY:
-            shown = now
-            say(f"  {what}: {now - started:.0f}s; {show()}")
-        time.sleep(0.1)
-    return time.time()
-
-
-@dataclass
-class Bench:
-    """What every phase shares: the arguments, the control plane, the broker, the watcher."""
-
-    args: Any
-    kube: parts.Kube
-    bootstrap: str
-    watcher: parts.Watcher
-    operator: parts.Operator
-
-    def show(self) -> str:
-        """The last sample, for people: who serves, where the Log points, how far each read."""
-        last = self.watcher.last()
-        shown = [f"serving r{last.serving}", f"Log topic {last.log_topic}"]
-        for n, phase in sorted(last.phases.items()):
-            read = f"r{n} {phase}, group at {last.committed.get(n, 0):,}"
-            if n in last.records_read:
-                read += f" (status recordsRead {last.records_read[n]:,})"
-            shown.append(read)
-        return "; ".join(shown)
-
-    def until(self, what: str, done: Callable[[], bool]) -> float:
-        """`wait` with the run's timeout and progress."""
-        return wait(what, done, self.args.timeout, self.show)
-
-    def read(self, revision: int) -> int:
-        """Records revision `revision`'s group has committed, as last sampled."""
-        return self.watcher.last().committed.get(revision, 0)
-
-    def settled(self) -> float:
-        """Wait until the view is Ready and CaughtUp at its generation."""
-        return self.until(
-            "the view Ready and CaughtUp",
-            lambda: (
-                parts.is_true(self.watcher.view, "Ready")
-                and parts.is_true(self.watcher.view, "CaughtUp")
-            ),
-        )
-
-    def view(self, sql: str) -> dict[str, Any]:
-        """The view with `sql` and the run's trigger and cutover window."""
-        args = self.args
-        return figures.view_manifest(
-            sql, args.trigger, args.cutover_window, args.max_offsets_per_trigger
-        )
-
-    def runner_started(self, revision: int) -> float | None:
-        """When the operator started revision `revision`'s runner (its pid file's time)."""
-        pid_file = self.operator.folder / "local" / figures.NAMESPACE / VIEW / f"r{revision}"
-        try:
-            return (pid_file / "runner.pid").stat().st_mtime
-        except OSError:
-            return None
-
-
-def first_catchup(bench: Bench, records: int) -> dict[str, Any]:
+def first_catchup(bench: parts.Bench, records: int) -> dict[str, Any]:
     """N - M records, then the view: revision 1 reads them from the start."""
     say(f"appending {records:,} records (~200 bytes) to {LOG}")
     produced = parts.produce(bench.bootstrap, range(records), dataplane.record_value)
@@ -165,7 +99,7 @@ def first_catchup(bench: Bench, records: int) -> dict[str, Any]:
     }
 
 
-def steady(bench: Bench, first: int, records: int) -> dict[str, Any]:
+def steady(bench: parts.Bench, first: int, records: int) -> dict[str, Any]:
     """M more records at full speed while revision 1 serves: its steady-state rate."""
     say(f"appending {records:,} more records at full speed while revision 1 serves")
     started = time.time()
@@ -182,7 +116,7 @@ def steady(bench: Bench, first: int, records: int) -> dict[str, Any]:
     }
 
 
-def reprocess(bench: Bench, records: int) -> dict[str, Any]:
+def reprocess(bench: parts.Bench, records: int) -> dict[str, Any]:
     """The SQL change: revision 2 reads all N beside revision 1, until the Log moves to it."""
     say(f"changing the SQL: revision 2 reads all {records:,} records beside revision 1")
     applied = time.time()
@@ -203,7 +137,7 @@ def reprocess(bench: Bench, records: int) -> dict[str, Any]:
 
 
 def figures_of(
-    bench: Bench, first: dict[str, Any], calm: dict[str, Any], new: dict[str, Any]
+    bench: parts.Bench, first: dict[str, Any], calm: dict[str, Any], new: dict[str, Any]
 ) -> dict[str, Any]:
     """The report's sections, from the phases, the samples and the runners' progress records."""
     samples = list(bench.watcher.samples)
@@ -221,7 +155,7 @@ def expected_outputs(records: int) -> int:
     return sum(1 for i in range(records) if dataplane.duration_ms(i) < figures.MAX_DURATION_AFTER)
 
 
-def measure(bench: Bench) -> dict[str, Any]:
+def measure(bench: parts.Bench) -> dict[str, Any]:
     """The three phases, then the report."""
     args = bench.args
     first_records = args.records - args.steady_records
@@ -277,7 +211,8 @@ def run(args: Any, state: Path) -> dict[str, Any]:
         say("starting `distributary operator` (direct topics, local Spark)")
         operator.start()
         try:
-            return measure(Bench(args, kube, broker.bootstrap_servers, watcher, operator))
+            bench = parts.Bench(args, kube, broker.bootstrap_servers, watcher, operator)
+            return live.measure(bench, dataplane) if args.live else measure(bench)
         except BaseException:
             say(f"the end of the operator's log:\n{operator.tail()}")
             raise

@@ -18,6 +18,7 @@ from typing import Any
 from distributary.api.common import duration_ms
 
 RECORDS, QUICK_RECORDS = 1_000_000, 100_000
+RATE = 5000.0  # --live: records a second appended throughout
 STEADY_SHARE = 0.3  # of the records, appended while revision 1 serves: its steady-state rate
 PARTITIONS = 4
 NAMESPACE, LOG, VIEW, ALIAS = "bench-reprocess", "bench-events", "bench-filter", "events"
@@ -42,7 +43,30 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     parser.add_argument("--quick", action="store_true", help="a small run: 100,000 records")
     parser.add_argument(
-        "--records", type=int, help=f"input records at the SQL change (default {RECORDS:,})"
+        "--records",
+        type=int,
+        help=f"input records at the SQL change; with --live, the history (default {RECORDS:,})",
+    )
+    parser.add_argument(
+        "--live",
+        action="store_true",
+        help="records keep arriving at --rate from before revision 1 starts until after the "
+        "cutover; --records is the history appended before",
+    )
+    parser.add_argument(
+        "--rate", type=float, default=RATE, help="with --live: records a second (default 5,000)"
+    )
+    parser.add_argument(
+        "--keep-up-seconds",
+        type=float,
+        default=10.0,
+        help="with --live: how long revision 1 must keep up before the edit (default 10)",
+    )
+    parser.add_argument(
+        "--after-cutover",
+        type=float,
+        default=5.0,
+        help="with --live: seconds records keep arriving after the cutover (default 5)",
     )
     parser.add_argument(
         "--steady-records",
@@ -60,16 +84,25 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "--observe-interval", type=float, default=2.0, help="the operator's --observe-interval"
     )
     parser.add_argument(
-        "--timeout", type=float, default=600.0, help="give up on any one wait after this (s)"
+        "--timeout",
+        type=float,
+        help="give up on any one wait after this (s; default 600, with --live 1800)",
     )
     parser.add_argument("--keep-state", action="store_true", help="keep the temporary folder")
     args = parser.parse_args(argv)
     if args.records is None:
         args.records = QUICK_RECORDS if args.quick else RECORDS
-    if args.steady_records is None:
-        args.steady_records = int(args.records * STEADY_SHARE)
-    if args.records < 2 or not 0 < args.steady_records < args.records:
-        parser.error("--records must be at least 2 and --steady-records between 1 and records-1")
+    if args.timeout is None:
+        args.timeout = 1800.0 if args.live else 600.0
+    if args.live:
+        _check_live(parser, args)
+    else:
+        if args.steady_records is None:
+            args.steady_records = int(args.records * STEADY_SHARE)
+        if args.records < 2 or not 0 < args.steady_records < args.records:
+            parser.error(
+                "--records must be at least 2 and --steady-records between 1 and records-1"
+            )
     if args.max_offsets_per_trigger is not None and args.max_offsets_per_trigger < 1:
         parser.error("--max-offsets-per-trigger must be at least 1")
     if args.observe_interval < 1 or args.timeout <= 0:
@@ -82,6 +115,16 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         except ValueError:
             parser.error(f"{flag} {value!r}: give a duration such as 500ms or 2s")
     return args
+
+
+def _check_live(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--live's own rules: a history, a rate, and no steady phase of its own."""
+    if args.steady_records is not None:
+        parser.error("--steady-records has no meaning with --live: records arrive at --rate")
+    if args.records < 1 or args.rate <= 0:
+        parser.error("--live needs --records (the history) of at least 1 and --rate > 0")
+    if args.keep_up_seconds < 0 or args.after_cutover < 0:
+        parser.error("--keep-up-seconds and --after-cutover must not be negative")
 
 
 def log_manifest() -> dict[str, Any]:
@@ -141,6 +184,9 @@ class Sample:
     committed: Mapping[int, int] = field(default_factory=dict)  # revision -> records its group read
     records_read: Mapping[int, int] = field(default_factory=dict)  # revision -> status recordsRead
     lag_zero: frozenset[int] = frozenset()  # revisions whose row has caughtUpSince (lag 0 seen)
+    lags: Mapping[int, int] = field(default_factory=dict)  # revision -> status row lag
+    input_rates: Mapping[int, float] = field(default_factory=dict)  # revision -> row inputRate
+    ends: int | None = None  # the input's end offsets, summed: records appended so far
 
 
 def first_at(

@@ -1,7 +1,8 @@
 """The real parts bench/reprocess runs on, started and read as the integration tests do: kubectl
 and the Kubernetes client on the control plane, `distributary operator` as a process of its own
 (and the runner processes it starts, stopped by the pids it records), a producer, the progress
-topic, and a watcher that samples status and consumer groups while the figures are made.
+topic, a watcher that samples status and consumer groups while the figures are made, and what
+every phase shares (`Bench`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -138,6 +140,10 @@ class Watcher:
                 continue
             if offsets.get(LOG):
                 committed[revision] = sum(offsets[LOG].values())
+        try:
+            ends: int | None = sum(self.admin.end_offsets([LOG]).get(LOG, {}).values())
+        except KafkaAdminError:
+            ends = None
         return Sample(
             at=at,
             serving=status.get("servingRevision"),
@@ -146,11 +152,86 @@ class Watcher:
             committed=committed,
             records_read={n: int(r["recordsRead"]) for n, r in rows.items() if "recordsRead" in r},
             lag_zero=frozenset(n for n, r in rows.items() if r.get("caughtUpSince")),
+            lags={n: int(r["lag"]) for n, r in rows.items() if r.get("lag") is not None},
+            input_rates={n: float(r["inputRate"]) for n, r in rows.items() if "inputRate" in r},
+            ends=ends,
         )
 
     def last(self) -> Sample:
         """The latest sample (an empty one before the first)."""
         return self.samples[-1] if self.samples else Sample(at=time.time())
+
+
+def wait(what: str, done: Callable[[], bool], timeout: float, show: Callable[[], str]) -> float:
+    """Wait until `done()`, saying `show()` every few seconds; when it was done (wall clock)."""
+    started = shown = time.monotonic()
+    while not done():
+        now = time.monotonic()
+        if now - started > timeout:
+            raise TimeoutError(f"{what}: not done within {timeout:.0f}s; last: {show()}")
+        if now - shown >= PROGRESS_EVERY:
+            shown = now
+            say(f"  {what}: {now - started:.0f}s; {show()}")
+        time.sleep(0.1)
+    return time.time()
+
+
+@dataclass
+class Bench:
+    """What every phase shares: the arguments, the control plane, the broker, the watcher."""
+
+    args: Any
+    kube: Kube
+    bootstrap: str
+    watcher: Watcher
+    operator: Operator
+
+    def show(self) -> str:
+        """The last sample, for people: who serves, where the Log points, how far each read."""
+        last = self.watcher.last()
+        shown = [f"serving r{last.serving}", f"Log topic {last.log_topic}"]
+        if last.ends is not None:
+            shown.append(f"input at {last.ends:,}")
+        for n, phase in sorted(last.phases.items()):
+            read = f"r{n} {phase}, group at {last.committed.get(n, 0):,}"
+            if n in last.records_read:
+                read += f" (status recordsRead {last.records_read[n]:,})"
+            if n in last.lags:
+                read += f", status lag {last.lags[n]:,}"
+            if n in last.input_rates:
+                read += f" at inputRate {last.input_rates[n]:,.0f}/s"
+            shown.append(read)
+        return "; ".join(shown)
+
+    def until(self, what: str, done: Callable[[], bool]) -> float:
+        """`wait` with the run's timeout and progress."""
+        return wait(what, done, self.args.timeout, self.show)
+
+    def read(self, revision: int) -> int:
+        """Records revision `revision`'s group has committed, as last sampled."""
+        return self.watcher.last().committed.get(revision, 0)
+
+    def settled(self) -> float:
+        """Wait until the view is Ready and CaughtUp at its generation."""
+        return self.until(
+            "the view Ready and CaughtUp",
+            lambda: is_true(self.watcher.view, "Ready") and is_true(self.watcher.view, "CaughtUp"),
+        )
+
+    def view(self, sql: str) -> dict[str, Any]:
+        """The view with `sql` and the run's trigger and cutover window."""
+        args = self.args
+        return figures.view_manifest(
+            sql, args.trigger, args.cutover_window, args.max_offsets_per_trigger
+        )
+
+    def runner_started(self, revision: int) -> float | None:
+        """When the operator started revision `revision`'s runner (its pid file's time)."""
+        pid_file = self.operator.folder / "local" / figures.NAMESPACE / VIEW / f"r{revision}"
+        try:
+            return (pid_file / "runner.pid").stat().st_mtime
+        except OSError:
+            return None
 
 
 def produce(bootstrap: str, ids: range, value: Callable[[int], bytes]) -> float:

@@ -31,7 +31,8 @@ from distributary.api import (
     StreamJob,
     parse_resource,
 )
-from distributary.sql import Column, QueryAnalysis, SqlError, analyze_query, parse_ddl, to_ddl
+from distributary.event_time import event_time_problems, log_columns
+from distributary.sql import QueryAnalysis, SqlError, analyze_query, parse_ddl, to_ddl
 
 _KIND_RANK = {"Log": 0, "DerivedView": 1, "StreamJob": 2}
 _FIELD_MESSAGE = re.compile(r"^([A-Za-z][\w.\[\]-]*): (.*)$", re.DOTALL)
@@ -450,6 +451,8 @@ class _Builder:
         }
         pipeline._inputs[ref] = inputs
         analysis = self._analyze(ref, view, inputs)
+        for path, message in event_time_problems(view, inputs, analysis is not None):
+            self._problem(ref, path, message)
         output = view.spec.output
         if output.mode == "upsert" and not output.key:
             self._problem(
@@ -473,7 +476,7 @@ class _Builder:
     def _analyze(
         self, ref: Ref, view: DerivedView, inputs: Mapping[str, Log]
     ) -> QueryAnalysis | None:
-        tables = {i.alias: _columns(inputs.get(i.alias)) for i in view.spec.inputs}
+        tables = {i.alias: log_columns(inputs.get(i.alias)) for i in view.spec.inputs}
         try:
             analysis = analyze_query(view.spec.sql, tables)
         except SqlError as exc:
@@ -483,15 +486,6 @@ class _Builder:
             return None
         self.pipeline._analyses[ref] = analysis
         return analysis
-
-
-def _columns(log: Log | None) -> list[Column]:
-    if log is None or log.spec.record_schema is None:
-        return []
-    try:
-        return parse_ddl(log.spec.record_schema)
-    except SqlError:
-        return []  # reported on the Log itself
 
 
 DELETED_COLUMN = "__deleted"  # an upsert view's marker column: true writes a tombstone

@@ -19,7 +19,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -338,3 +338,32 @@ class SteadyProducer:
         self.stopping.set()
         self.thread.join(30)
         return list(self.sent)
+
+
+def wait_for_run(
+    what: str,
+    probe: Callable[[], bool],
+    run: subprocess.Popen[bytes],
+    said: Path,
+    timeout: float,
+    *,
+    where: Callable[[], str] = lambda: "",
+    give_up: Callable[[], str | None] = lambda: None,
+) -> None:
+    """Poll `probe` until it holds while a background `distributary run` (stderr in `said`)
+    goes on; fail with what the run said when it exits, when `give_up()` names a reason, or
+    after `timeout` seconds. `where()` adds what the test saw to each failure."""
+    deadline = time.monotonic() + timeout
+    seen = lambda: f" ({where()})" if where() else ""  # noqa: E731
+    while time.monotonic() < deadline:
+        if probe():
+            return
+        if run.poll() is not None:
+            pytest.fail(
+                f"the run exited while waiting until {what}{seen()}: {said.read_text()[-3000:]}"
+            )
+        reason = give_up()
+        if reason is not None:
+            pytest.fail(f"{reason} while waiting until {what}")
+        time.sleep(0.5)
+    pytest.fail(f"not {what} after {timeout:.0f}s{seen()}: {said.read_text()[-3000:]}")

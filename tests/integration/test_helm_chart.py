@@ -177,6 +177,11 @@ VARIANTS = [
         {"watchNamespaces": ["team-a"], "strimzi": {"namespace": "kafka"}},
         id="strimzi+spark-operator+namespace",
     ),
+    pytest.param({"checkpoints": {"root": "s3a://bucket/checkpoints"}}, id="object-store"),
+    pytest.param(
+        {"checkpoints": {"claim": {"create": False, "name": "shared-checkpoints"}}},
+        id="existing-claim",
+    ),
 ]
 
 
@@ -261,6 +266,8 @@ def test_defaults_render_the_cli_contract(helm: str, tmp_path: Path) -> None:
     }
     assert plain_env(objects) == {
         "DISTRIBUTARY_STRIMZI_NAMESPACE": NAMESPACE,
+        "DISTRIBUTARY_CHECKPOINT_CLAIM": f"{FULLNAME}-checkpoints",
+        "DISTRIBUTARY_CHECKPOINT_MOUNT_PATH": "/var/lib/distributary/checkpoints",
         "DISTRIBUTARY_RECONCILE_INTERVAL": "60",
         "DISTRIBUTARY_LOG_LEVEL": "info",
         "DISTRIBUTARY_KAFKA_SECURITY_PROTOCOL": "PLAINTEXT",
@@ -274,7 +281,7 @@ def test_direct_local_and_namespaces_become_flags(helm: str, tmp_path: Path) -> 
         "kafka": {"bootstrapServers": "b1:9092,b2:9092"},
         "watchNamespaces": ["team-a", "team-b"],
         "spark": {"jobImage": "registry.example/spark:1", "driverServiceAccount": "spark"},
-        "checkpointRoot": "s3a://bucket/checkpoints",
+        "checkpoints": {"root": "s3a://bucket/checkpoints"},
         "intervals": {"observeSeconds": 2.5, "reconcileSeconds": 30},
         "logLevel": "debug",
     }
@@ -383,6 +390,86 @@ def test_template_leaves_the_crds_to_helm_install(helm: str, tmp_path: Path) -> 
     }
 
 
+def claims(objects: list[Manifest]) -> list[Manifest]:
+    return [o for o in objects if o["kind"] == "PersistentVolumeClaim"]
+
+
+def checkpoint_env(objects: list[Manifest]) -> dict[str, str]:
+    return {name: v for name, v in plain_env(objects).items() if "CHECKPOINT" in name}
+
+
+def test_by_default_checkpoints_go_to_a_claim_the_chart_makes_and_keeps(
+    helm: str, tmp_path: Path
+) -> None:
+    objects = render(helm, tmp_path)
+    (claim,) = claims(objects)
+    name = f"{FULLNAME}-checkpoints"
+    assert claim["metadata"]["name"] == name
+    assert claim["metadata"]["namespace"] == NAMESPACE
+    assert claim["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert claim["spec"]["resources"] == {"requests": {"storage": "10Gi"}}
+    assert "storageClassName" not in claim["spec"]  # the cluster's default class
+    env = checkpoint_env(objects)
+    assert env == {
+        "DISTRIBUTARY_CHECKPOINT_CLAIM": name,
+        "DISTRIBUTARY_CHECKPOINT_MOUNT_PATH": "/var/lib/distributary/checkpoints",
+    }
+    # The root lies under the mount path, so the operator accepts it.
+    root = flags(objects)["--checkpoint-root"][0]
+    assert root.removeprefix("file://").startswith(env["DISTRIBUTARY_CHECKPOINT_MOUNT_PATH"])
+
+
+def test_the_claim_is_made_in_each_watched_namespace_with_its_settings(
+    helm: str, tmp_path: Path
+) -> None:
+    values = {
+        "watchNamespaces": ["team-a", "team-b"],
+        "checkpoints": {
+            "root": "file:///mnt/ck/root",
+            "claim": {"mountPath": "/mnt/ck", "size": "200Gi", "storageClassName": "nfs"},
+        },
+    }
+    objects = render(helm, tmp_path, values)
+    made = claims(objects)
+    assert sorted(c["metadata"]["namespace"] for c in made) == ["team-a", "team-b"]
+    for claim in made:
+        assert claim["spec"]["storageClassName"] == "nfs"
+        assert claim["spec"]["resources"] == {"requests": {"storage": "200Gi"}}
+    assert checkpoint_env(objects)["DISTRIBUTARY_CHECKPOINT_MOUNT_PATH"] == "/mnt/ck"
+    assert flags(objects)["--checkpoint-root"] == ["file:///mnt/ck/root"]
+
+
+def test_an_object_store_root_needs_no_claim(helm: str, tmp_path: Path) -> None:
+    objects = render(helm, tmp_path, {"checkpoints": {"root": "gs://bucket/checkpoints"}})
+    assert claims(objects) == []
+    assert checkpoint_env(objects) == {}
+    assert flags(objects)["--checkpoint-root"] == ["gs://bucket/checkpoints"]
+
+
+def test_an_existing_claim_is_mounted_and_not_made(helm: str, tmp_path: Path) -> None:
+    values = {"checkpoints": {"claim": {"create": False, "name": "shared-checkpoints"}}}
+    objects = render(helm, tmp_path, values)
+    assert claims(objects) == []
+    assert checkpoint_env(objects)["DISTRIBUTARY_CHECKPOINT_CLAIM"] == "shared-checkpoints"
+
+
+def test_node_local_checkpoints_only_when_allowed(helm: str, tmp_path: Path) -> None:
+    values: Manifest = {"checkpoints": {"claim": {"create": False}}}
+    assert checkpoint_env(render(helm, tmp_path, values)) == {}
+    values["checkpoints"]["allowNodeLocal"] = True
+    objects = render(helm, tmp_path, values)
+    assert claims(objects) == []
+    assert checkpoint_env(objects) == {"DISTRIBUTARY_ALLOW_NODE_LOCAL_CHECKPOINTS": "true"}
+
+
+def test_the_local_runtime_makes_and_mounts_no_claim(helm: str, tmp_path: Path) -> None:
+    values = {"sparkRuntime": "local", "checkpoints": {"claim": {"storageClassName": "nfs"}}}
+    objects = render(helm, tmp_path, values)
+    assert claims(objects) == []
+    assert checkpoint_env(objects) == {}
+
+
 SCHEMA_ERROR = "values don't meet the specifications of the schema"
 
 
@@ -405,6 +492,17 @@ SCHEMA_ERROR = "values don't meet the specifications of the schema"
             {"intervals": {"observeSeconds": 0.5}}, "/intervals/observeSeconds", id="interval"
         ),
         pytest.param({"topicBakend": "direct"}, "topicBakend", id="misspelt-key"),
+        pytest.param(
+            {"checkpoints": {"claim": {"mountPath": "checkpoints"}}},
+            "/checkpoints/claim/mountPath",
+            id="relative-mount-path",
+        ),
+        pytest.param(
+            {"checkpoints": {"claim": {"size": "lots"}}}, "/checkpoints/claim/size", id="size"
+        ),
+        pytest.param(
+            {"checkpoints": {"root": "/var/lib/checkpoints"}}, "/checkpoints/root", id="root"
+        ),
     ],
 )
 def test_schema_refuses_bad_values(helm: str, tmp_path: Path, values: Manifest, field: str) -> None:

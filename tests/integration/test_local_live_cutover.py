@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from tests.integration.spark_pipelines import SteadyProducer, read_topic
+from tests.integration.spark_pipelines import wait_for_run as wait_until
 from tests.integration.test_local_run import ROOT, distributary, summary_of
 
 from distributary.local.broker import EmbeddedBroker
@@ -49,19 +50,6 @@ def view_status(state: Path) -> dict[str, Any]:
     return dict((views.get("default/ll-big") or {}).get("status") or {})
 
 
-def wait_until(
-    what: str, probe: Any, run: subprocess.Popen[bytes], said: Path, timeout: float
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if probe():
-            return
-        if run.poll() is not None:
-            pytest.fail(f"the run exited while waiting until {what}: {said.read_text()[-3000:]}")
-        time.sleep(0.5)
-    pytest.fail(f"not {what} after {timeout:.0f}s: {said.read_text()[-3000:]}")
-
-
 def read_all(state: Path, total: int) -> bool:
     """Whether the serving revision has read `total` records and lags by none."""
     status = view_status(state)
@@ -71,10 +59,12 @@ def read_all(state: Path, total: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def live(
-    tmp_path_factory: pytest.TempPathFactory, broker: EmbeddedBroker
-) -> tuple[list[dict[str, Any]], int, dict[str, Any]]:
-    folder = tmp_path_factory.mktemp("live")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("live")
+
+
+@pytest.fixture(scope="module")
+def live(folder: Path, broker: EmbeddedBroker) -> tuple[list[dict[str, Any]], int, dict[str, Any]]:
     pipeline = folder / "pipeline"
     pipeline.mkdir()
     (pipeline / "pipeline.yaml").write_text(PIPELINE.replace("THRESHOLD", "10"))
@@ -95,6 +85,13 @@ def live(
         broker.bootstrap_servers, "ll-events", first=len(first_records)
     ).start()
     said = folder / "run.stderr"
+    # A reader follows the view's output from here, as `distributary tail --follow` does.
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "distributary.cli", "tail", "ll-big", "-f", "-n", "0", *common[1:]],
+        cwd=ROOT,
+        stdout=open(folder / "tail.stdout", "wb"),  # noqa: SIM115 (closed with the process)
+        stderr=open(folder / "tail.stderr", "wb"),  # noqa: SIM115
+    )
     with open(said, "wb") as err:
         run = subprocess.Popen(
             [sys.executable, "-m", "distributary.cli", "run", *common, "--cores", "2"],
@@ -122,7 +119,10 @@ def live(
             said,
             timeout=240,
         )
+        time.sleep(3)  # the follower reads what revision 2 wrote last
     finally:
+        follower.send_signal(signal.SIGINT)
+        follower.wait(60)
         run.send_signal(signal.SIGTERM)
         run.wait(120)
     return records, sent_at_cutover, view_status(state)
@@ -150,3 +150,35 @@ def test_revision_2_holds_exactly_what_the_new_query_makes_of_every_record(
     assert written == Counter(
         (r["id"], r["user"], r["amount"]) for r in records if r["amount"] >= 15
     )
+
+
+def tailed(line: str) -> tuple[int, int, str]:
+    """(partition, offset, value) of a line `distributary tail` printed."""
+    place, _key, value = line.split(" ", 2)
+    partition, offset = place.split("/")
+    return int(partition), int(offset), value
+
+
+def test_a_follower_switches_at_the_cutover_and_sees_revision_2_whole(
+    live: tuple[list[dict[str, Any]], int, dict[str, Any]], folder: Path, broker: EmbeddedBroker
+) -> None:
+    said = (folder / "tail.stderr").read_text()
+    assert said.count("a new revision serves from topic ll-big.r2 (was ll-big.r1)") == 1, said
+    lines = [tailed(line) for line in (folder / "tail.stdout").read_text().splitlines()]
+    revision_2 = [
+        (r.partition, r.offset, r.value.decode())
+        for r in read_topic(broker.bootstrap_servers, "ll-big.r2")
+        if r.value
+    ]
+    before, after = lines[: len(lines) - len(revision_2)], lines[len(lines) - len(revision_2) :]
+    # After the switch: revision 2 whole, from its first record, each once.
+    assert Counter(after) == Counter(revision_2)
+    # Before it: records revision 1 wrote while it served, each once, none of revision 2's.
+    revision_1 = {
+        (r.partition, r.offset, r.value.decode())
+        for r in read_topic(broker.bootstrap_servers, "ll-big.r1")
+        if r.value
+    }
+    assert before, "the follower saw nothing of revision 1 before the cutover"
+    assert set(before) <= revision_1
+    assert len(set(before)) == len(before)

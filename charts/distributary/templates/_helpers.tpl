@@ -101,3 +101,27 @@ namespace. Each rule is what the operator does, nothing more:
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 {{- end }}
 {{- end }}
+
+{{/*
+The checkpoint claim every SparkApplication mounts, or nothing: only under spark-operator and with
+a file:// root (an object store needs none); the chart's own name when it makes the claim.
+*/}}
+{{- define "distributary.checkpointClaim" -}}
+{{- $checkpoints := .Values.checkpoints -}}
+{{- if and (eq .Values.sparkRuntime "spark-operator") (hasPrefix "file:" $checkpoints.root) -}}
+{{- if $checkpoints.claim.create -}}
+{{- default (printf "%s-checkpoints" (include "distributary.fullname" .)) $checkpoints.claim.name | trunc 253 -}}
+{{- else -}}
+{{- $checkpoints.claim.name -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
+
+{{/* The namespaces the chart makes the checkpoint claim in, as a JSON list. */}}
+{{- define "distributary.checkpointNamespaces" -}}
+{{- if .Values.watchNamespaces -}}
+{{- toJson .Values.watchNamespaces -}}
+{{- else -}}
+{{- toJson (list .Release.Namespace) -}}
+{{- end -}}
+{{- end }}

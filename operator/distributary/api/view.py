@@ -35,6 +35,20 @@ from distributary.api.common import (
 from distributary.api.log import Retention
 
 
+class Watermark(ApiModel):
+    """The input's event time, and how late a record may arrive and still be counted."""
+
+    column: SqlIdentifier = Field(
+        description="A TIMESTAMP column of the input Log's schema that holds when each event "
+        "happened."
+    )
+    delay: Duration = Field(
+        description="How far behind the latest event time seen a record may be and still count "
+        "(e.g. 30s, 10m): the watermark is the latest event time minus this. A window ends when "
+        "the watermark passes it; records older than the watermark are dropped."
+    )
+
+
 class ViewInput(ApiModel):
     """A log the view reads, and the name it has in the SQL."""
 
@@ -43,6 +57,12 @@ class ViewInput(ApiModel):
     starting_position: Position = Field(
         default_factory=Position,
         description="Where to start when there is no checkpoint and no committed offset.",
+    )
+    watermark: Watermark | None = Field(
+        default=None,
+        description="The input's event-time column and allowed lateness. An append view that "
+        "aggregates needs one on the column it groups by window(...): each window is written "
+        "once, when the watermark passes its end, and its state is dropped.",
     )
 
 
@@ -178,6 +198,11 @@ class RewindStatus(StatusModel):
     completed_at: str | None = Field(
         default=None, json_schema_extra={"format": "date-time"}, description="When it was done."
     )
+    rebuilt_as: int | None = Field(
+        default=None,
+        description="The revision that rebuilds the view from the start of its inputs instead: "
+        "a view that keeps state is not moved, since it would go on from empty state.",
+    )
 
 
 class ViewSpec(ApiModel):
@@ -281,6 +306,18 @@ class Revision(StatusModel):
     )
     checkpoint: str | None = Field(
         default=None, description="The checkpoint's folder under the revision's, after a rewind."
+    )
+    reason: Literal["CheckpointLost", "Rewind"] | None = Field(
+        default=None,
+        description="Why it started with the definition of the revision before it: that one "
+        "keeps state its checkpoint lost (CheckpointLost) or was asked to rewind (Rewind), so "
+        "this one rebuilds the state from the start of the inputs.",
+    )
+    checkpoint_lost: str | None = Field(
+        default=None,
+        json_schema_extra={"format": "date-time"},
+        description="When its runner found its checkpoint gone after its group had read "
+        "records; a view that keeps state does not resume on empty state, so it runs no more.",
     )
     input_rate: float | None = Field(
         default=None,

@@ -17,6 +17,7 @@ from distributary.api.job import StreamJob
 from distributary.api.view import DerivedView
 from distributary.backends.base import Owner, RevisionApp
 from distributary.kube.resources import Kube
+from distributary.plan.checkpoint_storage import CheckpointClaim
 from distributary.plan.children import holds
 from distributary.plan.runner_spec import RunnerSpec
 from distributary.plan.spark import (
@@ -25,6 +26,7 @@ from distributary.plan.spark import (
     application_name,
     label_value,
     spark_application,
+    with_checkpoint_claim,
 )
 from distributary.plan.spark_state import AppState, spark_application_state
 
@@ -32,11 +34,13 @@ KIND = "SparkApplication"
 
 
 class SparkOperatorRuntime:
-    """Runs revisions as SparkApplications through `kube`; views' default job image `image`."""
+    """Runs revisions as SparkApplications through `kube`; views' default job image `image`;
+    `claim`, when given, mounted into every driver and executor (where checkpoints go)."""
 
-    def __init__(self, kube: Kube, image: str) -> None:
+    def __init__(self, kube: Kube, image: str, claim: CheckpointClaim | None = None) -> None:
         self.kube = kube
         self.image = image
+        self.claim = claim
 
     def view_app(self, view: DerivedView, runner: RunnerSpec) -> RevisionApp:
         """The view revision's SparkApplication, with the job image unless the spec names one."""
@@ -70,6 +74,8 @@ class SparkOperatorRuntime:
             wanted = manifest()
             if wanted is None:
                 return state()
+            if self.claim is not None:
+                wanted = with_checkpoint_claim(wanted, self.claim)
             current = read.pop("app", None)
             if current is not None and holds(current, wanted):
                 return spark_application_state(current)

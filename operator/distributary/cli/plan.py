@@ -50,7 +50,9 @@ def _describe_view(planned: PlannedView, pipeline: Pipeline) -> list[str]:
     view = pipeline.views[planned.view]
     spark = view.spec.spark
     reads = ", ".join(
-        f"{i.topic} as {i.alias} from {i.starting_position.kind}" for i in runner.inputs
+        f"{i.topic} as {i.alias} from {i.starting_position.kind}"
+        + (f", watermark {i.watermark.column} - {i.watermark.delay_ms}ms" if i.watermark else "")
+        for i in runner.inputs
     )
     output = runner.output
     writes = (

@@ -1,14 +1,17 @@
 """`distributary tail`: the last records of a log, and (with -f) the ones that follow.
 
 Records are read from the log's serving topic, found as every command finds it
-(`cli.named_log`): a view's output is read where its serving revision writes. On a stopped run,
-`tail` starts the run's embedded broker just long enough to read.
+(`cli.named_log`): a view's output is read where its serving revision writes, and with `--follow`
+where it writes after each cutover. On a stopped run, `tail` starts the run's embedded broker just
+long enough to read.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+import functools
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,8 @@ from distributary.graph import Pipeline
 from distributary.kafka.records import MissingTopicError, Record, TopicReader
 from distributary.local.state import RunState, find_run_state
 
+SWITCH_CHECK_SECONDS = 1.0  # how often a follower looks for a cutover
+
 
 def _tail_topic(
     given: str, paths: Sequence[Path], state: RunState | None, pipeline: list[Pipeline]
@@ -39,6 +44,20 @@ def _tail_topic(
         pipeline.append(pipeline_for(paths, state))  # loaded once, for every log that needs it
     ref, found = find_log(pipeline[0], given, state)
     return ref.name, serving_topic(ref, found, state), pipeline[0].is_derived(ref)
+
+
+def _served(state_dir: Path, targets: Sequence[tuple[str, str, bool]]) -> dict[str, str]:
+    """The serving topic of each followed log, as the run records it now (a view's output
+    moves at each cutover; a log of its own never does)."""
+    state = find_run_state(state_dir)
+    if state is None:
+        return {}
+    found = {}
+    for name, _, _ in targets:
+        served = state.logs.get(name)
+        if served is not None:
+            found[name] = served.topic
+    return found
 
 
 def _line(record: Record, prefix: str) -> str:
@@ -63,15 +82,50 @@ def _show_tail(
     return positions
 
 
+def _past(moment: float) -> bool:
+    return time.monotonic() > moment
+
+
+def _switches(
+    targets: list[tuple[str, str, bool]], served: Mapping[str, str]
+) -> list[tuple[int, str]]:
+    """(index, new topic) of every followed log whose serving topic moved to `served`'s."""
+    return [
+        (index, served[name])
+        for index, (name, topic, _) in enumerate(targets)
+        if served.get(name) not in (None, topic)
+    ]
+
+
 def _follow(
-    reader: TopicReader, targets: Sequence[tuple[str, str, bool]], positions: dict[str, Any]
+    reader: TopicReader,
+    targets: list[tuple[str, str, bool]],
+    positions: dict[str, Any],
+    serving: Callable[[], Mapping[str, str]],
 ) -> None:
-    names = {topic: name for name, topic, _ in targets}
+    """Print records as they come. A view's output is followed across cutovers: when
+    `serving()` names a new serving topic, the old one is left at the cutover and the new
+    revision's topic read from its start, so the output shows each revision whole, never one
+    that is still catching up."""
     shown = ", ".join(f"{name} (topic {topic})" for name, topic, _ in targets)
     click.echo(f"following {shown}; Ctrl-C to stop", err=True)
     with contextlib.suppress(KeyboardInterrupt):
-        for record in reader.follow(positions):
-            click.echo(_line(record, f"{names[record.topic]} " if len(targets) > 1 else ""))
+        while True:
+            names = {topic: name for name, topic, _ in targets}
+            stop = functools.partial(_past, time.monotonic() + SWITCH_CHECK_SECONDS)
+            for record in reader.follow(positions, stop=stop):
+                click.echo(_line(record, f"{names[record.topic]} " if len(targets) > 1 else ""))
+                positions.setdefault(record.topic, {})[record.partition] = record.offset + 1
+            for index, topic in _switches(targets, serving()):
+                name, old, _ = targets[index]
+                click.echo(
+                    f"{name}: a new revision serves from topic {topic} (was {old}); "
+                    "reading it from its start",
+                    err=True,
+                )
+                positions.pop(old, None)
+                positions[topic] = {p: low for p, (low, _) in reader.watermarks(topic).items()}
+                targets[index] = (name, topic, True)
 
 
 @click.command()
@@ -99,6 +153,8 @@ def tail(
 
     Records are read from the log's serving topic (a view's output: its serving revision's) and
     merged across partitions in timestamp order; a deleted key's tombstone shows as (deleted).
+    With --follow, a view's output is followed across cutovers: when a new revision serves, its
+    topic is read from the start (said on stderr), so each revision shows whole.
     """
     state = find_run_state(state_dir)
     loaded: list[Pipeline] = []
@@ -109,4 +165,4 @@ def tail(
     ):
         positions = _show_tail(reader, targets, count)
         if follow:
-            _follow(reader, targets, positions)
+            _follow(reader, targets, positions, lambda: _served(state_dir, targets))

@@ -5,19 +5,24 @@ What a view's or job's reconcile does is `reconcile.view`'s and `reconcile.job`'
 (`status.py`, written onto the version read), Kubernetes events, the view's namespace as kopf's
 indexes hold it, and its output Log as a child resource whose status names the serving topic. A
 reconcile that must wait is run again by kopf after the delay it asks for; one whose status changed
-under it, at once from the new one.
+under it, at once from the new one. One that fails unexpectedly (a bug, an error nothing caught)
+leaves the resource Stalled with `ReconcileError` and a Warning event, is logged in one line (the
+traceback at debug level) and runs again with back-off (`reconcile.failures`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
 from distributary.controllers import metrics
+from distributary.controllers.events import KubeEvents
 from distributary.controllers.indexes import (
     indexes_of,
     namespace_indexes,
@@ -27,22 +32,24 @@ from distributary.controllers.status import StatusRecorder
 from distributary.plan.children import holds
 from distributary.plan.lifecycle import read_topics
 from distributary.plan.view_plan import namespace_pipeline, planning_bodies, reprocessing_outputs
+from distributary.reconcile.failures import (
+    RECONCILE_ERROR,
+    ReconcileFailedError,
+    failure_message,
+    failure_status,
+    retry_delay,
+)
 from distributary.reconcile.job import reconcile_job
 from distributary.reconcile.ports import Lineage, StatusConflictError, TryAgain
 from distributary.reconcile.view import reconcile_view
 
 CONFLICT_RETRY = 1.0  # seconds before a reconcile whose status changed under it runs again
+LOGGER = logging.getLogger("distributary.reconcile")
 
 
-@dataclass(frozen=True)
-class KubeEvents:
-    """A resource's events, posted by kopf."""
-
-    body: kopf.Body
-
-    def info(self, reason: str, message: str) -> None:
-        """A Normal event on the resource."""
-        kopf.info(self.body, reason=reason, message=message)
+class ReconcileError(kopf.TemporaryError):
+    """A reconcile that failed unexpectedly, retried by kopf after its back-off (counted as an
+    error, not a wait, in the metrics)."""
 
 
 @dataclass(frozen=True)
@@ -96,23 +103,60 @@ class Namespace:
 
 
 async def reconcile_resource(
-    body: kopf.Body, services: OperatorServices, indexes: Any, old_spec: Any = None
+    body: kopf.Body,
+    services: OperatorServices,
+    indexes: Any,
+    old_spec: Any = None,
+    attempt: int = 0,
 ) -> None:
     """One reconcile of a view or job as the operator runs it (`reconcile.view` or
-    `reconcile.job`), its status written onto the version `body` was read at."""
+    `reconcile.job`), its status written onto the version `body` was read at. An unexpected
+    failure (`attempt` failed tries before this one) is recorded on the resource and raised as
+    `ReconcileFailedError` with its back-off; `TryAgain` and `StatusConflictError` pass."""
     meta = body.get("metadata") or {}
-    world = Namespace.of(services, indexes, str(meta.get("namespace")))
     store = StatusRecorder.of(services.kube, body)
-    events = KubeEvents(body)
-    reconcile = reconcile_view if body.get("kind") == "DerivedView" else reconcile_job
-    await reconcile(body, services, store, world, events, old_spec)
+    try:
+        world = Namespace.of(services, indexes, str(meta.get("namespace")))
+        events = KubeEvents(services.kube, body)
+        reconcile = reconcile_view if body.get("kind") == "DerivedView" else reconcile_job
+        await reconcile(body, services, store, world, events, old_spec)
+    except (TryAgain, StatusConflictError):
+        raise
+    except Exception as exc:
+        raise await recorded_failure(body, store, exc, attempt) from exc
+
+
+async def recorded_failure(
+    body: kopf.Body, store: StatusRecorder, exc: Exception, attempt: int
+) -> ReconcileFailedError:
+    """Say that the reconcile of `body` failed (`attempt` failed tries before): Stalled with
+    `ReconcileError` in its status, a Warning event, the traceback in the debug log; the error
+    to raise, with its one line and its back-off."""
+    delay = retry_delay(attempt)
+    meta = body.get("metadata") or {}
+    kind, name = str(body.get("kind")), f"{meta.get('namespace')}/{meta.get('name')}"
+    message = failure_message(kind, name, exc, "it is retried with back-off")
+    LOGGER.debug("the reconcile of %s %s failed", kind, name, exc_info=exc)
+    generation = int(meta.get("generation") or 0)
+    patch = failure_status(store.status, message, generation, datetime.now(UTC))
+    try:
+        if patch is not None:
+            await store.record_ahead(patch)
+    except Exception as failed:  # the status stays as it was; the retry writes it
+        LOGGER.debug("recording the failure of %s %s: %s", kind, name, failed)
+    KubeEvents(store.kube, body).warn(RECONCILE_ERROR, message)
+    return ReconcileFailedError(f"{message}; again in {delay:.0f}s", delay)
 
 
 async def handle(kind: str, body: kopf.Body, memo: kopf.Memo, old: Any, found: Any) -> None:
-    """A kopf handler's reconcile: waiting and conflicts become kopf's retries."""
+    """A kopf handler's reconcile: waiting, conflicts and unexpected failures (after their
+    `retry`-th try, which sets the back-off) become kopf's retries."""
     with metrics.reconciling(kind):
         try:
-            await reconcile_resource(body, memo.services, indexes_of(found), old)
+            attempt = int(found.get("retry") or 0)
+            await reconcile_resource(body, memo.services, indexes_of(found), old, attempt)
+        except ReconcileFailedError as exc:  # recorded on the resource; one line in the log
+            raise ReconcileError(str(exc), delay=exc.delay) from None
         except TryAgain as exc:
             raise kopf.TemporaryError(str(exc), delay=exc.delay) from exc
         except StatusConflictError as exc:

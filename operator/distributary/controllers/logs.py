@@ -25,6 +25,8 @@ import kopf
 from distributary.api import ResourceError, owner_of, parse_resource
 from distributary.api.log import Log
 from distributary.controllers import metrics
+from distributary.controllers.events import KubeEvents
+from distributary.controllers.handling import ReconcileError, recorded_failure
 from distributary.controllers.indexes import GROUP, VERSION
 from distributary.controllers.services import OperatorServices
 from distributary.controllers.status import StatusRecorder
@@ -77,13 +79,20 @@ async def _apply(services: OperatorServices, log: Log, managed: Any) -> LogRecon
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """Make the topic as the spec says and record the outcome."""
+async def reconcile(body: kopf.Body, memo: kopf.Memo, retry: int = 0, **_: Any) -> None:
+    """Make the topic as the spec says and record the outcome; an unexpected failure becomes
+    a condition and an event, retried with back-off (`handling.recorded_failure`)."""
     with metrics.reconciling("Log"):
         try:
             await _reconcile(body, memo.services)
         except StatusConflictError as exc:
             raise kopf.TemporaryError(f"{exc}: reconciling again", delay=1.0) from exc
+        except kopf.TemporaryError:
+            raise
+        except Exception as exc:
+            recorder = StatusRecorder.of(memo.services.kube, body)
+            failure = await recorded_failure(body, recorder, exc, retry)
+            raise ReconcileError(str(failure), delay=failure.delay) from None
 
 
 async def _reconcile(body: kopf.Body, services: OperatorServices) -> None:
@@ -99,10 +108,11 @@ async def _reconcile(body: kopf.Body, services: OperatorServices) -> None:
         result = await _apply(services, found, status.get("managedConfigs"))
     await recorder.finish(log_status(result, status, datetime.now(UTC)))
     if result.plan is not None:
+        events = KubeEvents(services.kube, body)
         for action in result.plan.actions:
-            kopf.info(body, reason=type(action).__name__, message=f"Topic {result.topic}: {action}")
+            events.info(type(action).__name__, f"Topic {result.topic}: {action}")
         for refusal in result.plan.refusals:
-            kopf.warn(body, reason=refusal.reason, message=refusal.message)
+            events.warn(refusal.reason, refusal.message)
     if result.unreachable is not None:
         raise kopf.TemporaryError(result.unreachable, delay=RETRY_SECONDS)
     if result.waiting is not None:  # another controller acts (Strimzi): look again soon
@@ -128,6 +138,7 @@ async def delete_topic(
     """With `deletionPolicy: Delete`, delete the topic (the user asked for it); a view's output
     Log takes every revision's topic and the view's dead-letter topic with it."""
     services: OperatorServices = memo.services
+    events = KubeEvents(services.kube, body)
     spec = body.get("spec") or {}
     found = _log(body)
     if isinstance(found, Log):
@@ -147,13 +158,9 @@ async def delete_topic(
     if left:
         # Let the Log go rather than block its namespace's deletion forever; say so loudly.
         reasons = "; ".join(f"{topic}: {exc}" for topic, exc in left.items())
-        kopf.warn(
-            body, reason="TopicLeftBehind", message=f"{_named(list(left))} not deleted: {reasons}"
-        )
+        events.warn("TopicLeftBehind", f"{_named(list(left))} not deleted: {reasons}")
         return
-    kopf.info(
-        body, reason="TopicDeleted", message=f"{_named(topics)} deleted (deletionPolicy: Delete)."
-    )
+    events.info("TopicDeleted", f"{_named(topics)} deleted (deletionPolicy: Delete).")
 
 
 def _named(topics: Sequence[str]) -> str:

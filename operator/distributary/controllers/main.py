@@ -21,6 +21,7 @@ from distributary.controllers import metrics
 from distributary.controllers.observer import application_changed, observe_forever
 from distributary.controllers.services import build
 from distributary.controllers.settings import DEFAULT_STATE_DIR, OperatorSettings
+from distributary.plan.checkpoint_storage import DEFAULT_MOUNT_PATH, CheckpointClaim
 from distributary.plan.pipeline import (
     DEFAULT_CHECKPOINT_ROOT,
     DEFAULT_IMAGE,
@@ -143,6 +144,27 @@ def _configure(settings: kopf.OperatorSettings) -> None:
     help="Where revisions checkpoint: storage every driver reaches (s3a://, a shared volume).",
 )
 @click.option(
+    "--checkpoint-claim",
+    default="",
+    envvar="DISTRIBUTARY_CHECKPOINT_CLAIM",
+    help="A PersistentVolumeClaim (in each pipeline's namespace) that every SparkApplication "
+    "mounts into its driver and executors, for a checkpoint root under its mount path.",
+)
+@click.option(
+    "--checkpoint-mount-path",
+    default=DEFAULT_MOUNT_PATH,
+    show_default=True,
+    envvar="DISTRIBUTARY_CHECKPOINT_MOUNT_PATH",
+    help="Where drivers and executors mount the checkpoint claim.",
+)
+@click.option(
+    "--allow-node-local-checkpoints",
+    is_flag=True,
+    envvar="DISTRIBUTARY_ALLOW_NODE_LOCAL_CHECKPOINTS",
+    help="Run views and jobs under spark-operator even with checkpoints on each driver's own "
+    "disk, which a restarted driver loses (refused otherwise).",
+)
+@click.option(
     "--state-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=DEFAULT_STATE_DIR,
@@ -194,6 +216,9 @@ def operator(
     spark_runtime: str,
     image: str,
     checkpoint_root: str,
+    checkpoint_claim: str,
+    checkpoint_mount_path: str,
+    allow_node_local_checkpoints: bool,
     state_dir: Path,
     namespaces: tuple[str, ...],
     observe_interval: float,
@@ -212,12 +237,22 @@ def operator(
         spark_runtime="local" if spark_runtime == "local" else "spark-operator",
         image=image,
         checkpoint_root=checkpoint_root,
+        checkpoint_claim=(
+            CheckpointClaim(checkpoint_claim, checkpoint_mount_path) if checkpoint_claim else None
+        ),
+        allow_node_local_checkpoints=allow_node_local_checkpoints,
         state_dir=state_dir,
         observe_interval=observe_interval,
         namespaces=namespaces,
     )
     # The one place the topic backend and the Spark runtime are chosen (`services.build`).
     services = build(settings)
+    if services.checkpoint_problem is not None:
+        click.echo(
+            f"distributary operator: every view and job is refused (Stalled, "
+            f"{services.checkpoint_problem.reason}): {services.checkpoint_problem.message}",
+            err=True,
+        )
 
     @kopf.on.startup()
     async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:

@@ -27,6 +27,7 @@ from distributary.kafka.admin import KafkaAdminError
 from distributary.kube.resources import KubeError
 from distributary.plan.log_status import offsets_status, subscribers
 from distributary.plan.positions import Watermarks
+from distributary.reconcile.failures import ReconcileFailedError
 from distributary.reconcile.ports import StatusConflictError, TryAgain
 
 API = GROUP_VERSION
@@ -124,8 +125,11 @@ async def _observe(services: OperatorServices, item: dict[str, Any], indexes: An
     try:
         # Status is written only onto the version this round read: a newer one (a handler's
         # write-ahead record, a cutover) is never overwritten; the next round starts from it.
-        with contextlib.suppress(TryAgain):  # the status says what is awaited
-            await reconcile_resource(body, services, indexes)
+        await reconcile_resource(body, services, indexes)
+    except ReconcileFailedError as exc:  # recorded on the resource; the next round tries again
+        LOGGER.warning("observing %s %s/%s: %s", item["kind"], namespace, name, exc)
+    except TryAgain:
+        pass  # the status says what is awaited
     except StatusConflictError:
         return False
     except KubeError as exc:

@@ -21,6 +21,7 @@ from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.history import lost_input_history
 from distributary.kafka.progress import ProgressReader
 from distributary.kube.resources import Kube
+from distributary.plan.checkpoint_storage import checkpoint_problem
 from distributary.plan.progress import PROGRESS_TOPIC
 from distributary.reconcile.ports import Services
 
@@ -50,7 +51,7 @@ def build(settings: OperatorSettings) -> OperatorServices:
     if settings.spark_runtime == "local":
         runtime = LocalSparkRuntime(LocalRuntime(settings.state_dir))
     else:
-        runtime = SparkOperatorRuntime(api, settings.image)
+        runtime = SparkOperatorRuntime(api, settings.image, settings.checkpoint_claim)
     client = dict(settings.kafka_client)
 
     def lost_history(topics: Mapping[str, str]) -> str | None:
@@ -60,6 +61,12 @@ def build(settings: OperatorSettings) -> OperatorServices:
         settings=settings,
         kube=api,
         checkpoint_root=settings.checkpoint_root,
+        checkpoint_problem=checkpoint_problem(
+            settings.checkpoint_root,
+            settings.spark_runtime,
+            settings.checkpoint_claim,
+            allow_node_local=settings.allow_node_local_checkpoints,
+        ),
         bootstrap_servers=settings.bootstrap_servers,
         admin=admin,
         progress=ProgressReader(settings.bootstrap_servers, PROGRESS_TOPIC),

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from distributary.plan.checkpoint_storage import CheckpointClaim
 from distributary.plan.pipeline import (
     DEFAULT_CHECKPOINT_ROOT,
     DEFAULT_IMAGE,
@@ -69,6 +70,14 @@ class OperatorSettings:
 
     checkpoint_root: str = DEFAULT_CHECKPOINT_ROOT
     """Where revisions checkpoint: storage every driver reaches."""
+
+    checkpoint_claim: CheckpointClaim | None = None
+    """A PersistentVolumeClaim every SparkApplication mounts into its driver and executors, with
+    the checkpoint root under its mount path; None: none."""
+
+    allow_node_local_checkpoints: bool = False
+    """Run revisions under the spark-operator runtime even when their checkpoints are on each
+    driver's own disk (lost with the driver), instead of refusing them."""
 
     observe_interval: float = 30.0
     """Seconds from the start of one observe round to the start of the next."""

@@ -379,6 +379,40 @@ class KafkaAdmin:
             raise KafkaAdminError(f"{action} failed: {fix}", code="GROUP_HAS_MEMBERS")
         self._call(action, lambda t: self._alter_group(group, partitions, t), group=group)
 
+    def topic_names(self) -> set[str]:
+        """The names of every topic in the cluster."""
+        return self._call(
+            "listing the topics", lambda t: set(self._client.list_topics(timeout=t).topics)
+        )
+
+    def group_names(self) -> set[str]:
+        """The ids of every consumer group the cluster knows."""
+
+        def attempt(timeout: float) -> set[str]:
+            listed = result_within(
+                self._client.list_consumer_groups(request_timeout=timeout), timeout
+            )
+            return {str(g.group_id) for g in listed.valid}
+
+        return self._call("listing the consumer groups", attempt)
+
+    def broker_config(self, name: str) -> str | None:
+        """The value of broker setting `name` (e.g. `offsets.retention.minutes`) on a broker of
+        the cluster; None when the broker does not say."""
+
+        def attempt(timeout: float) -> str | None:
+            brokers = self._client.list_topics(timeout=timeout).brokers
+            if not brokers:
+                return None
+            resource = ConfigResource(ResourceType.BROKER, str(min(brokers)))
+            entries = _only(
+                self._client.describe_configs([resource], request_timeout=timeout), timeout
+            )
+            entry = entries.get(name)
+            return None if entry is None or entry.value is None else str(entry.value)
+
+        return self._call(f"reading the broker setting {name}", attempt)
+
     def lag(self, group: str, topics: Iterable[str]) -> Offsets:
         """Records `group` still has to read in each partition of `topics` (see
         `positions.partition_lag` for partitions it has not committed)."""

@@ -158,6 +158,27 @@ class Kube:
             raise self._unreachable(exc) from exc
         return applied
 
+    def create(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        """Create `manifest` (it names its apiVersion, kind, name and namespace); the object as
+        stored."""
+        api_version, kind = manifest["apiVersion"], manifest["kind"]
+        meta = manifest["metadata"]
+        what = _describe(kind, meta.get("namespace"), meta["name"])
+        resource = self._resource(api_version, kind)
+        try:
+            created: dict[str, Any] = self._client().create(
+                resource,
+                body=dict(manifest),
+                namespace=meta.get("namespace"),
+                _request_timeout=REQUEST_TIMEOUT,
+                serializer=_plain,
+            )
+        except ApiException as exc:
+            raise self._failure(exc, "creating", what, api_version) from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise self._unreachable(exc) from exc
+        return created
+
     def get(
         self, api_version: str, kind: str, namespace: str | None, name: str
     ) -> dict[str, Any] | None:

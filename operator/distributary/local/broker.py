@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -110,9 +111,12 @@ logger.server.level = INFO
 class EmbeddedBroker:
     """A single-node KRaft Kafka broker whose data lives under `state_dir`."""
 
-    def __init__(self, state_dir: Path, *, heap: str = "512m") -> None:
+    def __init__(
+        self, state_dir: Path, *, heap: str = "512m", settings: Mapping[str, str] | None = None
+    ) -> None:
         self.state_dir = state_dir.resolve()
         self.heap = heap
+        self.settings = dict(settings or {})  # server.properties beside (or over) the defaults
         self.port = 0
         self.controller_port = 0
         self._process: subprocess.Popen[bytes] | None = None
@@ -167,6 +171,7 @@ class EmbeddedBroker:
                     # Compaction and retention act within seconds, so tests can observe them.
                     "log.retention.check.interval.ms=5000",
                     "log.cleaner.backoff.ms=2000",
+                    *(f"{key}={value}" for key, value in self.settings.items()),
                     "",
                 ]
             )

@@ -13,18 +13,21 @@ second run resumes where the first stopped. Positions are read the way any Kafka
 them, from the revisions' consumer groups, and records/s from the progress topic.
 
 A view whose query fails is reported and restarted with back-off like any other application; the
-other views run on.
+other views run on. So does a view or job whose reconcile fails unexpectedly: it is reported on
+stderr and in its status (Stalled, `ReconcileError`), and tried again in later rounds with back-off
+(`reconcile.failures`), while the others are reconciled as usual.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +47,7 @@ from distributary.local.broker import EmbeddedBroker
 from distributary.local.revisions import LocalRevisions, refused, resource_key
 from distributary.local.runtime import PipelineRuntime
 from distributary.local.state import RunState, ServedLog, write_run_state
-from distributary.local.status import Snapshot, ViewNote, observe, problem_line
+from distributary.local.status import Snapshot, ViewNote, ViewRow, observe, problem_line
 from distributary.plan.conditions import Problem
 from distributary.plan.lifecycle import read_topics
 from distributary.plan.pipeline import PipelinePlan, PlanSettings, plan_pipeline
@@ -52,12 +55,20 @@ from distributary.plan.progress import PROGRESS_TOPIC
 from distributary.plan.runner_spec import RunnerSpec
 from distributary.plan.topics import DesiredTopic
 from distributary.plan.view_plan import reprocessing_outputs
+from distributary.reconcile.failures import (
+    failure_line,
+    failure_message,
+    failure_status,
+    retry_delay,
+)
 from distributary.reconcile.job import reconcile_job
-from distributary.reconcile.ports import Lineage, Services, TryAgain
+from distributary.reconcile.ports import Lineage, Services, StatusStore, TryAgain
 from distributary.reconcile.view import reconcile_view
 
 IDLE_SECONDS = 3.0  # inputs unchanged this long, and no lag: caught up
+WINDOW_SECONDS = 30.0  # the longest a view with a watermark is waited for to write its windows
 POLL_SECONDS = 1.0
+LOGGER = logging.getLogger("distributary.run")
 
 
 class RunError(DistributaryError, RuntimeError):
@@ -89,10 +100,12 @@ class PipelineFiles:
 
     def lineage(self, resource: Mapping[str, Any]) -> Lineage:
         """The files' graph, the topics the views' outputs serve now, and the outputs whose
-        view has a revision catching up."""
+        view, or a view upstream of it, has a revision catching up."""
         children = {name: LogStatus(topic_name=t) for name, t in self.served.items()}
         views = [
-            {"kind": "DerivedView", "spec": {"output": {"log": output.metadata.name}},
+            {"kind": "DerivedView",
+             "spec": {"output": {"log": output.metadata.name},
+                      "inputs": [{"log": item.log} for item in view.spec.inputs]},
              "metadata": {"name": view.metadata.name},
              "status": self.revisions.status("DerivedView", resource_key(view))}
             for ref, view in self.graph.views.items()
@@ -130,6 +143,7 @@ class LocalRun:
     runtime: PipelineRuntime | None = None
     files: PipelineFiles | None = None
     said: set[str] = field(default_factory=set)  # problems told already (reconciled every second)
+    failing: dict[str, tuple[int, float]] = field(default_factory=dict)  # failed tries, next due
     loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
 
     @property
@@ -227,15 +241,53 @@ class LocalRun:
             resource = self.pipeline.views.get(ref) or self.pipeline.jobs.get(ref)
             if resource is None:
                 continue
-            resource = self._localized(ref, resource)
-            body, old = self.revisions.read(resource)
+            key = f"{resource.kind}/{resource.metadata.namespace}/{resource.metadata.name}"
+            tries, due = self.failing.get(key, (0, 0.0))
+            if time.monotonic() < due:  # failed unexpectedly: tried again after its back-off
+                continue
             store = self.revisions.store(resource)
-            events = LocalEvents(resource.kind, resource.metadata.name, self.say)
-            reconcile = reconcile_view if resource.kind == "DerivedView" else reconcile_job
-            # On TryAgain its status says what it waits for; the next round tries again.
-            with contextlib.suppress(TryAgain):
+            try:
+                resource = self._localized(ref, resource)
+                body, old = self.revisions.read(resource)
+                store = self.revisions.store(resource)
+                events = LocalEvents(resource.kind, resource.metadata.name, self.say)
+                reconcile = reconcile_view if resource.kind == "DerivedView" else reconcile_job
                 await reconcile(body, self.services, store, self.files, events, old)
+            except TryAgain:
+                pass  # its status says what it waits for; the next round tries again
+            except Exception as exc:  # one resource's failure never stops the others
+                delay = retry_delay(tries)
+                self.failing[key] = (tries + 1, time.monotonic() + delay)
+                await self._record_failure(resource, store, exc, delay)
+                continue
+            self.failing.pop(key, None)
             self._say_problem(resource, store.status)
+
+    async def _record_failure(
+        self, resource: DerivedView | StreamJob, store: StatusStore, exc: Exception, delay: float
+    ) -> None:
+        """Say on stderr and in the status (Stalled, `ReconcileError`) that the reconcile of
+        `resource` failed; the traceback goes to the debug log."""
+        what = "view" if resource.kind == "DerivedView" else "job"
+        name = resource.metadata.name
+        LOGGER.debug("the reconcile of %s %s failed", what, name, exc_info=exc)
+        message = failure_message(what, name, exc, "it is tried again with back-off")
+        line = failure_line(exc)
+        self.say(f"{what} {name}: the reconcile failed unexpectedly ({line}); the others run on, "
+                 f"it is tried again in {delay:.0f}s")  # fmt: skip
+        try:
+            status = store.status
+            generation = int(self._entry_of(resource).get("generation") or 0)
+            patch = failure_status(status, message, generation, datetime.now(UTC))
+            if patch is not None:
+                await store.record_ahead(patch)
+        except Exception as failed:  # the next try writes it
+            LOGGER.debug("recording the failure of %s %s: %s", what, name, failed)
+
+    def _entry_of(self, resource: DerivedView | StreamJob) -> Mapping[str, Any]:
+        """The state folder's entry of `resource` (empty before its first round)."""
+        assert self.revisions is not None
+        return self.revisions.section(resource.kind).get(resource_key(resource)) or {}
 
     def _localized(self, ref: Ref, resource: DerivedView | StreamJob) -> DerivedView | StreamJob:
         """A job whose file is a relative path runs the file beside its pipeline file."""
@@ -358,24 +410,40 @@ class LocalRun:
 
 class CaughtUp:
     """Decides when a pipeline has caught up: no view or job lags and no input moved for a
-    while; a view that failed is done with, and the run says so."""
+    while; a view that failed is done with, and the run says so.
+
+    A view with a watermark writes the windows its last records closed in the micro-batch after
+    them, which reads nothing (Spark runs it because the watermark moved): it has caught up once
+    such a batch ran, or after `WINDOW_SECONDS` without lag when none comes."""
 
     def __init__(self, idle_seconds: float = IDLE_SECONDS) -> None:
         self.idle_seconds = idle_seconds
         self._ends: dict[str, dict[int, int]] | None = None
         self._since = time.monotonic()
+        self._level: dict[str, float] = {}  # when each view with a watermark reached lag 0
 
     def __call__(self, snapshot: Snapshot) -> bool:
         """True when every view runs with no lag (or failed) and the logs have been still."""
+        for view in snapshot.views:
+            if view.lag:
+                self._level.pop(view.name, None)
         ends = snapshot.all_end_offsets()
         if ends != self._ends:
             self._ends, self._since = ends, time.monotonic()
             return False
         still = time.monotonic() - self._since >= self.idle_seconds
         views = all(
-            (v.state == "Running" and v.lag == 0) or v.state == "Failed" for v in snapshot.views
+            (v.state == "Running" and v.lag == 0 and self._windows_written(v))
+            or v.state == "Failed"
+            for v in snapshot.views
         )
         return still and views and all(j.lag == 0 for j in snapshot.jobs)
+
+    def _windows_written(self, view: ViewRow) -> bool:
+        if not view.event_time or view.batch_rows == 0:
+            return True
+        since = self._level.setdefault(view.name, time.monotonic())
+        return time.monotonic() - since >= WINDOW_SECONDS
 
 
 def watch(

@@ -30,7 +30,7 @@ from distributary.local.broker import die_with_parent
 from distributary.plan.progress import progress_key
 from distributary.plan.runner_spec import RunnerSpec
 from distributary.plan.spark import Application, application_name
-from distributary.plan.spark_state import AppState
+from distributary.plan.spark_state import CHECKPOINT_LOST, AppState
 
 Key = tuple[str, str, int]  # namespace, view, revision
 STOP_GRACE = 60.0  # seconds the runner's queries get to finish their batch
@@ -123,6 +123,9 @@ class PipelineRuntime:
         if record.get("runnerPid") == self.process.pid and record.get("state") == "Failed":
             message = f"the query failed: {record.get('error') or 'no error given'}"
             return AppState("FAILED", ended=True, failed=True, message=message)
+        if record.get("runnerPid") == self.process.pid and record.get("state") == CHECKPOINT_LOST:
+            # Not restarted: the view rebuilds it as a new revision (`plan.lifecycle`).
+            return AppState(CHECKPOINT_LOST, message=str(record.get("error") or ""))
         return AppState("RUNNING", running=True)
 
     def job_app(

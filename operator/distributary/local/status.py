@@ -69,6 +69,8 @@ class ViewRow:
     dead_letters: int
     error: str | None = None
     note: ViewNote = ViewNote()
+    event_time: bool = False  # an input declares a watermark
+    batch_rows: int | None = None  # records the last micro-batch read (0: a watermark's batch)
 
 
 @dataclass(frozen=True)
@@ -210,6 +212,8 @@ def _view_row(
         dead_letters=sum(end - start for start, end in letters.values()),
         error=record.get("error"),
         note=note or ViewNote(),
+        event_time=any(source.watermark is not None for source in spec.inputs),
+        batch_rows=record.get("numInputRows"),
     )
 
 

@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from sqlglot import exp
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
-from distributary.api.common import Change
+from distributary.api.common import Change, duration_ms
 from distributary.api.job import StreamJob
 from distributary.api.log import Log
 from distributary.api.view import DerivedView
@@ -38,13 +38,23 @@ _FRESH_ONLY = "it applies only when a fresh checkpoint is made"
 
 @dataclass(frozen=True)
 class InputDefinition:
-    """One input as it shapes the output: its alias, log, topic read and record format."""
+    """One input as it shapes the output: its alias, log, topic read, record format and
+    watermark (its event-time column, lower case, and delay)."""
 
     alias: str
     log: str
     topic: str
     schema: str | None
     format: str
+    watermark_column: str | None = None
+    watermark_delay_ms: int | None = None
+
+    @property
+    def watermark(self) -> str | None:
+        """The watermark for people, e.g. `ts, 30s`; None when the input declares none."""
+        if self.watermark_column is None or self.watermark_delay_ms is None:
+            return None
+        return f"{self.watermark_column}, {_duration(self.watermark_delay_ms)}"
 
 
 @dataclass(frozen=True)
@@ -57,8 +67,16 @@ class ViewDefinition:
     key: tuple[str, ...]
 
     def canonical_json(self) -> str:
-        """The definition as canonical JSON: sorted keys, no spaces; what `revision_hash` hashes."""
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        """The definition as canonical JSON: sorted keys, no spaces; what `revision_hash` hashes.
+
+        An input without a watermark has no watermark keys, so views that declare none keep the
+        revision hash they had before watermarks existed."""
+        data = asdict(self)
+        for item in data["inputs"]:
+            for name in ("watermark_column", "watermark_delay_ms"):
+                if item[name] is None:
+                    del item[name]
+        return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 @dataclass(frozen=True)
@@ -91,7 +109,7 @@ def view_definition(view: DerivedView, inputs: Mapping[str, Log]) -> ViewDefinit
                 f"DerivedView/{view.metadata.name}: inputs alias {item.alias!r} "
                 f"(log {item.log!r}) has no Log to read its topic and schema from"
             )
-        schema = log.spec.record_schema
+        schema, watermark = log.spec.record_schema, item.watermark
         items.append(
             InputDefinition(
                 alias=item.alias,
@@ -99,6 +117,8 @@ def view_definition(view: DerivedView, inputs: Mapping[str, Log]) -> ViewDefinit
                 topic=_input_topic(log),
                 schema=to_ddl(parse_ddl(schema)) if schema is not None else None,
                 format=log.spec.format,
+                watermark_column=watermark.column.lower() if watermark else None,
+                watermark_delay_ms=duration_ms(watermark.delay) if watermark else None,
             )
         )
     items.sort(key=lambda i: (i.alias.lower(), i.alias))
@@ -325,13 +345,86 @@ def _schema_blockers(old: ViewDefinition, new: ViewDefinition) -> list[str]:
     return found
 
 
+# --- Watermarks --------------------------------------------------------------------------------
+#
+# Spark keeps one watermark per query and writes it into the offset log of every batch
+# (`batchWatermarkMs`); a restart restores it, and it never moves back. Aggregations drop the state
+# of windows it has passed (in append mode, writing them once) and drop records older than it;
+# a query without state ignores it.
+
+WatermarkChange = Literal["added", "removed", "column", "delay"]
+
+
+def _duration(ms: int) -> str:
+    units = (("w", 604_800_000), ("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000))
+    return next((f"{ms // size}{unit}" for unit, size in units if ms and ms % size == 0), f"{ms}ms")
+
+
+def _watermark_changes(
+    old: ViewDefinition, new: ViewDefinition
+) -> list[tuple[WatermarkChange, str, str]]:
+    """Each watermark change of an input kept by alias: (what, the old column, a line)."""
+    found: list[tuple[WatermarkChange, str, str]] = []
+    before, after = {i.alias: i for i in old.inputs}, {i.alias: i for i in new.inputs}
+    for alias in sorted(before.keys() & after.keys()):
+        was, now, field_name = before[alias], after[alias], f"inputs[{alias}].watermark"
+        column = was.watermark_column or ""
+        if was.watermark == now.watermark:
+            continue
+        if was.watermark is None:
+            found.append(("added", column, f"{field_name} was added ({now.watermark})"))
+        elif now.watermark is None:
+            found.append(("removed", column, f"{field_name} was removed (was {was.watermark})"))
+        else:
+            if was.watermark_column != now.watermark_column:
+                change = f"changed from {column} to {now.watermark_column}"
+                found.append(("column", column, f"{field_name}.column {change}"))
+            if was.watermark_delay_ms != now.watermark_delay_ms:
+                delays = [
+                    _duration(d or 0) for d in (was.watermark_delay_ms, now.watermark_delay_ms)
+                ]
+                change = f"changed from {delays[0]} to {delays[1]}"
+                found.append(("delay", column, f"{field_name}.delay {change}"))
+    return found
+
+
+def _watermark_blockers(old: ViewDefinition, new: ViewDefinition) -> list[str]:
+    found = []
+    for what, column, line in _watermark_changes(old, new):
+        if what == "removed":
+            found.append(
+                f"{line} while the query keeps state: the state of windows it had passed is "
+                "gone, so their late records would count from nothing again"
+            )
+        elif what == "column":
+            found.append(
+                f"{line} while the query keeps state: the watermark Spark restores from the "
+                f"checkpoint was measured on {column}"
+            )
+    return found
+
+
+def _in_place_notes(old: ViewDefinition, new: ViewDefinition) -> dict[str, str]:
+    """What restarting in place means for each watermark change Spark's checkpoint accepts."""
+    if stateful_parts(old.sql).stateless and stateful_parts(new.sql).stateless:
+        note = "the query keeps no state, so the watermark drops nothing; restart in place"
+        return {line: note for _, _, line in _watermark_changes(old, new)}
+    notes = {
+        "added": "Spark's checkpoint accepts it; restart in place: from now on the state of "
+        "windows the watermark passes is dropped, and so are records older than it",
+        "delay": "Spark's checkpoint accepts it; restart in place: the watermark it restores "
+        "never moves back, so windows already written stay as they are",
+    }
+    return {line: notes[what] for what, _, line in _watermark_changes(old, new) if what in notes}
+
+
 def in_place_blockers(old: ViewDefinition, new: ViewDefinition) -> list[str]:
     """Why Spark's checkpoint of `old` cannot run `new`; empty when a restart in place is safe."""
     old_parts, new_parts = stateful_parts(old.sql), stateful_parts(new.sql)
     found = _source_blockers(old, new) + _output_blockers(old, new)
     found += _state_blockers(old_parts, new_parts)
     if not found and not new_parts.stateless:
-        found += _schema_blockers(old, new)
+        found += _schema_blockers(old, new) + _watermark_blockers(old, new)
     return found
 
 
@@ -364,6 +457,7 @@ def _definition_differences(old: ViewDefinition, new: ViewDefinition) -> list[st
             )
         if was.log == now.log and (was.schema, was.format) != (now.schema, now.format):
             found.append(f"inputs[{alias}]: the schema of log {now.log} changed")
+    found += [line for _, _, line in _watermark_changes(old, new)]
     if old.sql != new.sql:
         found.append("sql changed")
     if old.mode != new.mode:
@@ -388,10 +482,9 @@ def _definition_findings(
         ]
     blockers = in_place_blockers(before, after)
     if not blockers:
-        return [
-            ("RestartInPlace", f"{d}: Spark's checkpoint accepts it; restart in place")
-            for d in differences
-        ]
+        notes = _in_place_notes(before, after)
+        accepted = "Spark's checkpoint accepts it; restart in place"
+        return [("RestartInPlace", f"{d}: {notes.get(d, accepted)}") for d in differences]
     if strategy == "InPlace":
         return [("Forbidden", f"{b}; {_REPROCESS_HINT}") for b in blockers]
     return [("Reprocess", f"{b}; reprocess from the start of the inputs instead") for b in blockers]

@@ -16,9 +16,16 @@ are written before anything acts on them, and every action they imply is idempot
 running revisions, stop the others, delete due topics), so a crash at any point is repaired by
 the next reconcile.
 
-Cutover happens when the catching-up revision's lag has stayed at or under `cutoverMaxLag` for
-`cutoverWindow`: one status write makes it Serving and the old one Retiring. Readers follow the
-serving topic, so they see the old revision's complete output until then and the new one's after.
+Cutover happens when the catching-up revision keeps up (behind by no more than `cutoverMaxLag`
+plus what its inputs receive in `cutoverWindow`) for `cutoverWindow`: one status write makes it
+Serving and the old one Retiring. Readers follow the serving topic, so they see the old revision's
+complete output until then and the new one's after.
+
+A revision whose state is gone (its runner found no checkpoint after its group had read records:
+`checkpointLost` on its row) never runs again, and a rewind of a view that keeps state would
+resume it on empty state: either is rebuilt as a new revision with the same definition and a
+`reason` (CheckpointLost, Rewind), reading the inputs from the start beside it and cutting over
+like a reprocess, or refused when the inputs' history is incomplete.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ LIVE = (SERVING, CATCHING_UP)
 
 
 Phase = Literal["Pending", "CatchingUp", "Serving", "Retiring", "Retired", "Failed"]
+Rebuild = Literal["CheckpointLost", "Rewind"]  # why a revision rebuilds the one before's state
 
 
 def revisions_of(rows: Sequence[Mapping[str, Any] | Revision]) -> tuple[Revision, ...]:
@@ -77,9 +85,15 @@ class Lifecycle:
         """The revision reprocessing beside the serving one, if any."""
         return next((r for r in self.rows if r.phase == CATCHING_UP), None)
 
+    def beside(self, revision: int) -> bool:
+        """Whether `revision` came after the view's first (a reprocess or a rebuild, which read
+        the inputs from the start), rather than being the first."""
+        return revision > min(r.revision for r in self.rows)
+
     def live(self) -> list[int]:
-        """The revisions whose application runs: the serving one, and one catching up."""
-        return [r.revision for r in self.rows if r.phase in LIVE]
+        """The revisions whose application runs: the serving one, and one catching up (not one
+        that lost the state its checkpoint held)."""
+        return [r.revision for r in self.rows if r.phase in LIVE and not r.checkpoint_lost]
 
 
 def _retire(row: Revision, now: datetime, upgrade: Upgrade) -> Revision:
@@ -89,7 +103,13 @@ def _retire(row: Revision, now: datetime, upgrade: Upgrade) -> Revision:
 
 
 def _new_row(
-    revision: int, spec_hash: str, phase: Phase, topic: str, group: str, now: datetime
+    revision: int,
+    spec_hash: str,
+    phase: Phase,
+    topic: str,
+    group: str,
+    now: datetime,
+    reason: Rebuild | None = None,
 ) -> Revision:
     return Revision(
         revision=revision,
@@ -98,6 +118,7 @@ def _new_row(
         topic=topic,
         consumer_group=group,
         started_at=rfc3339(now),
+        reason=reason,
     )
 
 
@@ -150,9 +171,60 @@ class _Step:
         self.put(_retire(row, self.now, self.upgrade))
 
 
+def _rebuild(
+    state: _Step, spec_hash: str, reason: Rebuild, topic_of: Any, group_of: Any,
+    history_lost: str | None,
+) -> None:  # fmt: skip
+    """Start a revision with the definition `spec_hash` from the start of the inputs, so that
+    the state a checkpoint held is built again (or refuse, when the history is incomplete)."""
+    if history_lost is not None and not state.upgrade.allow_partial_history:
+        state.problem = Problem(
+            "HistoryIncomplete",
+            f"revision {state.serving.revision} keeps state and "
+            + ("lost its checkpoint" if reason == "CheckpointLost" else "was asked to rewind")
+            + f", so it is rebuilt from the start of its inputs; but {history_lost}: the "
+            "rebuilt state would miss those records, so it is not started and nothing is "
+            "written; set spec.upgrade.allowPartialHistory: true to rebuild from what remains",
+        )
+        return
+    revision = max(state.table) + 1
+    row = _new_row(
+        revision, spec_hash, CATCHING_UP, topic_of(revision), group_of(revision), state.now, reason
+    )
+    state.put(row)
+    state.started = revision
+    why = "lost its checkpoint" if reason == "CheckpointLost" else "was asked to rewind"
+    state.notes.append(
+        f"revision {state.serving.revision} keeps state and {why}: revision {revision} rebuilds "
+        "it from the start of the inputs beside it"
+    )
+
+
+def _rebuilds(
+    state: _Step, spec_hash: str, requested: Rebuild | None, topic_of: Any, group_of: Any,
+    history_lost: str | None,
+) -> None:  # fmt: skip
+    """Revisions whose state is gone (their runner found the checkpoint missing) or asked to be
+    rebuilt (a rewind of a view that keeps state) are never resumed on empty state: a
+    catching-up one is replaced, and the serving one is rebuilt beside it while it serves what
+    it wrote (unless a revision catching up for an edit replaces it anyway). A rebuild has the
+    definition of the serving revision, so it starts only while the spec asks for that one."""
+    for row in state.catching:
+        if row.checkpoint_lost:
+            state.retire(row)
+            if row.spec_hash == spec_hash:
+                _rebuild(state, spec_hash, "CheckpointLost", topic_of, group_of, history_lost)
+    serving = state.serving
+    reason: Rebuild | None = "CheckpointLost" if serving.checkpoint_lost else requested
+    if reason is None or state.catching or serving.spec_hash != spec_hash:
+        return
+    _rebuild(state, spec_hash, reason, topic_of, group_of, history_lost)
+
+
 def _undo(state: _Step) -> None:
-    """The serving revision runs the spec's definition: a catch-up is not needed any more."""
-    state.current = state.serving.revision
+    """The serving revision runs the spec's definition: a catch-up is not needed any more (it
+    runs on, unless its state is gone)."""
+    state.current = None if state.serving.checkpoint_lost else state.serving.revision
     for row in state.catching:
         state.retire(row)
         state.notes.append(f"revision {row.revision} is not needed: the serving one matches")
@@ -259,31 +331,46 @@ def step(
     group_of: Any,
     delete_retired: bool,
     history_lost: str | None = None,
+    rebuild: Rebuild | None = None,
+    first: int = 1,
 ) -> Lifecycle:
     """One step of the lifecycle. `change` is how the spec's edit was classified (None when the
     definition is unchanged or the change is not known yet: then nothing new starts);
     `topic_of(revision)` and `group_of(revision)` name a revision's topic and consumer group;
     `delete_retired` says whether retired topics are deleted (the output's deletion policy);
-    `history_lost` says why the inputs' history is incomplete, which refuses a reprocess."""
+    `history_lost` says why the inputs' history is incomplete, which refuses a reprocess;
+    `rebuild` asks for the serving revision's state to be rebuilt (a rewind of a view that keeps
+    state); `first` numbers a new view's first revision (past what an earlier view of the same
+    name left in Kafka)."""
     table = {r.revision: r for r in revisions_of(rows)}
     serving_rows = [r for r in table.values() if r.phase in (SERVING, "Pending")]
     if not serving_rows:  # a view's first revision
-        first = _new_row(1, spec_hash, SERVING, topic_of(1), group_of(1), now)
-        return Lifecycle(1, (first,), current=1, started=1)
+        row = _new_row(first, spec_hash, SERVING, topic_of(first), group_of(first), now)
+        return Lifecycle(first, (row,), current=first, started=first)
     serving = max(serving_rows, key=lambda r: r.revision).model_copy(update={"phase": SERVING})
     table[serving.revision] = serving
     state = _Step(table, serving, upgrade, now)
+    _rebuilds(state, spec_hash, rebuild, topic_of, group_of, history_lost)
     matching = next((r for r in state.catching if r.spec_hash == spec_hash), None)
-    if serving.spec_hash == spec_hash:
-        _undo(state)
-    elif matching is not None:
+    if matching is not None and (serving.spec_hash != spec_hash or matching.reason):
         _catch_up(state, matching, lags.get(matching.revision))
+    elif serving.spec_hash == spec_hash:
+        _undo(state)
+        # Nothing catches up now: a serving revision whose state is gone is rebuilt.
+        _rebuilds(state, spec_hash, rebuild, topic_of, group_of, history_lost)
+        state.current = state.started or state.current
     elif change is not None:
         _carry_out(state, change, spec_hash, topic_of, group_of, history_lost)
     # else: waiting for the change to be classified
     serving_now = next(r.revision for r in table.values() if r.phase == SERVING)
     deletes = _retirements(table, lags, now, delete_retired)
-    stop = tuple(sorted(r for r, row in table.items() if row.phase in (RETIRING, RETIRED)))
+    stop = tuple(
+        sorted(
+            r
+            for r, row in table.items()
+            if row.phase in (RETIRING, RETIRED) or (row.phase in LIVE and row.checkpoint_lost)
+        )
+    )
     return Lifecycle(
         serving_now,
         tuple(table[r] for r in sorted(table)),

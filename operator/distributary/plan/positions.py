@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from distributary.errors import DistributaryError
-from distributary.plan.conditions import parse_time, rfc3339
+from distributary.plan.conditions import parse_time
 
 Offsets = dict[str, dict[int, int]]
 """Topic -> partition -> offset (the next record to read, or a watermark)."""
@@ -39,9 +39,15 @@ def input_rate(
 ) -> tuple[dict[str, Any], float | None]:
     """How fast inputs grow: from `mark` (`{"at": RFC 3339, "records": n}`, the sum of their end
     offsets then) to `records` now. The mark to keep, and the rate (records/s; `rate`, the last
-    one, until a second has passed since the mark). The mark moves on every `RATE_SECONDS`, so
-    the rate is measured over that long or more, never over a moment between two reads."""
-    here = {"at": rfc3339(now), "records": records}
+    one, until `RATE_SECONDS` have passed since the mark). The rate is measured from the mark
+    once that long has passed, and the mark moves on then, so every rate is measured over that
+    long or more, never over a moment between two reads. The mark's time keeps milliseconds: a
+    time to the second would overstate the seconds by up to one, and understate the rate."""
+    moment = now.astimezone(UTC) if now.tzinfo is not None else now
+    here = {
+        "at": moment.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "records": records,
+    }
     try:
         at = parse_time(str(mark["at"])) if mark and mark.get("at") else None
     except ValueError:  # not a time: measured afresh
@@ -49,9 +55,9 @@ def input_rate(
     if mark is None or at is None:
         return here, rate
     seconds = (now - at).total_seconds()
-    if seconds >= 1.0:
-        rate = round(max(records - int(mark.get("records") or 0), 0) / seconds, 3)
-    return (here if seconds >= RATE_SECONDS else dict(mark)), rate
+    if seconds < RATE_SECONDS:
+        return dict(mark), rate
+    return here, round(max(records - int(mark.get("records") or 0), 0) / seconds, 3)
 
 
 class OffsetsError(DistributaryError, ValueError):

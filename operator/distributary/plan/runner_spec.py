@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
-from distributary.api.common import Position, SparkSettings
+from distributary.api.common import Position, SparkSettings, duration_ms
 from distributary.api.log import Log
-from distributary.api.view import DerivedView
+from distributary.api.view import DerivedView, Watermark
+from distributary.plan.classify import stateful_parts
 from distributary.plan.progress import PROGRESS_TOPIC
 
 SPEC_JSON_ARG = "--spec-json"  # the runner's argument for the spec inline, as JSON
@@ -41,6 +43,13 @@ class StartingPosition(_Contract):
     offsets: dict[int, int] | None = None
 
 
+class EventTime(_Contract):
+    """An input's watermark: its event-time column and how late a record may be, in ms."""
+
+    column: str
+    delay_ms: int
+
+
 class RunnerInput(_Contract):
     """One log the runner reads. `alias` is the SQL table name (None for a job's inputs)."""
 
@@ -51,6 +60,16 @@ class RunnerInput(_Contract):
     schema_ddl: str | None
     format: Literal["json"] = "json"
     starting_position: StartingPosition = StartingPosition()
+    watermark: EventTime | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset_watermark(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # An input without a watermark is written as before there were watermarks, so the
+        # runner spec (a SparkApplication's argument) of a view without one does not change.
+        data = handler(self)
+        if self.watermark is None and isinstance(data, dict):
+            data.pop("watermark", None)
+        return data
 
 
 class RunnerOutput(_Contract):
@@ -80,6 +99,7 @@ class RunnerSpec(_Contract):
     checkpoint_location: str
     trigger: str = "5s"
     max_offsets_per_trigger: int | None = None
+    stateful: bool = False  # its checkpoint holds state: no resuming without it
     fail_on_data_loss: bool = True
     bootstrap_servers: str | None = None
     spark_conf: dict[str, str] = {}
@@ -105,10 +125,15 @@ def dead_letter_topic(namespace: str, name: str) -> str:
     return f"{head}-{name_digest(topic)}.dlq"
 
 
-def checkpoint_location(root: str, namespace: str, name: str, revision: int) -> str:
+def checkpoint_location(
+    root: str, namespace: str, name: str, revision: int, uid: str | None = None
+) -> str:
     """Where a revision checkpoints: a fresh location per revision, so a reprocess never resumes
-    the old revision's state."""
-    return f"{root.rstrip('/')}/{namespace}/{name}/r{revision}"
+    the old revision's state; under the resource's uid when it has one (in a cluster), so a
+    view deleted and created again never resumes the old one's checkpoint."""
+    # A cluster's uid (a UUID); not `distributary run`'s stand-in, which names the view only.
+    incarnation = f"/{uid}" if uid and re.fullmatch(r"[A-Za-z0-9][-A-Za-z0-9]*", uid) else ""
+    return f"{root.rstrip('/')}/{namespace}/{name}{incarnation}/r{revision}"
 
 
 def starting_position(position: Position) -> StartingPosition:
@@ -170,7 +195,9 @@ def log_partitions(log: Log) -> int:
     return log.spec.partitions
 
 
-def runner_input(alias: str | None, log: Log, position: StartingPosition) -> RunnerInput:
+def runner_input(
+    alias: str | None, log: Log, position: StartingPosition, watermark: EventTime | None = None
+) -> RunnerInput:
     return RunnerInput(
         alias=alias,
         log=log.metadata.name,
@@ -179,7 +206,15 @@ def runner_input(alias: str | None, log: Log, position: StartingPosition) -> Run
         schema_ddl=log.spec.record_schema,
         format=log.spec.format,
         starting_position=position,
+        watermark=watermark,
     )
+
+
+def event_time(watermark: Watermark | None) -> EventTime | None:
+    """The runner's form of an input's watermark (the delay in milliseconds)."""
+    if watermark is None:
+        return None
+    return EventTime(column=watermark.column, delay_ms=duration_ms(watermark.delay))
 
 
 def view_runner_spec(
@@ -209,7 +244,7 @@ def view_runner_spec(
         position = (starting_positions or {}).get(item.alias) or starting_position(
             item.starting_position
         )
-        sources.append(runner_input(item.alias, log, position))
+        sources.append(runner_input(item.alias, log, position, event_time(item.watermark)))
     sink = RunnerOutput(
         log=output.metadata.name,
         topic=output_topic,
@@ -230,14 +265,24 @@ def view_runner_spec(
         dead_letter_topic=dead_letter_topic(meta.namespace, meta.name),
         consumer_group=consumer_group(meta.namespace, meta.name, revision),
         checkpoint_location=checkpoint_location(
-            checkpoint_root, meta.namespace, meta.name, revision
+            checkpoint_root, meta.namespace, meta.name, revision, meta.uid
         ),
         trigger=spec.spark.trigger,
         max_offsets_per_trigger=spec.spark.max_offsets_per_trigger,
+        stateful=keeps_state(spec.sql),
         fail_on_data_loss=not spec.upgrade.allow_partial_history,
         bootstrap_servers=bootstrap_servers,
         spark_conf=merged_conf(shuffle, spec.spark),
     )
+
+
+def keeps_state(sql: str) -> bool:
+    """Whether a view's query keeps state in its checkpoint (aggregation, deduplication, joins,
+    ...); a query that does not parse is taken to keep some."""
+    try:
+        return not stateful_parts(sql).stateless
+    except ValueError:
+        return True
 
 
 def kafka_source_options(spec: RunnerSpec, source: RunnerInput) -> dict[str, str]:

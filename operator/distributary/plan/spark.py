@@ -21,6 +21,7 @@ from typing import Any, Literal
 from distributary.api.common import SparkSettings
 from distributary.api.job import StreamJob
 from distributary.api.log import Log
+from distributary.plan.checkpoint_storage import CheckpointClaim
 from distributary.plan.runner_spec import (
     SPEC_FILE_ARG,
     SPEC_JSON_ARG,
@@ -44,6 +45,8 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "distributary"}
 # labels; all must fit in 63 characters, so an application name is at most 63 - 7.
 MAX_APPLICATION_NAME = 56
 MAX_LABEL_VALUE = 63
+CHECKPOINT_VOLUME = "distributary-checkpoints"
+SPARK_GROUP = 185  # the job image's spark user (and group)
 
 
 @dataclass(frozen=True)
@@ -199,6 +202,32 @@ def spark_application(
         env={},
     )
     return spark_application_of(app, settings, service_account, owner)
+
+
+def with_checkpoint_claim(manifest: Mapping[str, Any], claim: CheckpointClaim) -> dict[str, Any]:
+    """The SparkApplication `manifest` with `claim` mounted at its mount path in the driver and
+    the executors (the Spark operator's webhook adds the volume to their pods), so checkpoints
+    written there outlive every pod. The pods' fsGroup is the Spark user's group, which makes
+    the volume writable by it on storage that honours fsGroup."""
+    spec = dict(manifest["spec"])
+    volume = {"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": claim.name}}
+    mount = {"name": CHECKPOINT_VOLUME, "mountPath": claim.mount_path}
+    spec["volumes"] = [
+        *(v for v in spec.get("volumes") or [] if v.get("name") != CHECKPOINT_VOLUME),
+        volume,
+    ]
+    for role in ("driver", "executor"):
+        pod = dict(spec[role])
+        pod["volumeMounts"] = [
+            *(m for m in pod.get("volumeMounts") or [] if m.get("name") != CHECKPOINT_VOLUME),
+            mount,
+        ]
+        pod["podSecurityContext"] = {
+            **(pod.get("podSecurityContext") or {}),
+            "fsGroup": SPARK_GROUP,
+        }
+        spec[role] = pod
+    return {**manifest, "spec": spec}
 
 
 def env_name(direction: Literal["INPUT", "OUTPUT"], log: str) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 ENDED = {"COMPLETED", "FAILED", "SUBMISSION_FAILED", "SUCCEEDING", "FAILING"}
 FIRST_DELAY, MAX_DELAY = 10.0, 300.0
 ATTEMPTS_BEFORE_STALLED = 5
+CHECKPOINT_LOST = "CheckpointLost"  # a runner's state for a revision that must not resume
 
 
 @dataclass(frozen=True)

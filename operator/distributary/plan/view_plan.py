@@ -15,14 +15,14 @@ one (which keeps serving until the new one has caught up), or refused with the r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from distributary.api import ResourceError, owner_of, parse_resource
 from distributary.api.log import Log, LogStatus, log_manifest
-from distributary.api.view import DerivedView, Revision
+from distributary.api.view import DerivedView, Revision, Upgrade
 from distributary.graph import Pipeline, Ref
 from distributary.plan.children import with_checkpoint
 from distributary.plan.classify import (
@@ -32,12 +32,20 @@ from distributary.plan.classify import (
     view_definition,
 )
 from distributary.plan.conditions import Problem, Work
-from distributary.plan.lifecycle import CATCHING_UP, LIVE, Lifecycle, revisions_of, step
+from distributary.plan.lifecycle import (
+    CATCHING_UP,
+    LIVE,
+    Lifecycle,
+    Rebuild,
+    revisions_of,
+    step,
+)
 from distributary.plan.pipeline import revision_topic
 from distributary.plan.runner_spec import (
     RunnerSpec,
     StartingPosition,
     consumer_group,
+    keeps_state,
     view_runner_spec,
 )
 from distributary.plan.spark import owner_reference
@@ -103,16 +111,24 @@ def planning_bodies(
 
 
 def reprocessing_outputs(bodies: Iterable[Mapping[str, Any]]) -> frozenset[str]:
-    """The output Logs of the views among `bodies` that have a revision catching up: their
-    readers wait for the cutover before they start a revision of their own, which would
-    otherwise read the old revision's topic with the new one's schema."""
+    """The output Logs of the views among `bodies` that have a revision catching up, and of the
+    views downstream of one (they reprocess in turn once it cuts over): their readers wait for
+    the cutover before they start a revision of their own, which would otherwise read the old
+    revision's topic with the new one's schema."""
+    views = [body for body in bodies if body.get("kind") == "DerivedView"]
     found: set[str] = set()
-    for body in bodies:
+    for body in views:
         rows = ((body.get("status") or {}).get("revisions")) or []
-        if body.get("kind") == "DerivedView" and any(
-            isinstance(r, Mapping) and r.get("phase") == CATCHING_UP for r in rows
-        ):
+        if any(isinstance(r, Mapping) and r.get("phase") == CATCHING_UP for r in rows):
             found.update(_named_logs(body, "outputs"))
+    grown = True
+    while grown:  # a reader of a reprocessing output reprocesses after its cutover
+        grown = False
+        for body in views:
+            outputs = set(_named_logs(body, "outputs"))
+            if not outputs <= found and found & set(_named_logs(body, "inputs")):
+                found |= outputs
+                grown = True
     return frozenset(found)
 
 
@@ -219,6 +235,7 @@ class ViewPlan:
     runner: RunnerSpec | None = None
     starts: bool = False
     lifecycle: Lifecycle | None = None
+    upgrade: Upgrade | None = None  # what keeping up means (the cutover's window and margin)
 
 
 def _after_upstream(
@@ -232,8 +249,9 @@ def _after_upstream(
     they are (the serving one runs on), the change's classification kept for when it starts."""
     waiting = Work(
         "WaitingForUpstream",
-        f"input {', '.join(upstream)} is being reprocessed by its view; this view's new "
-        "revision starts once it serves (it then reads the new revision's topic)",
+        f"input {', '.join(upstream)} is being reprocessed by its view (or will be, once a "
+        "view upstream of it cuts over); this view's new revision starts once it serves (it "
+        "then reads the new revision's topic)",
     )
     unchanged = Lifecycle(revision, rows, current=None, change=change)
     return ViewPlan(revision, waiting=(waiting,), spec_hash=spec_hash, lifecycle=unchanged)
@@ -337,13 +355,15 @@ def plan_view(
     edited_from: DerivedView | None = None,
     history_lost: str | None = None,
     upstream_reprocessing: frozenset[str] = frozenset(),
+    first_revision: int = 1,
 ) -> ViewPlan:
     """The plan of `view` (checked in `pipeline`) at `generation`, given its previous status.
     A change of its definition is carried out as `change` says; for an edit from the spec
     `edited_from` it is classified here (`plan.classify.classify_view_change`). A reprocess is
     refused when `history_lost` says the inputs' history is incomplete (`lost_history`) and the
     spec does not allow partial history. A new revision waits while a view whose output it
-    reads has one catching up (`upstream_reprocessing`: those outputs), until its cutover."""
+    reads has one catching up (`upstream_reprocessing`: those outputs), until its cutover. A
+    new view's first revision is `first_revision`."""
     ref = Ref.of(view)
     before = dict(previous or {})
     serving = int(before.get("servingRevision") or 0)
@@ -386,9 +406,11 @@ def plan_view(
         group_of=lambda r: consumer_group(view.metadata.namespace, view.metadata.name, r),
         delete_retired=output.spec.deletion_policy == "Delete",
         history_lost=history_lost,
+        rebuild=_rewind_rebuild(view, before),
+        first=first_revision,
     )
     upstream = sorted({log.metadata.name for log in inputs.values()} & upstream_reprocessing)
-    if lifecycle.started is not None and lifecycle.started > 1 and upstream:
+    if lifecycle.started is not None and lifecycle.beside(lifecycle.started) and upstream:
         return _after_upstream(revision, rows, spec_hash, lifecycle.change, upstream)
     plan = ViewPlan(
         lifecycle.serving,
@@ -398,6 +420,7 @@ def plan_view(
             view, output, lifecycle.serving, max(r.revision for r in lifecycle.rows)
         ),
         lifecycle=lifecycle,
+        upgrade=view.spec.upgrade,
     )
     if lifecycle.current is None:
         if lifecycle.problem is None:
@@ -406,7 +429,11 @@ def plan_view(
         return plan
     current = lifecycle.current
     # A reprocessing revision reads its inputs' retained history from the start.
-    fresh = {a: StartingPosition(kind="earliest") for a in inputs} if current > 1 else None
+    fresh = (
+        {a: StartingPosition(kind="earliest") for a in inputs}
+        if lifecycle.beside(current)
+        else None
+    )
     runner = view_runner_spec(
         view,
         inputs,
@@ -435,6 +462,35 @@ def plan_view(
     )
 
 
+def first_revision(
+    view: DerivedView, output: Log, topics: Collection[str], groups: Collection[str]
+) -> int:
+    """The number of a new view's first revision: past every revision whose topic or consumer
+    group an earlier view of the same name left behind, so that a view deleted and created
+    again never appends to the old one's topic or resumes from its group."""
+    ns, name = view.metadata.namespace, view.metadata.name
+    taken = [0]
+    for topic in topics:
+        prefix = f"{output.topic}.r"
+        if topic.startswith(prefix) and topic[len(prefix) :].isdigit():
+            taken.append(int(topic[len(prefix) :]))
+    prefix = consumer_group(ns, name, 0)[:-1]
+    for group in groups:
+        if group.startswith(prefix) and group[len(prefix) :].isdigit():
+            taken.append(int(group[len(prefix) :]))
+    return max(taken) + 1
+
+
+def _rewind_rebuild(view: DerivedView, previous: Mapping[str, Any]) -> Rebuild | None:
+    """ "Rewind" when the spec asks for a rewind not carried out yet of a view that keeps
+    state: moving its position would resume it on empty state, so it is rebuilt instead."""
+    rewind = view.spec.rewind
+    last = previous.get("lastRewind") or {}
+    if rewind is None or last.get("requestId") == rewind.request_id:
+        return None
+    return "Rewind" if keeps_state(view.spec.sql) else None
+
+
 LostHistory = Callable[[Mapping[str, str]], str | None]
 """Why some input topics (topic -> log) no longer hold their whole history, None if they do
 (`kafka.history.lost_input_history`)."""
@@ -448,7 +504,8 @@ def history_guard(
     (`planned(history_lost=)`: refused unless the spec allows partial history). The operator's
     retention guard."""
     runner = plan.runner
-    if lost_history_of is None or not plan.starts or runner is None or runner.revision <= 1:
+    first = plan.lifecycle is None or not plan.lifecycle.beside(runner.revision if runner else 0)
+    if lost_history_of is None or not plan.starts or runner is None or first:
         return plan
     lost = lost_history_of({source.topic: source.log for source in runner.inputs})
     return plan if lost is None else planned(history_lost=lost)

@@ -1,9 +1,11 @@
 """A DerivedView's status from one reconcile: revisions, positions and lag, conditions.
 
-Ready means the view's running application runs; `CaughtUp` says whether the serving revision has
-read all its inputs hold (lag 0), so `kubectl wait --for=condition=CaughtUp` waits for a pipeline to
-settle. Each live revision's row also records how fast its inputs grow (`inputRate`, measured over
-ten seconds or more), which the cutover of a revision catching up goes by; `Reprocessing` says
+Ready means the view's running application runs; `CaughtUp` says whether the serving revision keeps
+up with its inputs: lag 0 (reason NoLag), or, while records arrive, behind by no more than what its
+inputs receive in the cutover window (reason KeepingUp), the same test a revision catching up must
+pass to serve. `status.lag` says how far behind it is. Each live revision's row also records how
+fast its inputs grow (`inputRate`, measured over ten seconds or more), which the cutover of a
+revision catching up goes by; `Reprocessing` says
 whether a new revision is catching up beside the serving one, with its progress ("revision 2
 reprocessing 43%: 1.2M of 2.8M records"). Each revision's row in `status.revisions` carries its
 phase, topic, consumer group, inputs, lag and progress. Problems only the user can fix (bad SQL, a
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from distributary.api.common import Condition
+from distributary.api.common import Condition, duration_ms
 from distributary.plan.classify import Classification, change_status
 from distributary.plan.conditions import (
     ExtraCondition,
@@ -32,13 +34,14 @@ from distributary.plan.lifecycle import (
     CATCHING_UP,
     LIVE,
     SERVING,
+    keeping_up,
     progress_message,
     reprocess_progress,
     rows_json,
 )
 from distributary.plan.positions import Offsets, data_loss_risk, input_rate
 from distributary.plan.progress import records_behind
-from distributary.plan.spark_state import ATTEMPTS_BEFORE_STALLED, AppState
+from distributary.plan.spark_state import ATTEMPTS_BEFORE_STALLED, CHECKPOINT_LOST, AppState
 from distributary.plan.view_plan import ViewPlan
 
 
@@ -62,7 +65,7 @@ def application_findings(seen: RunObservation) -> tuple[list[Problem], list[Work
     """What the application's state says: a problem when it keeps failing, work while it
     starts or waits for a restart."""
     app = seen.app
-    if app is None or app.running:
+    if app is None or app.running or app.state == CHECKPOINT_LOST:
         return [], []
     # `attempts` counts the restarts scheduled so far, the one now due included.
     if app.ended and seen.attempts > ATTEMPTS_BEFORE_STALLED:
@@ -80,9 +83,15 @@ def _observation(
     generation: int,
     lag: int | None,
     catching_up: Mapping[str, Any] | None,
+    rate: float | None = None,
 ) -> Observation:
     problems, work = application_findings(seen)
-    extras = list(caught_up(lag))
+    upgrade = plan.upgrade
+    if upgrade is None:
+        extras = list(caught_up(lag))
+    else:
+        window = duration_ms(upgrade.cutover_window) / 1000.0
+        extras = list(caught_up(lag, rate, window, upgrade.cutover_max_lag))
     if plan.lifecycle is not None:
         extras.append(
             ExtraCondition(
@@ -110,13 +119,21 @@ def _observation(
     )
 
 
-def caught_up(lag: int | None) -> tuple[ExtraCondition, ...]:
-    """The `CaughtUp` condition for a consumer `lag` records behind (none while unknown)."""
+def caught_up(
+    lag: int | None, rate: float | None = None, seconds: float = 0.0, margin: int = 0
+) -> tuple[ExtraCondition, ...]:
+    """The `CaughtUp` condition for a consumer `lag` records behind (none while unknown): True
+    when it keeps up, that is when it is behind by no more than `margin` plus what its inputs
+    receive in `seconds` at `rate` records a second (the cutover's test; on idle inputs, a lag
+    of at most `margin`). A reader of live inputs is never at lag 0, and need not be."""
     if lag is None:
         return ()
     behind = f"{lag} record(s) behind"
     if lag == 0:
         return (ExtraCondition("CaughtUp", "True", "NoLag", behind),)
+    if keeping_up(lag, rate, seconds, margin):
+        growing = f"; its inputs grow by {rate:.1f} records/s" if rate else ""
+        return (ExtraCondition("CaughtUp", "True", "KeepingUp", behind + growing),)
     return (ExtraCondition("CaughtUp", "False", "Lag", behind),)
 
 
@@ -190,6 +207,35 @@ def _observed_row(
     return row, positions, lag
 
 
+def _lost_work(lost: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]) -> Work:
+    """What happens to revisions whose state is gone: rebuilt beside, never resumed empty."""
+    gone = ", ".join(str(r["revision"]) for r in lost)
+    rebuilding = [r for r in rows if r["phase"] == CATCHING_UP and not r.get("checkpointLost")]
+    after = (
+        f"revision {rebuilding[-1]['revision']} rebuilds it from the start of the inputs and "
+        "serves once caught up; until then readers see the output as it was"
+        if rebuilding
+        else "it is rebuilt from the start of the inputs as a new revision"
+    )
+    return Work(
+        CHECKPOINT_LOST,
+        f"revision {gone} keeps state and its checkpoint is gone, so it does not resume on "
+        f"empty state: {after}",
+    )
+
+
+def lost_checkpoint(plan: ViewPlan, seen: RunObservation) -> bool:
+    """Whether the running revision's runner reported that it keeps state and its checkpoint
+    is gone (a report about this very checkpoint: not an old one's, before a rewind or a
+    deletion)."""
+    record = seen.progress or {}
+    return (
+        plan.runner is not None
+        and record.get("state") == CHECKPOINT_LOST
+        and record.get("checkpoint") == plan.runner.checkpoint_location
+    )
+
+
 def _risks(row: Mapping[str, Any], group: Offsets | None, seen: RunObservation) -> list[str]:
     """Where revision `row`'s position is at risk of losing records to retention."""
     if group is None or seen.starts is None or seen.ends is None:
@@ -229,20 +275,26 @@ def view_status(
     inputs: list[dict[str, Any]] = []
     lag: int | None = None
     catching_up: dict[str, Any] | None = None
+    rate: float | None = None
     risks: list[str] = []
     for index, row in enumerate(rows):
         if row["revision"] == running:
             row["inputs"] = runner_inputs(plan)
+            if lost_checkpoint(plan, seen) and not row.get("checkpointLost"):
+                row["checkpointLost"] = rfc3339(now)
         if row["phase"] not in LIVE:
             continue
         group = groups.get(int(row["revision"]))
         rows[index], positions, row_lag = _observed_row(row, group, seen, now)
         risks += _risks(row, group, seen)
         if row["phase"] == SERVING:
-            inputs, lag = positions, row_lag
+            inputs, lag, rate = positions, row_lag, rows[index].get("inputRate")
         else:
             catching_up = rows[index]
-    observation = _observation(plan, seen, generation, lag, catching_up)
+    observation = _observation(plan, seen, generation, lag, catching_up, rate)
+    lost = [r for r in rows if r["phase"] in LIVE and r.get("checkpointLost")]
+    if lost:
+        observation = replace(observation, work=(*observation.work, _lost_work(lost, rows)))
     if seen.starts is not None:
         observation = replace(observation, extras=(*observation.extras, data_loss_condition(risks)))
     status = status_of(observation, before, now)

@@ -96,8 +96,34 @@ def rewind_record(
     }
 
 
+def rebuilt_rewind(
+    status: Mapping[str, Any], plan: ViewPlan, request_id: str, now: datetime
+) -> dict[str, Any] | None:
+    """The `lastRewind` of a view that keeps state, once its rebuild has started (a rewind
+    would resume it on empty state); None when recorded before or not started (refused)."""
+    if (status.get("lastRewind") or {}).get("requestId") == request_id:
+        return None
+    rows = plan.lifecycle.rows if plan.lifecycle is not None else ()
+    rebuilt = [r for r in rows if r.reason == "Rewind" and r.phase == "CatchingUp"]
+    if not rebuilt:
+        return None
+    return {
+        "requestId": request_id,
+        "revision": plan.revision,
+        "phase": "Done",
+        "rebuiltAs": rebuilt[-1].revision,
+        "completedAt": rfc3339(now),
+    }
+
+
 def rewind_message(record: Mapping[str, Any]) -> str:
     """What a rewind did, for people: the revision, the request, each partition moved."""
+    if record.get("rebuiltAs") is not None:
+        return (
+            f"revision {record['revision']} keeps state, so request {record['requestId']} does "
+            f"not move it (it would go on from empty state): revision {record['rebuiltAs']} "
+            "rebuilds it from the start of the inputs beside it and serves once caught up"
+        )
     moved = ", ".join(
         f"{m['topic']}[{m['partition']}] "
         f"{'-' if m.get('fromOffset') is None else m['fromOffset']} -> {m['toOffset']}"

@@ -150,6 +150,11 @@ async def reconcile_job(
         plan = JobPlan(int(status.get("revision") or 1), problems=(Problem("InvalidSpec", found),))
         await store.finish(job_status(plan, RunObservation(), status, generation, now))
         return
+    if services.checkpoint_problem is not None:  # nothing runs where checkpoints are lost
+        problems = (services.checkpoint_problem,)
+        plan = JobPlan(int(status.get("revision") or 1), problems=problems)
+        await store.finish(job_status(plan, RunObservation(), status, generation, now))
+        return
     old = parse_body(body, StreamJob, old_spec) if old_spec else None
     edited_from = old if isinstance(old, StreamJob) else None
     plan = await asyncio.to_thread(_plan, found, body, status, services, world, edited_from)

@@ -17,6 +17,7 @@ from distributary.backends.base import SparkRuntime, TopicBackend
 from distributary.graph import Pipeline
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.progress import ProgressReader
+from distributary.plan.conditions import Problem
 from distributary.plan.view_plan import LostHistory
 
 
@@ -108,6 +109,10 @@ class Services:
     lost_history: LostHistory
     """Why some input topics (topic -> log) lost history, None if they did not (the retention
     guard's question to Kafka)."""
+
+    checkpoint_problem: Problem | None = None
+    """Why no revision may run where checkpoints would go (`plan.checkpoint_storage`), decided
+    once when the services are built; every view and job is then Stalled with it."""
 
     restart_due: dict[tuple[str, str], float] = field(default_factory=dict, repr=False)
     """When the next restart of each ended application (namespace, name) is due (monotonic)."""

@@ -30,6 +30,7 @@ from distributary.api import owner_of, parse_body
 from distributary.api.log import Log
 from distributary.api.view import DerivedView
 from distributary.backends.base import Owner
+from distributary.graph import Ref
 from distributary.kafka.admin import KafkaAdminError
 from distributary.kafka.records import RecordsError
 from distributary.kube.resources import KubeError
@@ -37,9 +38,14 @@ from distributary.plan.children import rewind_folder, with_checkpoint
 from distributary.plan.conditions import Problem
 from distributary.plan.lifecycle import LIVE, mark_deleted
 from distributary.plan.progress import progress_key
-from distributary.plan.view_plan import ViewPlan, history_guard, plan_view
+from distributary.plan.view_plan import ViewPlan, first_revision, history_guard, plan_view
 from distributary.plan.view_status import RunObservation, view_status
-from distributary.plan.write_ahead import cutover_record, rewind_message, start_record
+from distributary.plan.write_ahead import (
+    cutover_record,
+    rebuilt_rewind,
+    rewind_message,
+    start_record,
+)
 from distributary.reconcile.applications import (
     RewindTarget,
     come_back_for_restart,
@@ -62,6 +68,14 @@ def _plan(
     """The view's plan; a reprocess it would start is checked against its inputs' retained
     history first (the retention guard)."""
     seen = world.lineage(body)
+    output = seen.pipeline.output(Ref.of(view))
+    first = 1
+    if output is not None and not status.get("revisions"):
+        try:  # a view created again goes on past what the one before it left in Kafka
+            admin = services.admin
+            first = first_revision(view, output, admin.topic_names(), admin.group_names())
+        except KafkaAdminError as exc:
+            raise TryAgain(f"looking for an earlier view's topics: {exc}", RETRY_SECONDS) from exc
     planned = functools.partial(
         plan_view,
         seen.pipeline,
@@ -74,6 +88,7 @@ def _plan(
         edited_from=edited_from,
         now=datetime.now(UTC),
         upstream_reprocessing=seen.reprocessing,
+        first_revision=first,
     )
     try:
         return history_guard(planned(), planned, services.lost_history)
@@ -160,6 +175,8 @@ async def _rewind(
     runner = plan.runner
     if rewind is None or runner is None or plan.lifecycle is None:
         return plan, None
+    if runner.stateful:  # not moved: the plan rebuilds it (`plan.lifecycle`)
+        return plan, rebuilt_rewind(store.status, plan, rewind.request_id, now)
     chosen = set(rewind.inputs) or {str(s.alias) for s in runner.inputs}
     target = RewindTarget(
         runner.revision,
@@ -191,6 +208,12 @@ async def _record_ahead(
     if plan.starts and plan.runner is not None:
         await store.record_ahead(start_record(plan, generation, now))
         events.info("StartRevision", f"Starting revision {plan.runner.revision}.")
+        lifecycle = plan.lifecycle
+        row = lifecycle.row(plan.runner.revision) if lifecycle is not None else None
+        if lifecycle is not None and row is not None and row.reason is not None:
+            # Said once, when the rebuild starts: why the serving revision does not go on.
+            said = [n for n in lifecycle.notes if f"revision {row.revision} rebuilds" in n]
+            events.info(row.reason, said[0] if said else f"Revision {row.revision} rebuilds.")
     lifecycle = plan.lifecycle
     if lifecycle is not None and lifecycle.cut_over is not None:
         await store.record_ahead(cutover_record(plan.revision, lifecycle.rows))
@@ -286,6 +309,11 @@ async def reconcile_view(
     if isinstance(found, str):
         problem = Problem("InvalidSpec", found)
         plan = ViewPlan(int(status.get("servingRevision") or 1), problems=(problem,))
+        await store.finish(view_status(plan, RunObservation(), status, generation, now))
+        return
+    if services.checkpoint_problem is not None:  # nothing runs where checkpoints are lost
+        problems = (services.checkpoint_problem,)
+        plan = ViewPlan(int(status.get("servingRevision") or 1), problems=problems)
         await store.finish(view_status(plan, RunObservation(), status, generation, now))
         return
     old = parse_body(body, DerivedView, old_spec) if old_spec else None

@@ -7,7 +7,9 @@ point leaves it at or behind Spark's checkpoint, and the next run rescans the di
 letters are sent at least once and the group never claims more than was processed.
 
 A revision with no checkpoint yet starts from its group's committed offsets when the group has
-some (a rewind, or a fresh checkpoint after a lost one), else from the spec's starting position.
+some (a rewind, or a fresh checkpoint after a lost one), else from the spec's starting position;
+except a query that keeps state, which never resumes on empty state: it reports CheckpointLost
+and does not start, and the view rebuilds it as a new revision.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from distributary.kafka.admin import KafkaAdmin
+from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
 from distributary.kafka.progress import ProgressPublisher
 from distributary.plan.positions import Offsets
 from distributary.plan.progress import (
@@ -44,10 +46,13 @@ from distributary.plan.runner_spec import (
     RunnerSpec,
     StartingPosition,
 )
+from distributary.plan.spark_state import CHECKPOINT_LOST
 from distributary.runner.dead_letters import send_dead_letters
 from distributary.runner.query import revision_session, start_query
 
 POLL_SECONDS = 0.5
+STOP_TIMEOUT = 30.0  # seconds a stop waits for the running micro-batch to finish
+DEFAULT_REFRESH_SECONDS = 3600.0  # committed offsets are committed again at least this often
 MAX_RESTARTS = 3  # per revision and run; then the revision is Failed
 
 
@@ -71,6 +76,8 @@ class Revision:
     state: str = "Starting"
     error: str | None = None
     restarts: int = 0
+    refresh_seconds: float = DEFAULT_REFRESH_SECONDS
+    committed_at: float = field(default_factory=time.monotonic)
 
     @property
     def label(self) -> str:
@@ -78,12 +85,18 @@ class Revision:
         return f"{self.spec.namespace}/{self.spec.name} r{self.spec.revision}"
 
     def start(self) -> None:
-        """Start the query, from the group's committed offsets when there is no checkpoint."""
+        """Start the query, from the group's committed offsets when there is no checkpoint; a
+        query that keeps state does not start without its checkpoint (see `lost_state`)."""
         group = self.admin.committed(self.spec.consumer_group)
         self.committed = group or None
-        starting = (
-            {} if has_checkpoint(self.session, self.spec) else resumed_inputs(self.spec, group)
-        )
+        checkpointed = has_checkpoint(self.session, self.spec)
+        lost = None if checkpointed else lost_state(self.spec, group)
+        if lost is not None:
+            self.state, self.error = CHECKPOINT_LOST, lost
+            _log(f"{self.label}: {lost}")
+            self.publish()
+            return
+        starting = {} if checkpointed else resumed_inputs(self.spec, group)
         for alias, source in starting.items():
             offsets = source.starting_position.offsets
             _log(f"{self.label}: no checkpoint; {alias} starts at the group's offsets {offsets}")
@@ -107,6 +120,19 @@ class Revision:
             self.handle(batch_of(report))
         if not self.query.isActive and self.state == "Running":
             self.finish()
+        elif self.committed and time.monotonic() - self.committed_at >= self.refresh_seconds:
+            self.refresh()
+
+    def refresh(self) -> None:
+        """Commit the group's offsets again: a group that commits nothing for the broker's
+        `offsets.retention.minutes` (an idle input) loses them, and with them the position a
+        view resumes from and the lag it reports."""
+        assert self.committed is not None
+        try:
+            self.admin.commit(self.spec.consumer_group, self.committed)
+        except KafkaAdminError as exc:
+            _log(f"{self.label}: could not refresh the group's offsets: {exc}")
+        self.committed_at = time.monotonic()
 
     def handle(self, batch: Batch) -> None:
         """Dead letters, then the group's offsets, then progress: in that order (see above)."""
@@ -120,6 +146,7 @@ class Revision:
         if plan.commit:
             self.admin.commit(self.spec.consumer_group, plan.end)
             self.committed = {**(self.committed or {}), **plan.end}
+            self.committed_at = time.monotonic()
         self.last = batch if batch.end else self.last
         self.publish(batch)
 
@@ -154,6 +181,7 @@ class Revision:
             "name": self.spec.name,
             "revision": self.spec.revision,
             "consumerGroup": self.spec.consumer_group,
+            "checkpoint": self.spec.checkpoint_location,
             "restarts": self.restarts,
             "runnerPid": os.getpid(),  # which run of a shared runner process says this
         }
@@ -174,6 +202,29 @@ def _first_line(text: str) -> str:
     return lines[0][:500] if lines else "unknown error"
 
 
+def refresh_seconds(admin: KafkaAdmin) -> float:
+    """How often an idle revision commits its group's offsets again: a quarter of the broker's
+    `offsets.retention.minutes`, at least every 5 seconds and at most every hour."""
+    try:
+        minutes = admin.broker_config("offsets.retention.minutes")
+    except KafkaAdminError:
+        minutes = None
+    if minutes is None:
+        return DEFAULT_REFRESH_SECONDS
+    return min(max(float(minutes) * 60.0 / 4.0, 5.0), DEFAULT_REFRESH_SECONDS)
+
+
+def stop_between_batches(query: StreamingQuery, timeout: float = STOP_TIMEOUT) -> None:
+    """Stop `query` once its running micro-batch has finished (at most `timeout` seconds): a
+    batch interrupted after it wrote records is written again when the query resumes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and query.isActive:
+        if not query.status.get("isTriggerActive", False):
+            break
+        time.sleep(0.05)
+    query.stop()
+
+
 def has_checkpoint(session: SparkSession, spec: RunnerSpec) -> bool:
     """Whether the revision's checkpoint has offsets (any Hadoop file system: file, s3a, ...)."""
     jvm = session.sparkContext._jvm
@@ -181,6 +232,22 @@ def has_checkpoint(session: SparkSession, spec: RunnerSpec) -> bool:
     path = jvm.org.apache.hadoop.fs.Path(spec.checkpoint_location.rstrip("/") + "/offsets")
     fs = path.getFileSystem(session.sparkContext._jsc.hadoopConfiguration())
     return bool(fs.exists(path) and len(fs.listStatus(path)) > 0)
+
+
+def lost_state(spec: RunnerSpec, committed: Offsets) -> str | None:
+    """Why the revision must not resume without its checkpoint, None when it may: its query
+    keeps state (counts, distinct keys, join buffers) that only the checkpoint holds, and its
+    group has read records, so resuming from the group would start that state empty and write
+    partial results over correct ones."""
+    read = sum(sum(parts.values()) for parts in committed.values())
+    if not spec.stateful or read == 0:
+        return None
+    return (
+        f"its checkpoint is gone ({spec.checkpoint_location}) but its group "
+        f"{spec.consumer_group} has read {read} records; the query keeps state, so it does not "
+        "resume on empty state: the view rebuilds it as a new revision from the start of its "
+        "inputs (CheckpointLost)"
+    )
 
 
 def resumed_inputs(spec: RunnerSpec, committed: Offsets) -> dict[str, RunnerInput]:
@@ -246,7 +313,11 @@ def run(specs: list[RunnerSpec], stop: _Stop) -> int:
     admin = KafkaAdmin(bootstrap)
     topic = next((s.progress_topic for s in specs if s.progress_topic), None)
     publisher = ProgressPublisher(bootstrap, topic) if topic else None
-    revisions = [Revision(spec, revision_session(spark, spec), admin, publisher) for spec in specs]
+    refresh = refresh_seconds(admin)
+    revisions = [
+        Revision(spec, revision_session(spark, spec), admin, publisher, refresh_seconds=refresh)
+        for spec in specs
+    ]
     try:
         for revision in revisions:
             try:
@@ -262,7 +333,7 @@ def run(specs: list[RunnerSpec], stop: _Stop) -> int:
     finally:
         for revision in revisions:
             if revision.query is not None and revision.query.isActive:
-                revision.query.stop()
+                stop_between_batches(revision.query)
             revision.poll()
             if revision.state == "Running":
                 revision.finish()

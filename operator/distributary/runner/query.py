@@ -78,7 +78,8 @@ def is_corrupt() -> Column:
 def input_frame(
     session: SparkSession, spec: RunnerSpec, source: RunnerInput, index: int
 ) -> DataFrame:
-    """One input as the SQL sees it: parsed rows only, with the corrupt ones counted."""
+    """One input as the SQL sees it: parsed rows only, with the corrupt ones counted, and its
+    watermark when it declares one."""
     reader = session.readStream.format("kafka")
     for key, value in kafka_source_options(spec, source).items():
         reader = reader.option(key, value)
@@ -88,7 +89,12 @@ def input_frame(
         fn.sum(fn.when(is_corrupt(), 1).otherwise(0)).alias(CORRUPT_METRIC),
     )
     columns = [c for c in parse_schema(source).fieldNames() if c != CORRUPT_COLUMN]
-    return counted.where(~is_corrupt()).select(*(fn.col(f"record.`{c}`") for c in columns))
+    frame = counted.where(~is_corrupt()).select(*(fn.col(f"record.`{c}`") for c in columns))
+    if source.watermark is None:
+        return frame
+    # Aggregations and joins over this input drop records older than the watermark and the
+    # state of windows it has passed; in append mode a window is written once, then.
+    return frame.withWatermark(source.watermark.column, f"{source.watermark.delay_ms} milliseconds")
 
 
 def output_frame(result: DataFrame, spec: RunnerSpec) -> DataFrame:

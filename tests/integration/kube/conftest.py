@@ -78,10 +78,15 @@ def operator(
     tmp_path_factory: pytest.TempPathFactory,
     request: pytest.FixtureRequest,
 ) -> Iterator[Operator]:
-    """`distributary operator` on the module's namespace, with its `OPERATOR_FLAGS`."""
+    """`distributary operator` on the module's namespace, with its `OPERATOR_FLAGS`; node-local
+    checkpoints allowed unless its `NODE_LOCAL_CHECKPOINTS` is False."""
     flags = tuple(getattr(request.module, "OPERATOR_FLAGS", ()))
     running = Operator(
-        cluster, broker.bootstrap_servers, tmp_path_factory.mktemp("operator"), flags
+        cluster,
+        broker.bootstrap_servers,
+        tmp_path_factory.mktemp("operator"),
+        flags,
+        node_local_checkpoints=getattr(request.module, "NODE_LOCAL_CHECKPOINTS", True),
     )
     running.start()
     yield running

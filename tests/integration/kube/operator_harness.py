@@ -93,6 +93,9 @@ class Operator:
     bootstrap_servers: str
     folder: Path
     extra: Sequence[str] = ()
+    node_local_checkpoints: bool = True
+    """Allow checkpoints on the test machine's disk under the spark-operator runtime (the test
+    control plane has one machine); False: the operator refuses them, as in a real cluster."""
     metrics_port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
@@ -116,6 +119,7 @@ class Operator:
             "--metrics-port", str(self.metrics_port),
             "--state-dir", str(self.folder / "local"),
             "--checkpoint-root", (self.folder / "checkpoints").as_uri(),
+            *(["--allow-node-local-checkpoints"] if self.node_local_checkpoints else []),
             *self.extra,
         ]  # fmt: skip
         env = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig)}

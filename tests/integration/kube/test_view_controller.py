@@ -65,8 +65,10 @@ def append(broker: EmbeddedBroker, first: int, count: int) -> list[dict[str, Any
 
 
 def caught_up(cluster: Cluster, name: str = "vc-big") -> bool:
+    """Ready, CaughtUp, and everything read (CaughtUp alone means keeping up)."""
     view = cluster.get("dview", name)
-    return is_true(view, "Ready") and is_true(view, "CaughtUp")
+    lag = (view.get("status") or {}).get("lag")
+    return is_true(view, "Ready") and is_true(view, "CaughtUp") and lag == 0
 
 
 def runners(operator: Operator) -> list[int]:
@@ -132,6 +134,20 @@ def test_a_view_of_a_view_reads_the_serving_revisions_topic(
             row["buys"] += 1
             row["total"] += r["amount"]
     assert {json.loads(k)["user"]: v for k, v in table.items()} == expected
+
+
+def test_what_the_operator_did_is_in_the_views_and_logs_events(
+    running: list[dict[str, Any]], cluster: Cluster
+) -> None:
+    """Events posted from kopf's handlers and from the observer alike, as `kubectl describe`
+    shows them."""
+    listed = json.loads(cluster.kubectl("get", "events", "-n", cluster.namespace, "-o", "json"))
+    said = {
+        (e["involvedObject"]["kind"], e["involvedObject"]["name"], e["reason"], e["type"])
+        for e in listed["items"]
+    }
+    assert ("DerivedView", "vc-big", "StartRevision", "Normal") in said, sorted(said)
+    assert ("Log", "vc-events", "CreateTopic", "Normal") in said, sorted(said)
 
 
 def test_the_output_log_is_a_child_of_the_view(

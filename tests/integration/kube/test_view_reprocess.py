@@ -124,6 +124,7 @@ def caught_up(cluster: Cluster, name: str, revision: int) -> bool:
         and is_true(found, "Ready")
         and is_true(found, "CaughtUp")
         and not is_true(found, "Reprocessing")
+        and (found.get("status") or {}).get("lag") == 0  # CaughtUp alone: keeping up
     )
 
 

@@ -13,7 +13,7 @@ from distributary.api import DerivedView, Log, Resource, parse_resource
 from distributary.sql import parse_ddl, parse_query
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
-NAMES = ["clickstream", "orders"]
+NAMES = ["clickstream", "orders", "sensors"]
 
 
 def _documents(example: str) -> list[dict[str, Any]]:
@@ -51,18 +51,41 @@ def test_each_view_reads_only_its_aliases_and_columns_its_inputs_have(example: s
         aliases = {i.alias for i in view.spec.inputs}
         assert {t.name for t in query.find_all(exp.Table)} <= aliases, view.metadata.name
         available = set().union(*(_output_columns(i.log, resources) for i in view.spec.inputs))
-        used = {c.name for c in query.find_all(exp.Column)} - set(query.named_selects)
+        # window.start and window.end are fields of the time window, not input columns.
+        columns = (c for c in query.find_all(exp.Column) if c.table.lower() != "window")
+        used = {c.name for c in columns} - set(query.named_selects)
         assert used <= available, f"{view.metadata.name}: {sorted(used - available)}"
         assert set(view.spec.output.key or []) <= set(query.named_selects)
         assert "*" not in query.named_selects
 
 
 @pytest.mark.parametrize("example", NAMES)
-def test_append_views_are_stateless_and_aggregations_are_upserts(example: str) -> None:
+def test_aggregations_are_upserts_or_windows_over_a_watermark(example: str) -> None:
     for view in (r for r in _resources(example).values() if isinstance(r, DerivedView)):
         query = parse_query(view.spec.sql)
         aggregates = query.find(exp.AggFunc) is not None or query.args.get("group") is not None
-        assert aggregates == (view.spec.output.mode == "upsert"), view.metadata.name
+        watermarked = all(i.watermark is not None for i in view.spec.inputs)
+        windowed = "GROUP BY window(" in view.spec.sql.replace("\n", " ")
+        append = view.spec.output.mode == "append"
+        assert not aggregates or not append or (watermarked and windowed), view.metadata.name
+        assert aggregates or append, view.metadata.name
+
+
+def test_sensors_aggregates_over_event_time_in_tumbling_and_sliding_windows() -> None:
+    resources = _resources("sensors")
+    readings = resources["readings"]
+    assert isinstance(readings, Log)
+    columns = {c.name: c.type for c in parse_ddl(readings.spec.record_schema or "")}
+    assert columns["ts"] == "TIMESTAMP"
+    views = {n: r for n, r in resources.items() if isinstance(r, DerivedView)}
+    assert sorted(views) == ["sensor-trends", "site-minutes"]
+    for view in views.values():
+        assert view.spec.output.mode == "append"
+        [item] = view.spec.inputs
+        assert item.watermark is not None
+        assert (item.watermark.column, item.watermark.delay) == ("ts", "30s")
+    assert "window(ts, '1 minute')" in views["site-minutes"].spec.sql
+    assert "window(ts, '5 minutes', '1 minute')" in views["sensor-trends"].spec.sql
 
 
 def test_clickstream_has_a_page_view_log_an_enriched_stream_a_table_and_a_view_of_a_view() -> None:

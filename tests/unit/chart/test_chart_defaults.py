@@ -1,4 +1,4 @@
-"""The chart's defaults agree with the project: versions, job image, checkpoint root.
+"""The chart's defaults agree with the project: versions, job image, checkpoints.
 
 Read as plain YAML, without helm, so a drift shows up in the fast tests.
 """
@@ -13,6 +13,11 @@ from typing import Any
 import yaml
 
 from distributary.plan import pipeline
+from distributary.plan.checkpoint_storage import (
+    DEFAULT_MOUNT_PATH,
+    CheckpointClaim,
+    checkpoint_problem,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "charts" / "distributary"
@@ -35,7 +40,17 @@ def test_default_job_image_is_the_planners_default() -> None:
 
 
 def test_default_checkpoint_root_is_the_planners_default() -> None:
-    assert load("values.yaml")["checkpointRoot"] == pipeline.DEFAULT_CHECKPOINT_ROOT
+    assert load("values.yaml")["checkpoints"]["root"] == pipeline.DEFAULT_CHECKPOINT_ROOT
+
+
+def test_default_checkpoints_are_on_a_claim_the_operator_accepts() -> None:
+    checkpoints = load("values.yaml")["checkpoints"]
+    claim = checkpoints["claim"]
+    assert claim["create"] is True
+    assert claim["mountPath"] == DEFAULT_MOUNT_PATH
+    assert checkpoints["allowNodeLocal"] is False
+    mounted = CheckpointClaim("distributary-checkpoints", claim["mountPath"])
+    assert checkpoint_problem(checkpoints["root"], "spark-operator", mounted) is None
 
 
 def test_every_value_is_described_by_the_schema() -> None:

@@ -48,7 +48,7 @@ def write(tmp_path: Path, *documents: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("example", ["clickstream", "orders"])
+@pytest.mark.parametrize("example", ["clickstream", "orders", "sensors"])
 def test_the_examples_are_valid(example: str) -> None:
     code, out, err = run("validate", str(EXAMPLES / example))
     assert code == 0, err

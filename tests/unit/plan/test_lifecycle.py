@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -9,6 +10,7 @@ from distributary.api.view import Revision, Upgrade
 from distributary.plan.classify import Classification
 from distributary.plan.lifecycle import (
     Lifecycle,
+    Rebuild,
     mark_deleted,
     progress_message,
     reprocess_progress,
@@ -21,7 +23,7 @@ UPGRADE = Upgrade.model_validate({"cutoverWindow": "10s", "retireAfter": "1h"})
 
 
 def run(
-    rows: list[dict[str, Any]],
+    rows: Sequence[dict[str, Any] | Revision],
     spec_hash: str,
     *,
     change: Classification | None = None,
@@ -29,6 +31,8 @@ def run(
     lags: dict[int, int | None] | None = None,
     now: datetime = T0,
     delete: bool = False,
+    history_lost: str | None = None,
+    rebuild: Rebuild | None = None,
 ) -> Lifecycle:
     return step(
         rows,
@@ -40,6 +44,8 @@ def run(
         topic_of=lambda r: f"out.r{r}",
         group_of=lambda r: f"g.r{r}",
         delete_retired=delete,
+        history_lost=history_lost,
+        rebuild=rebuild,
     )
 
 
@@ -208,3 +214,65 @@ def test_on_live_input_a_revision_within_one_window_of_arrivals_cuts_over() -> N
     # On idle input the window allows nothing more than cutoverMaxLag.
     idle = run(rows, "h2", lags={2: 1})
     assert revision(idle, 2).caught_up_since is None
+
+
+def lost(rows: tuple[Revision, ...], number: int) -> list[Revision]:
+    """`rows` with revision `number`'s checkpoint reported lost."""
+    update = {"checkpoint_lost": "2026-11-22T12:00:00Z"}
+    return [r.model_copy(update=update) if r.revision == number else r for r in rows]
+
+
+def test_a_serving_revision_that_lost_its_state_is_rebuilt_beside_it_not_resumed() -> None:
+    life = run(lost(run([], "h1").rows, 1), "h1")
+    assert phases(life) == [(1, "Serving"), (2, "CatchingUp")]
+    assert (life.serving, life.current, life.started) == (1, 2, 2)
+    assert revision(life, 2).reason == "CheckpointLost"
+    assert revision(life, 2).spec_hash == "h1"
+    assert life.stop == (1,)  # never resumed on empty state
+    assert life.live() == [2]
+
+
+def test_a_rebuild_cuts_over_like_a_reprocess_and_is_not_undone() -> None:
+    started = run(lost(run([], "h1").rows, 1), "h1")
+    again = run(list(started.rows), "h1", lags={2: 0})
+    assert phases(again) == [(1, "Serving"), (2, "CatchingUp")]  # not retired as unneeded
+    assert again.started is None  # and not started twice
+    done = run(list(again.rows), "h1", lags={2: 0}, now=T0 + timedelta(seconds=11))
+    assert (done.serving, done.cut_over) == (2, 2)
+    assert phases(done) == [(1, "Retiring"), (2, "Serving")]
+
+
+def test_a_rebuild_over_incomplete_history_is_refused_and_nothing_runs() -> None:
+    rows = lost(run([], "h1").rows, 1)
+    life = run(rows, "h1", history_lost="events[0] starts at offset 500")
+    assert phases(life) == [(1, "Serving")]
+    assert life.problem is not None
+    assert life.problem.reason == "HistoryIncomplete"
+    assert "allowPartialHistory" in life.problem.message
+    assert (life.current, life.stop) == (None, (1,))
+
+
+def test_a_catching_up_revision_that_lost_its_state_is_replaced() -> None:
+    catching = run(list(run([], "h1").rows), "h2", change=REPROCESS).rows
+    life = run(lost(catching, 2), "h2")
+    assert phases(life) == [(1, "Serving"), (2, "Retiring"), (3, "CatchingUp")]
+    assert (life.current, life.started) == (3, 3)
+    assert revision(life, 3).spec_hash == "h2"
+
+
+def test_a_lost_serving_revision_beside_an_edit_is_replaced_by_the_edit() -> None:
+    catching = run(list(run([], "h1").rows), "h2", change=REPROCESS).rows
+    life = run(lost(catching, 1), "h2")
+    assert phases(life) == [(1, "Serving"), (2, "CatchingUp")]
+    assert (life.current, life.started, life.stop) == (2, None, (1,))
+
+
+def test_a_rewind_of_a_view_that_keeps_state_rebuilds_it_once() -> None:
+    life = run(run([], "h1").rows, "h1", rebuild="Rewind")
+    assert phases(life) == [(1, "Serving"), (2, "CatchingUp")]
+    assert revision(life, 2).reason == "Rewind"
+    assert life.stop == ()  # the serving revision serves on meanwhile
+    # Until it is recorded as done, the request is seen again.
+    again = run(life.rows, "h1", rebuild="Rewind")
+    assert phases(again) == [(1, "Serving"), (2, "CatchingUp")]
+    assert again.started is None

@@ -202,13 +202,15 @@ def test_an_input_rate_is_measured_over_ten_seconds_or_more_never_over_a_moment(
 
     t0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
     mark, rate = input_rate(None, None, 1000, t0)
-    assert (mark, rate) == ({"at": "2026-11-22T12:00:00Z", "records": 1000}, None)
-    # Half a second later: too short to measure; the last rate (none) and the mark are kept.
+    assert (mark, rate) == ({"at": "2026-11-22T12:00:00.000Z", "records": 1000}, None)
+    # Before ten seconds have passed: the last rate (none) and the mark are kept.
     assert input_rate(mark, None, 1020, t0 + timedelta(seconds=0.5)) == (mark, None)
-    # Four seconds: measured from the mark, which stays until ten seconds have passed.
-    assert input_rate(mark, None, 1200, t0 + timedelta(seconds=4)) == (mark, 50.0)
-    moved, rate = input_rate(mark, 50.0, 1600, t0 + timedelta(seconds=10))
-    assert (moved, rate) == ({"at": "2026-11-22T12:00:10Z", "records": 1600}, 60.0)
+    assert input_rate(mark, None, 1200, t0 + timedelta(seconds=4)) == (mark, None)
+    # Ten seconds and a bit: measured from the mark to the millisecond, and the mark moves on.
+    moved, rate = input_rate(mark, 50.0, 1612, t0 + timedelta(seconds=10.2))
+    assert (moved, rate) == ({"at": "2026-11-22T12:00:10.200Z", "records": 1612}, 60.0)
+    # A rate is kept between measures.
+    assert input_rate(moved, 60.0, 1700, t0 + timedelta(seconds=12)) == (moved, 60.0)
     # A mark that is not a time is measured afresh; offsets that shrank are no negative rate.
     assert input_rate({"at": "yesterday"}, 7.0, 5, t0)[1] == 7.0
-    assert input_rate(mark, None, 10, t0 + timedelta(seconds=5))[1] == 0.0
+    assert input_rate(mark, None, 10, t0 + timedelta(seconds=11))[1] == 0.0

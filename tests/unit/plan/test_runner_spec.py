@@ -12,6 +12,7 @@ from distributary.api.log import Log, LogStatus
 from distributary.api.view import DerivedView
 from distributary.plan.runner_spec import (
     ROCKSDB_PROVIDER,
+    EventTime,
     RunnerSpec,
     StartingPosition,
     checkpoint_location,
@@ -178,6 +179,24 @@ def test_the_spec_round_trips_through_json() -> None:
     assert json.loads(spec.model_dump_json())["version"] == 1
 
 
+def test_an_inputs_watermark_reaches_the_runner_with_its_delay_in_milliseconds() -> None:
+    view = make_view()
+    watermarked = [
+        {"log": "orders", "alias": "o", "watermark": {"column": "placed_at", "delay": "2m"}},
+        view.spec.inputs[1].to_yaml_dict(),
+    ]
+    spec = plan(make_view(inputs=watermarked))
+    assert spec.inputs[0].watermark == EventTime(column="placed_at", delay_ms=120_000)
+    assert spec.inputs[1].watermark is None
+    assert RunnerSpec.model_validate_json(spec.model_dump_json()) == spec
+
+
+def test_an_input_without_a_watermark_is_written_as_before() -> None:
+    # A view's runner spec is its application's argument: no new key, no restart on upgrade.
+    written = json.loads(plan().model_dump_json())
+    assert all("watermark" not in source for source in written["inputs"])
+
+
 # --- streaming defaults ---------------------------------------------------------------------
 
 
@@ -322,3 +341,12 @@ def test_local_submit_caps_the_local_threads() -> None:
     assert "--jars" not in command.argv
     capped = local_submit(plan(), settings, spec_path="s", runner_file="r", max_cores=16)
     assert capped.argv[2] == "local[16]"
+
+
+def test_a_checkpoint_lies_under_the_resources_uid_in_a_cluster_only() -> None:
+    uid = "6f1c2a9e-1d2b-4c3d-9e8f-0a1b2c3d4e5f"
+    assert checkpoint_location("/ck", "shop", "counts", 2, uid) == f"/ck/shop/counts/{uid}/r2"
+    # `distributary run` names its views by namespace and name: their folders stay as they were.
+    assert checkpoint_location("/ck", "shop", "counts", 2, "local:shop/counts") == (
+        "/ck/shop/counts/r2"
+    )

@@ -77,7 +77,7 @@ def test_a_new_view_starts_revision_1_with_its_topics_child_log_and_runner() -> 
     assert [t.name for t in plan.topics] == ["big.r1", "distributary.shop.big.dlq"]
     assert plan.runner is not None
     assert plan.runner.consumer_group == "distributary.shop.big.r1"
-    assert plan.runner.checkpoint_location == "s3a://bucket/ck/shop/big/r1"
+    assert plan.runner.checkpoint_location == "s3a://bucket/ck/shop/big/uid-big/r1"
     assert plan.runner.bootstrap_servers == "kafka:9092"
     assert plan.runner.inputs[0].topic == "clicks"
     manifest = plan.output_log

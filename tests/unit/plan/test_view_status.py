@@ -163,12 +163,25 @@ def test_each_live_revision_records_how_fast_its_inputs_grow() -> None:
     first = observed(None, NOW, 900, 1000)
     row = first["revisions"][0]
     assert (row["inputMark"], "inputRate" in row) == (
-        {"at": "2026-11-22T12:00:00Z", "records": 1000},
+        {"at": "2026-11-22T12:00:00.000Z", "records": 1000},
         False,
     )
     # 600 records arrived in 12 s: 50 a second, and the mark moves on.
     later = observed(first, NOW.replace(second=12), 1400, 1600)
     row = later["revisions"][0]
     assert (row["inputRate"], row["inputMark"]["records"]) == (50.0, 1600)
-    # CaughtUp still means everything read: 200 behind is not.
-    assert kinds(later)["CaughtUp"] == ("False", "Lag")
+    # CaughtUp means keeping up: 200 behind is less than the 500 that arrive in the window
+    # (10 s at 50 a second), which is what a revision catching up must reach to serve.
+    assert kinds(later)["CaughtUp"] == ("True", "KeepingUp")
+    assert later["lag"] == 200
+    # 900 behind is more than arrives in the window: not keeping up.
+    behind = observed(later, NOW.replace(second=14), 800, 1700)
+    assert kinds(behind)["CaughtUp"] == ("False", "Lag")
+    # Once the inputs are idle for a measure (ten seconds or more), keeping up is reading
+    # everything.
+    quiet = observed(behind, NOW.replace(second=40), 1699, 1700)
+    settled = observed(quiet, NOW.replace(second=52), 1699, 1700)
+    assert settled["revisions"][0]["inputRate"] == 0.0
+    assert kinds(settled)["CaughtUp"] == ("False", "Lag")
+    done = observed(settled, NOW.replace(second=53), 1700, 1700)
+    assert kinds(done)["CaughtUp"] == ("True", "NoLag")

@@ -119,6 +119,7 @@ class FakeRuntime:
     journal: Journal
     running: dict[str, int] = field(default_factory=dict)  # name -> revision
     failing: set[int] = field(default_factory=set)
+    specs: list[RunnerSpec] = field(default_factory=list)  # every runner spec asked to run
 
     def _app(self, namespace: str, name: str, revision: int) -> RevisionApp:
         def state() -> AppState:
@@ -138,6 +139,7 @@ class FakeRuntime:
 
     def view_app(self, view: DerivedView, runner: RunnerSpec) -> RevisionApp:
         self.journal.append(("runner", runner.revision, runner.checkpoint_location))
+        self.specs.append(runner)
         name = f"{view.metadata.name}-r{runner.revision}"
         return self._app(view.metadata.namespace, name, runner.revision)
 
@@ -186,6 +188,7 @@ class FakeAdmin:
     ends: dict[str, int] = field(default_factory=dict)
     marks: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)  # wins over ends
     by_time: dict[str, dict[int, int]] = field(default_factory=dict)
+    left: set[str] = field(default_factory=set)  # topics nothing reads or writes
 
     def committed(self, group: str) -> dict[str, dict[int, int]]:
         return self.groups.get(group, {})
@@ -207,12 +210,21 @@ class FakeAdmin:
     def describe_group(self, group: str) -> Any:
         return None
 
+    def topic_names(self) -> set[str]:
+        return {*self.ends, *self.marks, *self.left}
 
+    def group_names(self) -> set[str]:
+        return set(self.groups)
+
+
+@dataclass
 class FakeProgress:
-    latest: dict[str, dict[str, Any]] = {}  # noqa: RUF012 (never written)
+    """The runners' last progress record per revision, as a test sets them."""
+
+    latest: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def poll(self, timeout: float = 0.2) -> dict[str, dict[str, Any]]:
-        return {}
+        return dict(self.latest)
 
     def close(self) -> None:
         pass
@@ -230,6 +242,7 @@ class Parts:
     runtime: FakeRuntime
     admin: FakeAdmin
     lost: list[str]  # what the retention guard answers: the first element, if any
+    progress: FakeProgress = field(default_factory=FakeProgress)
 
     def services(self) -> Services:
         def lost_history(topics: Mapping[str, str]) -> str | None:
@@ -239,7 +252,7 @@ class Parts:
             checkpoint_root="file:///ck",
             bootstrap_servers="kafka:9092",
             admin=cast(Any, self.admin),
-            progress=cast(Any, FakeProgress()),
+            progress=cast(Any, self.progress),
             topics=self.topics,
             runtime=self.runtime,
             lost_history=lost_history,

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from tests.unit.reconcile.fakes import NS, FakeStore, Parts, parts
 
+from distributary.plan.progress import progress_key
 from distributary.reconcile.ports import StatusConflictError, TryAgain
 from distributary.reconcile.view import reconcile_view
 
@@ -105,8 +106,8 @@ def test_a_reprocess_records_revision_2_before_starting_it_and_revision_1_keeps_
 def test_a_cutover_is_recorded_before_the_output_log_moves() -> None:
     p = parts([log("clicks")], [])
     p.admin.ends = {"clicks": 10}
-    p.admin.groups = {f"distributary.{NS}.big.r1": {"clicks": {0: 10}}}
     edited = reprocessed(p)
+    p.admin.groups = {f"distributary.{NS}.big.r1": {"clicks": {0: 10}}}
     run(p, edited)
     assert [r["phase"] for r in p.store.status["revisions"]] == ["Serving", "CatchingUp"]
     p.admin.groups[f"distributary.{NS}.big.r2"] = {"clicks": {0: 10}}
@@ -264,8 +265,8 @@ def test_a_reader_of_a_reprocessing_view_waits_for_its_cutover_then_reads_the_ne
         asyncio.run(reconcile_view(down, p.services(), down_store, p.world, p.events))
 
     p.admin.ends = {"clicks": 10}
-    p.admin.groups = {f"distributary.{NS}.big.r1": {"clicks": {0: 10}}}
     both(view())
+    p.admin.groups = {f"distributary.{NS}.big.r1": {"clicks": {0: 10}}}
     assert p.runtime.running == {"big-r1": 1, "per-user-r1": 1}
     wider = view("SELECT user, n, n * 2 AS twice FROM src", generation=2)
     both(wider, old=view()["spec"])
@@ -282,5 +283,69 @@ def test_a_reader_of_a_reprocessing_view_waits_for_its_cutover_then_reads_the_ne
     rows = {r["revision"]: r for r in down_store.status["revisions"]}
     assert rows[2]["phase"] in ("CatchingUp", "Serving")
     assert [i["topic"] for i in rows[2]["inputs"]] == ["big.r2"]
-    started = [e for e in p.journal if e[0] == "runner" and "/per-user/r2" in e[2]]
+    started = [e for e in p.journal if e[0] == "runner" and "/per-user/uid-per-user/r2" in e[2]]
     assert started, "the reader's revision 2 never ran"
+
+
+def test_a_view_created_again_goes_on_past_what_the_one_before_left_in_kafka() -> None:
+    p = parts([log("clicks")], [])
+    # A view of the same name, deleted, left its revision 2's topic and revision 3's group.
+    p.admin.left = {"big.r1", "big.r2", "clicks"}
+    p.admin.groups[f"distributary.{NS}.big.r3"] = {"clicks": {0: 40}}
+    p.admin.groups[f"distributary.{NS}.bigger.r9"] = {"clicks": {0: 1}}  # another view's
+    latest = {"from": "Latest"}
+    run(p, view(inputs=[{"log": "clicks", "alias": "src", "startingPosition": latest}]))
+    rows = p.store.status["revisions"]
+    assert [(r["revision"], r["phase"], r["topic"]) for r in rows] == [(4, "Serving", "big.r4")]
+    [spec] = p.runtime.specs
+    assert spec.consumer_group == f"distributary.{NS}.big.r4"
+    assert spec.checkpoint_location.endswith(f"/{NS}/big/uid-big/r4")
+    # Its first revision starts where the spec says, not from the start as a reprocess would.
+    assert {s.starting_position.kind for s in spec.inputs} == {"latest"}
+
+
+def test_a_view_that_keeps_state_and_lost_its_checkpoint_is_rebuilt_beside_it() -> None:
+    p = parts([log("clicks")], [])
+    counts = view(
+        "SELECT user, count(*) AS n FROM src GROUP BY user",
+        output={"mode": "upsert", "key": ["user"]},
+    )
+    run(p, counts)
+    [spec] = p.runtime.specs
+    assert spec.stateful
+    # Its runner found no checkpoint after its group had read records, and did not start.
+    lost = {"state": "CheckpointLost", "checkpoint": spec.checkpoint_location}
+    p.progress.latest[progress_key("DerivedView", NS, "big", 1)] = lost
+    run(p, counts)
+    [row] = p.store.status["revisions"]
+    assert row["checkpointLost"]
+    mark = len(p.journal)
+    run(p, counts)
+    rows = {r["revision"]: r for r in p.store.status["revisions"]}
+    assert (rows[1]["phase"], rows[2]["phase"], rows[2]["reason"]) == (
+        "Serving",
+        "CatchingUp",
+        "CheckpointLost",
+    )
+    after = p.since(mark)
+    assert ("event", "CheckpointLost") in after
+    assert ("stop", (1,)) in after  # never resumed on empty state
+    assert p.runtime.specs[-1].revision == 2
+    assert {s.starting_position.kind for s in p.runtime.specs[-1].inputs} == {"earliest"}
+    reconciling = next(c for c in p.store.status["conditions"] if c["type"] == "Reconciling")
+    assert reconciling["reason"] == "CheckpointLost"
+
+
+def test_a_report_about_another_checkpoint_is_not_a_loss() -> None:
+    p = parts([log("clicks")], [])
+    counts = view(
+        "SELECT user, count(*) AS n FROM src GROUP BY user",
+        output={"mode": "upsert", "key": ["user"]},
+    )
+    run(p, counts)
+    # Left by an earlier view of the same name, under another uid's folder.
+    stale = {"state": "CheckpointLost", "checkpoint": "file:///ck/shop/big/old-uid/r1"}
+    p.progress.latest[progress_key("DerivedView", NS, "big", 1)] = stale
+    run(p, counts)
+    run(p, counts)
+    assert [r["revision"] for r in p.store.status["revisions"]] == [1]

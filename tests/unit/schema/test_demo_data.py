@@ -13,7 +13,10 @@ from distributary.schema import RecordSchema, check_lines
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
-@pytest.mark.parametrize(("example", "log"), [("clickstream", "page-views"), ("orders", "orders")])
+@pytest.mark.parametrize(
+    ("example", "log"),
+    [("clickstream", "page-views"), ("orders", "orders"), ("sensors", "readings")],
+)
 def test_the_demo_data_is_a_few_hundred_valid_records(example: str, log: str) -> None:
     pipeline = load_pipeline([EXAMPLES / example])
     schema = RecordSchema.of_log(pipeline.logs[Ref.log(log)])

@@ -1,0 +1,220 @@
+"""A view that keeps state never resumes on empty state: `distributary run` rebuilds it.
+
+An upsert view counts each user's records. Records arrive at a steady rate (about 40 a second)
+throughout, as in production. Mid-stream the run is stopped and revision 1's checkpoint deleted,
+as a driver's lost disk would; the next run must not resume revision 1 from its group's offsets
+with empty counts (it would overwrite the table with partial ones): revision 2 rebuilds the state
+from the start of the input beside it and serves once it keeps up. Then a rewind is asked for;
+moving a stateful view would resume it on empty state too, so revision 3 rebuilds it instead.
+After each, with the producer stopped and every record read, the serving revision's table must
+equal, row by row, the counts and sums the input implies; and no revision ever wrote a count
+lower than one it had written before for the same user (a partial count over a correct one).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.integration.spark_pipelines import SteadyProducer, read_topic, wait_for_run
+from tests.integration.test_local_run import ROOT, distributary, summary_of
+
+from distributary.local.broker import EmbeddedBroker
+
+PIPELINE = """
+apiVersion: distributary.dev/v1alpha1
+kind: Log
+metadata: {name: lc-events}
+spec: {partitions: 2, schema: "id INT, user STRING, amount INT"}
+---
+apiVersion: distributary.dev/v1alpha1
+kind: DerivedView
+metadata: {name: lc-counts}
+spec:
+  inputs: [{log: lc-events, alias: e}]
+  sql: SELECT user, COUNT(*) AS n, SUM(amount) AS total FROM e GROUP BY user
+  output: {mode: upsert, key: [user]}
+  upgrade: {cutoverWindow: 3s}
+  spark: {trigger: 500ms}
+"""
+REWIND = "  rewind: {requestId: again, to: {from: Earliest}}\n"
+
+
+def status_of(state: Path) -> dict[str, Any]:
+    try:
+        views = json.loads((state / "revisions.json").read_text())["views"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    return dict((views.get("default/lc-counts") or {}).get("status") or {})
+
+
+def read_count(state: Path) -> int:
+    """Records the serving revision has read (its group's positions)."""
+    inputs = status_of(state).get("inputs") or []
+    return sum(int(o) for i in inputs for o in (i.get("position") or {}).values())
+
+
+class Runs:
+    """`distributary run` of the pipeline, started and stopped while records arrive."""
+
+    def __init__(self, folder: Path, bootstrap: str) -> None:
+        self.folder = folder
+        self.pipeline = folder / "pipeline"
+        self.pipeline.mkdir()
+        (self.pipeline / "pipeline.yaml").write_text(PIPELINE)
+        self.state = folder / "state"
+        self.common = (
+            str(self.pipeline),
+            "--state-dir",
+            str(self.state),
+            "--bootstrap-servers",
+            bootstrap,
+        )
+        self.said = folder / "run.stderr"
+        self.run: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> subprocess.Popen[bytes]:
+        with open(self.said, "ab") as err:
+            self.run = subprocess.Popen(
+                [sys.executable, "-m", "distributary.cli", "run", *self.common, "--cores", "2"],
+                cwd=ROOT,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+        return self.run
+
+    def stop(self) -> None:
+        if self.run is not None and self.run.poll() is None:
+            self.run.send_signal(signal.SIGTERM)
+            self.run.wait(120)
+
+    def until(self, what: str, probe: Any, timeout: float = 300) -> None:
+        assert self.run is not None
+        wait_for_run(what, probe, self.run, self.said, timeout)
+
+
+def serving(state: Path, revision: int) -> bool:
+    return status_of(state).get("servingRevision") == revision
+
+
+def drained(state: Path, total: int) -> bool:
+    return read_count(state) == total and status_of(state).get("lag") == 0
+
+
+@pytest.fixture(scope="module")
+def rebuilt(
+    tmp_path_factory: pytest.TempPathFactory, broker: EmbeddedBroker
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
+    """Records and statuses: after the checkpoint loss (records, status) and the rewind."""
+    bootstrap = broker.bootstrap_servers
+    runs = Runs(tmp_path_factory.mktemp("lost"), bootstrap)
+    first = [SteadyProducer.record(i) for i in range(200)]
+    data = runs.folder / "first.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in first))
+    summary_of(
+        distributary("run", *runs.common, "--until-caught-up", "--produce", f"lc-events={data}")
+    )
+    producer = SteadyProducer(broker.bootstrap_servers, "lc-events", first=len(first)).start()
+    after_loss = first
+    try:
+        runs.start()
+        runs.until("revision 1 reads live records", lambda: read_count(runs.state) > 300)
+        runs.stop()
+        shutil.rmtree(runs.state / "checkpoints" / "default" / "lc-counts" / "r1")
+        runs.start()
+        runs.until("revision 2 rebuilt and serving", lambda: serving(runs.state, 2))
+        after_loss = after_loss + producer.stop()
+        runs.until("revision 2 read every record", lambda: drained(runs.state, len(after_loss)))
+        lost = status_of(runs.state)
+        runs.stop()
+        lost["table"] = table(bootstrap, "lc-counts.r2")  # before revision 2 reads on
+        view = runs.pipeline / "pipeline.yaml"
+        view.write_text(PIPELINE + REWIND)
+        producer = SteadyProducer(
+            broker.bootstrap_servers, "lc-events", first=len(after_loss)
+        ).start()
+        runs.start()
+        runs.until("revision 3 rebuilt for the rewind and serving", lambda: serving(runs.state, 3))
+    finally:
+        records = after_loss + producer.stop()
+    try:
+        runs.until("revision 3 read every record", lambda: drained(runs.state, len(records)))
+    finally:
+        runs.stop()
+    return after_loss, records, lost, status_of(runs.state)
+
+
+def table(bootstrap: str, topic: str) -> dict[str, tuple[int, int]]:
+    """The upsert table a reader of `topic` holds: the last row of each user."""
+    rows: dict[str, tuple[int, int]] = {}
+    for record in read_topic(bootstrap, topic):
+        if record.value is not None:
+            row = json.loads(record.value)
+            rows[row["user"]] = (row["n"], row["total"])
+    return rows
+
+
+def expected(records: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
+    counts = Counter(r["user"] for r in records)
+    sums = Counter[str]()
+    for r in records:
+        sums[r["user"]] += r["amount"]
+    return {user: (counts[user], sums[user]) for user in counts}
+
+
+def never_lowered(bootstrap: str, topic: str) -> list[str]:
+    """Rows of `topic` whose count is lower than one written before for the same user."""
+    best: dict[str, int] = {}
+    lowered = []
+    for record in read_topic(bootstrap, topic):
+        if record.value is None:
+            continue
+        row = json.loads(record.value)
+        if row["n"] < best.get(row["user"], 0):
+            lowered.append(f"{row['user']}: {row['n']} after {best[row['user']]}")
+        best[row["user"]] = max(best.get(row["user"], 0), row["n"])
+    return lowered
+
+
+def test_a_lost_checkpoint_is_rebuilt_as_a_new_revision_beside_the_serving_one(
+    rebuilt: tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], dict[str, Any]],
+) -> None:
+    _, _, lost, _ = rebuilt
+    rows = {r["revision"]: r for r in lost["revisions"]}
+    assert rows[1]["phase"] == "Retiring"
+    assert rows[1]["checkpointLost"]
+    assert rows[2]["phase"] == "Serving"
+    assert rows[2]["reason"] == "CheckpointLost"
+
+
+def test_the_rebuilt_table_is_exact(
+    rebuilt: tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], dict[str, Any]],
+) -> None:
+    after_loss, _, lost, _ = rebuilt
+    assert lost["table"] == expected(after_loss)
+
+
+def test_no_revision_wrote_a_partial_count_over_a_correct_one(
+    rebuilt: tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], dict[str, Any]],
+    broker: EmbeddedBroker,
+) -> None:
+    for topic in ("lc-counts.r1", "lc-counts.r2", "lc-counts.r3"):
+        assert never_lowered(broker.bootstrap_servers, topic) == [], topic
+
+
+def test_a_rewind_of_a_stateful_view_rebuilds_it_and_its_table_is_exact(
+    rebuilt: tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], dict[str, Any]],
+    broker: EmbeddedBroker,
+) -> None:
+    _, records, _, status = rebuilt
+    rows = {r["revision"]: r for r in status["revisions"]}
+    assert rows[3]["phase"] == "Serving"
+    assert rows[3]["reason"] == "Rewind"
+    assert table(broker.bootstrap_servers, "lc-counts.r3") == expected(records)

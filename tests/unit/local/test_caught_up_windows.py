@@ -1,0 +1,58 @@
+"""When `distributary run --until-caught-up` stops: a view with a watermark writes the windows its
+last records closed in the micro-batch after them, so the run waits for that batch."""
+
+from __future__ import annotations
+
+import pytest
+
+from distributary.local import run as local_run
+from distributary.local.run import CaughtUp
+from distributary.local.status import LogRow, Snapshot, ViewRow
+
+
+def snapshot(*, lag: int = 0, event_time: bool = True, batch_rows: int | None = 40) -> Snapshot:
+    view = ViewRow(
+        name="per-minute",
+        revision=1,
+        output_topic="per-minute.r1",
+        position={},
+        lag=lag,
+        state="Running",
+        records_per_second=0.0,
+        dead_letters=0,
+        event_time=event_time,
+        batch_rows=batch_rows,
+    )
+    return Snapshot(logs=(LogRow("readings", "readings", {0: 40}, 40),), views=(view,))
+
+
+def settled(check: CaughtUp, *snapshots: Snapshot) -> bool:
+    return [check(s) for s in snapshots][-1]
+
+
+def test_a_view_without_a_watermark_is_caught_up_at_lag_0() -> None:
+    check = CaughtUp(idle_seconds=0)
+    assert settled(check, snapshot(event_time=False), snapshot(event_time=False))
+
+
+def test_a_view_with_a_watermark_waits_for_the_batch_that_reads_nothing() -> None:
+    check = CaughtUp(idle_seconds=0)
+    assert not settled(check, snapshot(), snapshot())
+    assert check(snapshot(batch_rows=0))
+
+
+def test_it_is_not_waited_for_longer_than_the_window_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    check = CaughtUp(idle_seconds=0)
+    assert not settled(check, snapshot(), snapshot())
+    monkeypatch.setattr(local_run, "WINDOW_SECONDS", 0.0)
+    assert check(snapshot())
+
+
+def test_new_records_start_the_wait_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(local_run, "WINDOW_SECONDS", 0.0)
+    check = CaughtUp(idle_seconds=0)
+    assert settled(check, snapshot(), snapshot())
+    monkeypatch.setattr(local_run, "WINDOW_SECONDS", 60.0)
+    assert not settled(check, snapshot(lag=5), snapshot(), snapshot())
