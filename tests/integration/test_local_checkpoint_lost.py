@@ -26,6 +26,7 @@ import pytest
 from tests.integration.spark_pipelines import SteadyProducer, read_topic, wait_for_run
 from tests.integration.test_local_run import ROOT, distributary, summary_of
 
+from distributary.kafka.admin import KafkaAdmin
 from distributary.local.broker import EmbeddedBroker
 
 PIPELINE = """
@@ -104,15 +105,22 @@ def serving(state: Path, revision: int) -> bool:
     return status_of(state).get("servingRevision") == revision
 
 
-def drained(state: Path, total: int) -> bool:
-    return read_count(state) == total and status_of(state).get("lag") == 0
+def drained(state: Path, bootstrap: str) -> bool:
+    """Whether the serving revision has read every record the input holds."""
+    ends = KafkaAdmin(bootstrap).end_offsets(["lc-events"])["lc-events"]
+    return read_count(state) == sum(ends.values()) and status_of(state).get("lag") == 0
+
+
+def input_records(bootstrap: str) -> list[dict[str, Any]]:
+    """Every record the input holds: what the outputs must be made of."""
+    return [json.loads(r.value) for r in read_topic(bootstrap, "lc-events") if r.value]
 
 
 @pytest.fixture(scope="module")
 def rebuilt(
     tmp_path_factory: pytest.TempPathFactory, broker: EmbeddedBroker
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
-    """Records and statuses: after the checkpoint loss (records, status) and the rewind."""
+    """The input and the status after the checkpoint loss, and after the rewind."""
     bootstrap = broker.bootstrap_servers
     runs = Runs(tmp_path_factory.mktemp("lost"), bootstrap)
     first = [SteadyProducer.record(i) for i in range(200)]
@@ -121,8 +129,8 @@ def rebuilt(
     summary_of(
         distributary("run", *runs.common, "--until-caught-up", "--produce", f"lc-events={data}")
     )
-    producer = SteadyProducer(broker.bootstrap_servers, "lc-events", first=len(first)).start()
-    after_loss = first
+    producer = SteadyProducer(bootstrap, "lc-events", first=len(first)).start()
+    sent = list(first)
     try:
         runs.start()
         runs.until("revision 1 reads live records", lambda: read_count(runs.state) > 300)
@@ -130,25 +138,35 @@ def rebuilt(
         shutil.rmtree(runs.state / "checkpoints" / "default" / "lc-counts" / "r1")
         runs.start()
         runs.until("revision 2 rebuilt and serving", lambda: serving(runs.state, 2))
-        after_loss = after_loss + producer.stop()
-        runs.until("revision 2 read every record", lambda: drained(runs.state, len(after_loss)))
+        sent += producer.stop()
+        runs.until("revision 2 read every record", lambda: drained(runs.state, bootstrap))
         lost = status_of(runs.state)
         runs.stop()
+        after_loss = input_records(bootstrap)
         lost["table"] = table(bootstrap, "lc-counts.r2")  # before revision 2 reads on
+        lost["sent"] = list(sent)
         view = runs.pipeline / "pipeline.yaml"
         view.write_text(PIPELINE + REWIND)
-        producer = SteadyProducer(
-            broker.bootstrap_servers, "lc-events", first=len(after_loss)
-        ).start()
+        producer = SteadyProducer(bootstrap, "lc-events", first=len(sent)).start()
         runs.start()
         runs.until("revision 3 rebuilt for the rewind and serving", lambda: serving(runs.state, 3))
+        sent += producer.stop()
+        runs.until("revision 3 read every record", lambda: drained(runs.state, bootstrap))
+        rewound = status_of(runs.state)
+        rewound["sent"] = sent
     finally:
-        records = after_loss + producer.stop()
-    try:
-        runs.until("revision 3 read every record", lambda: drained(runs.state, len(records)))
-    finally:
+        producer.stop()
         runs.stop()
-    return after_loss, records, lost, status_of(runs.state)
+    return after_loss, input_records(bootstrap), lost, rewound
+
+
+def test_every_record_sent_reached_the_input(
+    rebuilt: tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], dict[str, Any]],
+) -> None:
+    after_loss, records, lost, rewound = rebuilt
+    key = json.dumps
+    assert Counter(map(key, lost["sent"])) <= Counter(map(key, after_loss))
+    assert Counter(map(key, rewound["sent"])) <= Counter(map(key, records))
 
 
 def table(bootstrap: str, topic: str) -> dict[str, tuple[int, int]]:

@@ -181,7 +181,7 @@ Windows = tuple[Counter[Row], Counter[Row], Counter[Row], set[int]]
 
 def test_every_closed_window_is_written_once_with_its_exact_count(windows: Windows) -> None:
     _, final, want, _ = windows
-    assert len(want) >= 5 * 5  # several windows of five users each
+    assert len(want) >= 2 * 5  # windows of five users each, at least two closed
     missing, extra = sorted(want - final)[:5], sorted(final - want)[:5]
     assert final == want, f"missing {missing}, extra {extra}"
 

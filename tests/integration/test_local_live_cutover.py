@@ -86,12 +86,14 @@ def live(folder: Path, broker: EmbeddedBroker) -> tuple[list[dict[str, Any]], in
     ).start()
     said = folder / "run.stderr"
     # A reader follows the view's output from here, as `distributary tail --follow` does.
-    follower = subprocess.Popen(
-        [sys.executable, "-m", "distributary.cli", "tail", "ll-big", "-f", "-n", "0", *common[1:]],
-        cwd=ROOT,
-        stdout=open(folder / "tail.stdout", "wb"),  # noqa: SIM115 (closed with the process)
-        stderr=open(folder / "tail.stderr", "wb"),  # noqa: SIM115
-    )
+    following = ("tail", "ll-big", "-f", "-n", "0", *common[1:])
+    with open(folder / "tail.stdout", "wb") as out, open(folder / "tail.stderr", "wb") as err:
+        follower = subprocess.Popen(
+            [sys.executable, "-m", "distributary.cli", *following],
+            cwd=ROOT,
+            stdout=out,
+            stderr=err,
+        )
     with open(said, "wb") as err:
         run = subprocess.Popen(
             [sys.executable, "-m", "distributary.cli", "run", *common, "--cores", "2"],

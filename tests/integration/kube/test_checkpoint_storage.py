@@ -126,7 +126,8 @@ def test_with_a_claim_applications_mount_it_and_checkpoint_under_it(
         for role in ("driver", "executor"):
             assert spec[role]["volumeMounts"] == [{"name": volume["name"], "mountPath": MOUNT}]
     runner = json.loads(view_app["spec"]["arguments"][1])
-    assert runner["checkpoint_location"] == f"file://{MOUNT}/root/{NAMESPACE}/{VIEW}/r1"
+    uid = cluster.get("dview", VIEW)["metadata"]["uid"]  # a view's folder is its uid's
+    assert runner["checkpoint_location"] == f"file://{MOUNT}/root/{NAMESPACE}/{VIEW}/{uid}/r1"
     job_env = {e["name"]: e["value"] for e in job_app["spec"]["driver"]["env"]}
     assert (
         job_env["DISTRIBUTARY_CHECKPOINT_LOCATION"] == f"file://{MOUNT}/root/{NAMESPACE}/{JOB}/r1"
