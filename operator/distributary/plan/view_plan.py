@@ -503,9 +503,10 @@ def history_guard(
     retention or compaction removed, the view planned again with that history lost
     (`planned(history_lost=)`: refused unless the spec allows partial history). The operator's
     retention guard."""
-    runner = plan.runner
-    first = plan.lifecycle is None or not plan.lifecycle.beside(runner.revision if runner else 0)
-    if lost_history_of is None or not plan.starts or runner is None or first:
+    runner, lifecycle = plan.runner, plan.lifecycle
+    if lost_history_of is None or not plan.starts or runner is None or lifecycle is None:
+        return plan
+    if not lifecycle.beside(runner.revision):  # a view's first revision reprocesses nothing
         return plan
     lost = lost_history_of({source.topic: source.log for source in runner.inputs})
     return plan if lost is None else planned(history_lost=lost)
