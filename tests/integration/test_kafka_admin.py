@@ -205,6 +205,33 @@ def test_committing_for_a_group_with_an_active_member_says_to_stop_it(
     assert caught.value.code == "GROUP_HAS_MEMBERS"
 
 
+def test_deletes_a_group_and_deleting_it_again_is_harmless(
+    admin: KafkaAdmin, broker: EmbeddedBroker
+) -> None:
+    topic, group = unique("retired"), unique("retired-group")
+    admin.create_topic(CreateTopic(topic, 1, None, {}))
+    produce(broker.bootstrap_servers, topic, {0: 3})
+    admin.commit(group, {topic: {0: 3}})
+    assert group in admin.group_names()
+    admin.delete_group(group)
+    assert group not in admin.group_names()
+    assert admin.committed(group) == {}
+    admin.delete_group(group)
+    admin.delete_group(unique("never-made"))
+
+
+def test_deleting_a_group_with_an_active_member_says_to_stop_it(
+    admin: KafkaAdmin, active_member: tuple[str, str]
+) -> None:
+    _, group = active_member
+    with pytest.raises(
+        KafkaAdminError, match=f"group '{group}' has 1 active member,.*stop the group's consumers"
+    ) as caught:
+        admin.delete_group(group)
+    assert caught.value.code == "GROUP_HAS_MEMBERS"
+    assert group in admin.group_names()
+
+
 def test_group_offsets_on_a_fresh_broker(tmp_path: Path) -> None:
     # The first group request of a new cluster meets a coordinator still loading, which crashed
     # the process inside librdkafka's admin OffsetFetch before the adapter waited for it.

@@ -161,3 +161,10 @@ def test_a_later_run_does_not_rewind_again(runs: Runs) -> None:
     assert third["views"][VIEW]["rewinds"] == second["views"][VIEW]["rewinds"]
     committed = KafkaAdmin(runs.bootstrap).committed(GROUP)
     assert committed == {LOG: {0: 8, 1: 8}}
+
+
+def test_the_rewound_run_started_from_the_moved_offsets(runs: Runs) -> None:
+    # The runner reports where its run on the rewind's checkpoint began; the move held.
+    entry = json.loads((runs.state / "revisions.json").read_text())["views"][f"default/{VIEW}"]
+    assert entry["status"]["lastRewind"]["verified"] == "Held"
+    assert "did not hold" not in runs.results[1].stderr + runs.results[2].stderr

@@ -99,6 +99,10 @@ namespace. Each rule is what the operator does, nothing more:
 - apiGroups: ["sparkoperator.k8s.io"]
   resources: ["sparkapplications"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# A rewind moves a group only once the old driver pod is gone.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get"]
 {{- end }}
 {{- end }}
 

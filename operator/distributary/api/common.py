@@ -295,7 +295,29 @@ class SparkApplicationRef(StatusModel):
 
     name: str = Field(description="The SparkApplication's name, or the local process's name.")
     state: str | None = Field(default=None, description="Its state as the runtime reports it.")
-    attempts: int = Field(default=0, description="How many times it was (re)started.")
+    attempts: int = Field(
+        default=0,
+        description="Failures in a row that count toward the restart back-off (the restart "
+        "due included); 0 again once it has run stably.",
+    )
+    failures: list[str] = Field(
+        default_factory=list,
+        description="When it failed (RFC 3339), oldest first: the failures within the window "
+        "that makes a view or job Stalled, since it last ran stably.",
+    )
+    last_error: str | None = Field(
+        default=None, description="Why it last failed, as its runtime said."
+    )
+    running_since: str | None = Field(
+        default=None,
+        description="Since when it has been seen running (RFC 3339); unset while it does not run.",
+        json_schema_extra={"format": "date-time"},
+    )
+    restart_at: str | None = Field(
+        default=None,
+        description="When its restart is due (RFC 3339), while it waits for one after a failure.",
+        json_schema_extra={"format": "date-time"},
+    )
 
 
 class Progress(StatusModel):

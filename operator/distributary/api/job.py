@@ -29,7 +29,7 @@ from distributary.api.common import (
     cel,
     validations,
 )
-from distributary.api.view import RewindRequest, RewindStatus
+from distributary.api.view import DeadLetters, RewindRequest, RewindStatus
 
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
@@ -116,6 +116,12 @@ class JobSpec(ApiModel):
     spark: SparkSettings = Field(
         default_factory=SparkSettings, description="How the Spark application runs."
     )
+    dead_letters: DeadLetters = Field(
+        default_factory=DeadLetters,
+        description="The dead-letter topic `distributary.<namespace>.<name>.dlq`, where the "
+        "records `distributary.streamjob`'s `read_json` cannot parse go (shared by the job's "
+        "revisions; its name is in the job's environment as DISTRIBUTARY_DEAD_LETTER_TOPIC).",
+    )
     rewind: JobRewind | None = Field(
         default=None,
         description="Move the job's position (a new requestId each time): the operator stops "
@@ -162,6 +168,11 @@ class JobStatus(StatusModel):
     )
     inputs: list[InputPosition] = Field(default_factory=list, description="Position per input.")
     lag: int | None = Field(default=None, description="Total lag over the inputs.")
+    dead_letters: int | None = Field(
+        default=None,
+        description="Input records the running revision could not parse and sent to the "
+        "dead-letter topic, over its whole run (as the job last reported; it survives restarts).",
+    )
     last_progress: Progress | None = Field(default=None, description="The last micro-batch.")
     spark_application: SparkApplicationRef | None = Field(
         default=None, description="The Spark application."

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, StringConstraints, model_validator
+from pydantic import ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from distributary.api.common import (
     GROUP_VERSION,
@@ -30,6 +30,7 @@ from distributary.api.common import (
     SqlIdentifier,
     StatusModel,
     cel,
+    duration_ms,
     validations,
 )
 from distributary.api.log import Retention
@@ -108,6 +109,14 @@ class ViewOutput(ApiModel):
         default=None, description="Replicas of the output topic; the broker's default when unset."
     )
     retention: Retention | None = Field(default=None, description="Retention of the output log.")
+    delivery: Literal["ExactlyOnce", "AtLeastOnce"] = Field(
+        default="ExactlyOnce",
+        description="ExactlyOnce: each micro-batch's records, dead letters and position are "
+        "written in one Kafka transaction, so a crash never leaves a duplicate or a gap for "
+        "readers that read committed records (every reader Distributary runs does). AtLeastOnce: "
+        "Spark's own Kafka sink; a batch replayed after a crash is written again. Changing it "
+        "restarts the view in place.",
+    )
     deletion_policy: Literal["Retain", "Delete"] = Field(
         default="Retain",
         description="What happens to the output topics when the view is deleted.",
@@ -125,6 +134,43 @@ class ViewOutput(ApiModel):
                 "output.key is only read when output.mode is upsert: remove it or set mode: upsert"
             )
         return self
+
+
+DEAD_LETTER_RETENTION = "7d"
+# A retention shorter than this would delete dead letters before anyone could read them.
+_UNDER_A_MINUTE = r"^0*([0-9]{1,4}|[1-5][0-9]{4})ms$|^0*[1-5]?[0-9]s$|^0+(m|h|d|w)$"
+
+
+class DeadLetters(ApiModel):
+    """The view's dead-letter topic: where the input records that do not parse are kept."""
+
+    retention: Duration = Field(
+        default=DEAD_LETTER_RETENTION,
+        description="How long dead letters are kept (e.g. 12h, 7d, 4w; at least 1m). The "
+        "dead-letter topic is always `cleanup.policy=delete` with this `retention.ms`, whatever "
+        "the output's mode: dead letters may have no key, which a compacted topic refuses.",
+        json_schema_extra=validations(
+            cel(
+                f"!self.matches('{_UNDER_A_MINUTE}')",
+                "deadLetters.retention is at least 1m: dead letters kept for less are deleted "
+                "before anyone can read them",
+            )
+        ),
+    )
+
+    @field_validator("retention")
+    @classmethod
+    def _at_least_a_minute(cls, value: str) -> str:
+        if duration_ms(value) < 60_000:
+            raise ValueError(
+                f"{value!r} is less than a minute: dead letters would be deleted before anyone "
+                f"could read them; give 1m or more (the default is {DEAD_LETTER_RETENTION})"
+            )
+        return value
+
+    def topic_configs(self) -> dict[str, str]:
+        """The dead-letter topic's Kafka configs: never compacted, kept `retention` long."""
+        return {"cleanup.policy": "delete", "retention.ms": str(duration_ms(self.retention))}
 
 
 class Upgrade(ApiModel):
@@ -203,6 +249,12 @@ class RewindStatus(StatusModel):
         description="The revision that rebuilds the view from the start of its inputs instead: "
         "a view that keeps state is not moved, since it would go on from empty state.",
     )
+    verified: Literal["Held", "Undone"] | None = Field(
+        default=None,
+        description="Held once the revision's next run reported that it started from exactly "
+        "the moved offsets; Undone when it started elsewhere (the group moved again before it "
+        "began: the rewind did not take effect, request it again).",
+    )
 
 
 class ViewSpec(ApiModel):
@@ -237,6 +289,11 @@ class ViewSpec(ApiModel):
     )
     spark: SparkSettings = Field(
         default_factory=SparkSettings, description="How the Spark application runs."
+    )
+    dead_letters: DeadLetters = Field(
+        default_factory=DeadLetters,
+        description="The dead-letter topic `distributary.<namespace>.<name>.dlq`, where input "
+        "records that do not parse go (shared by the view's revisions).",
     )
     rewind: Rewind | None = Field(
         default=None,
@@ -326,6 +383,11 @@ class Revision(StatusModel):
     input_mark: InputMark | None = Field(
         default=None, description="Where the input rate is measured from."
     )
+    dead_letters: int | None = Field(
+        default=None,
+        description="Input records it could not parse and sent to the dead-letter topic, over "
+        "its whole run (its runner's count, which survives restarts).",
+    )
     caught_up_since: str | None = Field(
         default=None,
         json_schema_extra={"format": "date-time"},
@@ -343,6 +405,11 @@ class Revision(StatusModel):
     )
     topic_deleted: bool | None = Field(
         default=None, description="Whether its topic was deleted on retirement."
+    )
+    group_deleted: bool | None = Field(
+        default=None,
+        description="Whether its consumer group was deleted once it retired (a retired "
+        "revision never runs again, so its position is of no use).",
     )
     started_at: str | None = Field(
         default=None, json_schema_extra={"format": "date-time"}, description="When it started."
@@ -371,6 +438,9 @@ class ViewStatus(StatusModel):
         default_factory=list, description="The serving revision's position per input."
     )
     lag: int | None = Field(default=None, description="The serving revision's total lag.")
+    dead_letters: int | None = Field(
+        default=None, description="The serving revision's dead letters (see revisions[])."
+    )
     last_progress: Progress | None = Field(default=None, description="The last micro-batch.")
     spark_application: SparkApplicationRef | None = Field(
         default=None, description="The Spark application."

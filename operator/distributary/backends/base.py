@@ -101,6 +101,11 @@ class SparkRuntime(Protocol):
         """Stop these revisions' applications (idempotent); the revisions that were running."""
         ...
 
+    def stopped(self, owner: Owner, revision: int) -> bool:
+        """Whether nothing of the revision runs any more: no process, no driver that could still
+        commit offsets for its group."""
+        ...
+
     def retire_others(self, owner: Owner, keep: int) -> list[str]:
         """Stop every application of `owner` but revision `keep`'s (a replaced revision, or one a
         crash left behind); the names of those stopped."""

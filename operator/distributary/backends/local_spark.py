@@ -259,6 +259,10 @@ class LocalSparkRuntime:
                 stopped.append(revision)
         return stopped
 
+    def stopped(self, owner: Owner, revision: int) -> bool:
+        """Whether the revision's process is gone (`stop` waits for it)."""
+        return self._folder(owner, revision).pid() is None
+
     def retire_others(self, owner: Owner, keep: int) -> list[str]:
         """Stop the job's processes of every revision but `keep`."""
         kept = self._folder(owner, keep).folder.name

@@ -24,6 +24,7 @@ from distributary.plan.spark import (
     SPARK_APPLICATION_API_VERSION,
     Application,
     application_name,
+    driver_pod_name,
     label_value,
     spark_application,
     with_checkpoint_claim,
@@ -103,6 +104,15 @@ class SparkOperatorRuntime:
                 application_name(owner.name, revision, owner.kind),
             )
         ]
+
+    def stopped(self, owner: Owner, revision: int) -> bool:
+        """The SparkApplication is gone and so is its driver pod (deleted with the application
+        by the Spark operator, after the pod's grace period): no driver can commit any more."""
+        name = application_name(owner.name, revision, owner.kind)
+        app = self.kube.get(SPARK_APPLICATION_API_VERSION, KIND, owner.namespace, name)
+        if app is not None:
+            return False
+        return self.kube.get("v1", "Pod", owner.namespace, driver_pod_name(name)) is None
 
     def retire_others(self, owner: Owner, keep: int) -> list[str]:
         """Delete the job's SparkApplications of every revision but `keep`, found by label."""

@@ -83,15 +83,16 @@ class StrimziTopics:
     def manifest(
         self, log: Log, desired: DesiredTopic, owner: Mapping[str, Any], api_version: str
     ) -> dict[str, Any]:
-        """The KafkaTopic for `desired` (the Log's topic or a view's revision topic), linked back
-        to `log`; `owner` is the Log's owner reference (apiVersion, kind, name, uid, ...)."""
+        """The KafkaTopic for `desired` (the Log's topic, a view's revision topic or its
+        dead-letter topic) with `desired`'s own configs, linked back to `log`; `owner` is the
+        Log's owner reference (apiVersion, kind, name, uid, ...)."""
         namespace = self.namespace or log.metadata.namespace
         manifest = kafka_topic_manifest(
             log,
             cluster=self.cluster,
             namespace=namespace,
             api_version=api_version,
-            topic=desired.name,
+            desired=desired,
         )
         meta = manifest["metadata"]
         if owner.get("uid"):

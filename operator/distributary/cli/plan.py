@@ -64,7 +64,8 @@ def _describe_view(planned: PlannedView, pipeline: Pipeline) -> list[str]:
         f"  + {planned.application['metadata']['name']}  DerivedView {planned.view.name}, "
         f"revision {planned.revision} ({planned.spec_hash})",
         f"      reads {reads}",
-        f"      writes {writes}; dead letters to {runner.dead_letter_topic}",
+        f"      writes {writes}; dead letters to {runner.dead_letter_topic} "
+        f"(kept {view.spec.dead_letters.retention})",
         f"      driver {spark.driver.cores} core(s) {spark.driver.memory}; "
         f"{spark.executor.instances} executor(s) of {spark.executor.cores} core(s) "
         f"{spark.executor.memory}; trigger {runner.trigger}; "

@@ -11,7 +11,9 @@ Deleting a Log never deletes its topic unless `deletionPolicy: Delete` says so; 
 carry a finalizer, and its handler gives up after a bounded time (with an event saying the topic
 was left behind) so that a Kafka outage cannot block a namespace's deletion forever. A view's
 output Log takes every topic the view wrote with it (`plan.log_deletion`): each revision's and
-the view's dead letters, since it is what garbage collection leaves of the view.
+the view's dead letters, since it is what garbage collection leaves of the view. A job's
+dead-letter topic goes with the Log it belongs to (the job's first output), found through the
+index of jobs.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from typing import Any
 
 import kopf
 
-from distributary.api import ResourceError, owner_of, parse_resource
+from distributary.api import ResourceError, owner_of, parse_body, parse_resource
+from distributary.api.job import StreamJob
 from distributary.api.log import Log
 from distributary.controllers import metrics
 from distributary.controllers.events import KubeEvents
@@ -133,16 +136,23 @@ async def forget(body: kopf.Body, **_: Any) -> None:
     backoff=RETRY_SECONDS,
 )
 async def delete_topic(
-    body: kopf.Body, status: kopf.Status, memo: kopf.Memo, runtime: timedelta, **_: Any
+    body: kopf.Body,
+    status: kopf.Status,
+    memo: kopf.Memo,
+    runtime: timedelta,
+    jobs_by_namespace: Any = None,
+    **_: Any,
 ) -> None:
     """With `deletionPolicy: Delete`, delete the topic (the user asked for it); a view's output
-    Log takes every revision's topic and the view's dead-letter topic with it."""
+    Log takes every revision's topic and the view's dead-letter topic with it, a job's output
+    the job's dead-letter topic."""
     services: OperatorServices = memo.services
     events = KubeEvents(services.kube, body)
     spec = body.get("spec") or {}
     found = _log(body)
     if isinstance(found, Log):
-        topics = deleted_topics(found, status.get("topicName"))
+        jobs = _jobs(jobs_by_namespace, found.metadata.namespace)
+        topics = deleted_topics(found, status.get("topicName"), jobs)
     else:
         topics = (str(status.get("topicName") or spec.get("topicName") or body.meta["name"]),)
     given_up = runtime.total_seconds() >= DELETE_TIMEOUT
@@ -161,6 +171,16 @@ async def delete_topic(
         events.warn("TopicLeftBehind", f"{_named(list(left))} not deleted: {reasons}")
         return
     events.info("TopicDeleted", f"{_named(topics)} deleted (deletionPolicy: Delete).")
+
+
+def _jobs(index: Any, namespace: str) -> list[StreamJob]:
+    """The StreamJobs of `namespace` in kopf's index (those whose spec parses)."""
+    found = []
+    for entry in list((index or {}).get(namespace, [])):
+        job = parse_body(entry, StreamJob)
+        if isinstance(job, StreamJob):
+            found.append(job)
+    return found
 
 
 def _named(topics: Sequence[str]) -> str:

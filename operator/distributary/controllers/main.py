@@ -29,6 +29,14 @@ from distributary.plan.pipeline import (
     DEFAULT_TOPIC_BACKEND,
 )
 from distributary.plan.progress import PROGRESS_TOPIC
+from distributary.plan.restarts import (
+    FAILURE_WINDOW,
+    FAILURES_BEFORE_STALLED,
+    FIRST_DELAY,
+    MAX_DELAY,
+    STABLE_AFTER,
+    RestartPolicy,
+)
 from distributary.plan.spark import MANAGED_BY, SPARK_APPLICATION_API_VERSION
 from distributary.plan.topics import DesiredTopic
 
@@ -188,6 +196,48 @@ def _configure(settings: kopf.OperatorSettings) -> None:
     help="Seconds between reads of offsets into status.",
 )
 @click.option(
+    "--restart-delay",
+    type=click.FloatRange(min=0.1),
+    default=FIRST_DELAY,
+    show_default=True,
+    envvar="DISTRIBUTARY_RESTART_DELAY",
+    help="Seconds before an ended Spark application is restarted after a first failure; "
+    "doubled for each failure in a row, up to --max-restart-delay.",
+)
+@click.option(
+    "--max-restart-delay",
+    type=click.FloatRange(min=0.1),
+    default=MAX_DELAY,
+    show_default=True,
+    envvar="DISTRIBUTARY_MAX_RESTART_DELAY",
+    help="The longest wait before a restart; every retry waits this long once Stalled.",
+)
+@click.option(
+    "--stable-after",
+    type=click.FloatRange(min=0),
+    default=STABLE_AFTER,
+    show_default=True,
+    envvar="DISTRIBUTARY_STABLE_AFTER",
+    help="Seconds an application runs before its earlier failures are forgiven (the back-off "
+    "starts over, Stalled clears).",
+)
+@click.option(
+    "--failure-window",
+    type=click.FloatRange(min=1),
+    default=FAILURE_WINDOW,
+    show_default=True,
+    envvar="DISTRIBUTARY_FAILURE_WINDOW",
+    help="Seconds in which --failures-before-stalled failures make a view or job Stalled.",
+)
+@click.option(
+    "--failures-before-stalled",
+    type=click.IntRange(min=1),
+    default=FAILURES_BEFORE_STALLED,
+    show_default=True,
+    envvar="DISTRIBUTARY_FAILURES_BEFORE_STALLED",
+    help="Failures within --failure-window that make a view or job Stalled (ApplicationFailing).",
+)
+@click.option(
     "--health-port",
     type=int,
     default=8080,
@@ -222,6 +272,11 @@ def operator(
     state_dir: Path,
     namespaces: tuple[str, ...],
     observe_interval: float,
+    restart_delay: float,
+    max_restart_delay: float,
+    stable_after: float,
+    failure_window: float,
+    failures_before_stalled: int,
     health_port: int,
     metrics_port: int,
     log_level: str,
@@ -243,6 +298,13 @@ def operator(
         allow_node_local_checkpoints=allow_node_local_checkpoints,
         state_dir=state_dir,
         observe_interval=observe_interval,
+        restart_policy=RestartPolicy(
+            first_delay=restart_delay,
+            max_delay=max(max_restart_delay, restart_delay),
+            stable_after=stable_after,
+            window=failure_window,
+            failures_before_stalled=failures_before_stalled,
+        ),
         namespaces=namespaces,
     )
     # The one place the topic backend and the Spark runtime are chosen (`services.build`).

@@ -1,5 +1,6 @@
-"""The operator's Prometheus metrics: reconciles, their durations and errors, and every log's
-records, served on `--metrics-port` at /metrics.
+"""The operator's Prometheus metrics: reconciles, their durations and errors, every log's
+records, and every view revision's lag, rate and dead letters, served on `--metrics-port` at
+/metrics.
 
 Names follow Prometheus' conventions (a `distributary_` prefix, base units, `_total` counters).
 Labels are bounded by the resources that exist, never by record contents.
@@ -75,10 +76,31 @@ def _record_consumer(
         gauges[1].labels(*labels).set(rate)
 
 
+VIEW_DEAD_LETTERS = Gauge(
+    "distributary_view_dead_letters",
+    "Input records a view's revision could not parse and sent to its dead-letter topic, over "
+    "the revision's whole run (as its runner counts them, across restarts).",
+    ["namespace", "view", "revision"],
+)
+_LETTERED: dict[tuple[str, str], set[str]] = {}  # the revisions published per view
+
+
 def record_view(namespace: str, view: str, status: Mapping[str, Any]) -> None:
-    """Publish a view's lag and rate from the status just computed for it."""
+    """Publish a view's lag and rate, and each revision's dead letters, from the status just
+    computed for it; a revision no longer listed loses its series."""
     revision = str(status.get("servingRevision") or "")
     _record_consumer((VIEW_LAG, VIEW_RECORDS_PER_SECOND), (namespace, view, revision), status)
+    counted = {
+        str(row["revision"]): row["deadLetters"]
+        for row in status.get("revisions") or []
+        if isinstance(row, Mapping) and row.get("deadLetters") is not None
+    }
+    for number, count in counted.items():
+        VIEW_DEAD_LETTERS.labels(namespace, view, number).set(count)
+    for number in _LETTERED.get((namespace, view), set()) - set(counted):
+        with suppress(KeyError):
+            VIEW_DEAD_LETTERS.remove(namespace, view, number)
+    _LETTERED[(namespace, view)] = set(counted)
 
 
 JOB_LAG = Gauge(

@@ -2,8 +2,8 @@
 
 Handlers reach them through kopf's memo (`memo.services`). This is the one place that knows which
 topic backend and which Spark runtime the operator runs with; every reconcile speaks to them
-through the contracts of `backends.base`. The restart clocks and the last application states
-seen are kept here too, since they live exactly as long as the operator process.
+through the contracts of `backends.base`. The last application states seen are kept here too,
+since they live exactly as long as the operator process (restart histories live in status).
 """
 
 from __future__ import annotations
@@ -73,4 +73,5 @@ def build(settings: OperatorSettings) -> OperatorServices:
         topics=topics,
         runtime=runtime,
         lost_history=lost_history,
+        restart_policy=settings.restart_policy,
     )

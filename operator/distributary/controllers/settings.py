@@ -23,6 +23,7 @@ from distributary.plan.pipeline import (
     SparkRuntime,
     TopicBackend,
 )
+from distributary.plan.restarts import RestartPolicy
 
 # Kafka client settings the operator takes from its environment (e.g. a Secret in the chart).
 KAFKA_ENVIRONMENT = {
@@ -81,6 +82,10 @@ class OperatorSettings:
 
     observe_interval: float = 30.0
     """Seconds from the start of one observe round to the start of the next."""
+
+    restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
+    """How ended applications are restarted (the back-off), and how many failures within which
+    window make a view or job Stalled (`plan.restarts`)."""
 
     namespaces: tuple[str, ...] = ()
     """The namespaces watched; none: every namespace."""

@@ -23,7 +23,13 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any, TypeVar
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    ConsumerGroupTopicPartitions,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 
 # confluent_kafka.admin re-exports these without declaring them public, which mypy --strict
@@ -40,6 +46,7 @@ from confluent_kafka.cimpl import NewPartitions, NewTopic
 
 from distributary.errors import DistributaryError
 from distributary.kafka.cluster import client_config, kafka_error, result_within
+from distributary.kafka.transactions import fence
 from distributary.plan.positions import Offsets, Watermarks, partition_lag, split_watermarks
 from distributary.plan.topics import AlterConfigs, CreateTopic, ObservedTopic
 
@@ -98,7 +105,8 @@ class KafkaAdmin:
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.timeout = timeout
-        self._client = AdminClient(client_config(bootstrap_servers, **(client or {})))
+        self.client = dict(client or {})
+        self._client = AdminClient(client_config(bootstrap_servers, **self.client))
 
     def describe_topic(self, topic: str) -> ObservedTopic | None:
         """The topic as Kafka reports it (configs: its own overrides only), None if absent."""
@@ -366,11 +374,24 @@ class KafkaAdmin:
             group=group,
         )
 
-    def commit(self, group: str, offsets: Offsets) -> None:
-        """Set the committed offsets of `group` (which must have no active members) to `offsets`;
-        partitions not named keep theirs."""
+    def committed_metadata(self, group: str) -> list[str]:
+        """The metadata of each partition `group` has committed (empty strings included)."""
+        self._group_members(group)
+
+        def attempt(timeout: float) -> list[str]:
+            request = [ConsumerGroupTopicPartitions(group)]
+            result = _only(
+                self._client.list_consumer_group_offsets(request, request_timeout=timeout), timeout
+            )
+            return [tp.metadata or "" for tp in result.topic_partitions if tp.offset >= 0]
+
+        return self._call(f"reading the offsets of consumer group {group!r}", attempt, group=group)
+
+    def commit(self, group: str, offsets: Offsets, metadata: str = "") -> None:
+        """Set the committed offsets of `group` (which must have no active members) to `offsets`,
+        with `metadata` on each; partitions not named keep theirs."""
         action = f"committing offsets for consumer group {group!r}"
-        partitions = _topic_partitions(action, offsets)
+        partitions = _topic_partitions(action, offsets, metadata)
         if not partitions:
             return
         members = self._group_members(group)
@@ -378,6 +399,33 @@ class KafkaAdmin:
             fix = _active_group(group, f"{members} active member{'s' * (members > 1)}")
             raise KafkaAdminError(f"{action} failed: {fix}", code="GROUP_HAS_MEMBERS")
         self._call(action, lambda t: self._alter_group(group, partitions, t), group=group)
+
+    def delete_group(self, group: str) -> None:
+        """Delete consumer group `group` with its committed offsets; it must have no active
+        members (as for `commit`). A group already gone is fine."""
+        action = f"deleting consumer group {group!r}"
+        members = self._group_members(group)
+        if members:
+            fix = _active_group(group, f"{members} active member{'s' * (members > 1)}")
+            raise KafkaAdminError(f"{action} failed: {fix}", code="GROUP_HAS_MEMBERS")
+        try:
+            self._call(
+                action,
+                lambda t: _only(self._client.delete_consumer_groups([group], request_timeout=t), t),
+                group=group,
+            )
+        except KafkaAdminError as exc:
+            if exc.code == "GROUP_ID_NOT_FOUND":
+                return
+            if exc.code == "NON_EMPTY_GROUP":  # a member joined since it was described
+                fix = _active_group(group, "active members")
+                raise KafkaAdminError(f"{action} failed: {fix}", code=exc.code) from None
+            raise
+
+    def fence(self, transactional_id: str) -> None:
+        """Take `transactional_id` (see `transactions.fence`): every process that wrote with it
+        before can commit nothing more."""
+        fence(self.bootstrap_servers, transactional_id, self.timeout, self.client)
 
     def topic_names(self) -> set[str]:
         """The names of every topic in the cluster."""
@@ -462,7 +510,15 @@ class KafkaAdmin:
         request = {TopicPartition(t, p): spec for t, ids in partitions.items() for p in ids}
 
         def attempt(timeout: float) -> Offsets:
-            futures = self._client.list_offsets(request, request_timeout=timeout) if request else {}
+            # End offsets are what readers of committed records can reach (the last stable
+            # offset): a transaction still open is not yet there to read.
+            futures = (
+                self._client.list_offsets(
+                    request, request_timeout=timeout, isolation_level=IsolationLevel.READ_COMMITTED
+                )
+                if request
+                else {}
+            )
             offsets: Offsets = {topic: {} for topic in partitions}
             for tp, future in futures.items():
                 try:
@@ -577,7 +633,7 @@ def _applied(change: AlterConfigs, configs: Mapping[str, str]) -> bool:
     return unset and all(configs.get(key) == value for key, value in change.set.items())
 
 
-def _topic_partitions(action: str, offsets: Offsets) -> list[TopicPartition]:
+def _topic_partitions(action: str, offsets: Offsets, metadata: str = "") -> list[TopicPartition]:
     partitions = []
     for topic, positions in sorted(offsets.items()):
         for partition, offset in sorted(positions.items()):
@@ -586,5 +642,5 @@ def _topic_partitions(action: str, offsets: Offsets) -> list[TopicPartition]:
                     f"{action} failed: topic {topic!r} partition {partition} offset {offset} is "
                     "not a position; partitions and offsets are whole numbers from 0"
                 )
-            partitions.append(TopicPartition(topic, partition, offset))
+            partitions.append(TopicPartition(topic, partition, offset, metadata))
     return partitions

@@ -204,9 +204,17 @@ class TopicReader:
         """The last `count` records of a topic in timestamp order, and its end offsets then."""
         marks = self.watermarks(topic)
         ends = {partition: high for partition, (_, high) in marks.items()}
-        starts = {partition: max(low, high - count) for partition, (low, high) in marks.items()}
-        ranges = {p: (starts[p], ends[p]) for p in marks if ends[p] > starts[p]}
-        records = self._read(topic, ranges) if count and ranges else []
+        span = count
+        while True:
+            # A topic written in transactions has a commit marker among its offsets for every
+            # transaction: when the span held fewer records than asked, look further back.
+            starts = {p: max(low, high - span) for p, (low, high) in marks.items()}
+            ranges = {p: (starts[p], ends[p]) for p in marks if ends[p] > starts[p]}
+            records = self._read(topic, ranges) if count and ranges else []
+            whole = all(starts[p] == low for p, (low, _) in marks.items())
+            if len(records) >= count or whole:
+                break
+            span *= 2
         records.sort(key=lambda r: (r.timestamp_ms, r.partition, r.offset))
         return records[-count:] if count else [], ends
 

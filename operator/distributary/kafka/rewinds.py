@@ -11,7 +11,8 @@ from typing import Any
 
 from distributary.api.common import Position
 from distributary.kafka.admin import KafkaAdmin
-from distributary.plan.positions import rewind_destinations, rewind_moves
+from distributary.plan.delivery import carried, read_marker
+from distributary.plan.positions import moved_from, rewind_destinations, rewind_moves
 from distributary.plan.runner_spec import starting_position
 
 
@@ -35,6 +36,18 @@ def rewind_offsets(
     )
 
 
-def move_group(admin: KafkaAdmin, group: str, moves: list[dict[str, Any]]) -> None:
-    """Set `group`'s offsets to the rewind's targets (its consumer must be stopped)."""
-    admin.commit(group, rewind_destinations(moves))
+def move_group(
+    admin: KafkaAdmin, group: str, moves: list[dict[str, Any]], writer: str | None = None
+) -> list[dict[str, Any]]:
+    """Set `group`'s offsets to the rewind's targets (its consumer must be stopped). A revision
+    that commits its offsets in transactions (`writer`: its transactional id) is fenced first,
+    so that no commit of the old process can land after the move and undo it. The group keeps
+    its count of dead letters, not its last batch: the next run writes every batch it reads.
+    The moves as carried out: each partition's `fromOffset` where the group stood when it moved
+    (`positions.moved_from`)."""
+    if writer is not None:
+        admin.fence(writer)
+    moved = moved_from(admin.committed(group), moves)
+    marker = carried(read_marker(admin.committed_metadata(group)))
+    admin.commit(group, rewind_destinations(moves), marker.text())
+    return moved

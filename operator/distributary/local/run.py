@@ -12,8 +12,10 @@ folder: the embedded broker's data, the checkpoints, the statuses and the runner
 second run resumes where the first stopped. Positions are read the way any Kafka tool reads
 them, from the revisions' consumer groups, and records/s from the progress topic.
 
-A view whose query fails is reported and restarted with back-off like any other application; the
-other views run on. So does a view or job whose reconcile fails unexpectedly: it is reported on
+A view whose query fails is reported and restarted with back-off like any other application
+(`plan.restarts`: the history is in its status in the state folder), the other views running on;
+one that keeps failing is Stalled (`ApplicationFailing`) and said so on stderr, and retried at
+the longest back-off. So does a view or job whose reconcile fails unexpectedly: it is reported on
 stderr and in its status (Stalled, `ReconcileError`), and tried again in later rounds with back-off
 (`reconcile.failures`), while the others are reconciled as usual.
 """
@@ -52,6 +54,7 @@ from distributary.plan.conditions import Problem
 from distributary.plan.lifecycle import read_topics
 from distributary.plan.pipeline import PipelinePlan, PlanSettings, plan_pipeline
 from distributary.plan.progress import PROGRESS_TOPIC
+from distributary.plan.restarts import APPLICATION_FAILING, RestartPolicy
 from distributary.plan.runner_spec import RunnerSpec
 from distributary.plan.topics import DesiredTopic
 from distributary.plan.view_plan import reprocessing_outputs
@@ -87,6 +90,10 @@ class LocalEvents:
         """`view NAME: what happened`."""
         what = "view" if self.kind == "DerivedView" else "job"
         self.say(f"{what} {self.name}: {message[:1].lower()}{message[1:].rstrip('.')}")
+
+    def warn(self, reason: str, message: str) -> None:
+        """`view NAME: warning: what went wrong`."""
+        self.info(reason, f"warning: {message}")
 
 
 @dataclass
@@ -135,6 +142,7 @@ class LocalRun:
     cores: int = 2
     say: Callable[[str], None] = lambda text: print(text, file=sys.stderr, flush=True)
     spark_conf: Mapping[str, str] = field(default_factory=dict)  # more settings, every revision
+    restart_policy: RestartPolicy = field(default_factory=RestartPolicy)  # of failed applications
     broker: EmbeddedBroker | None = None
     plan: PipelinePlan | None = None
     bootstrap: str | None = None
@@ -203,6 +211,7 @@ class LocalRun:
             topics=DirectTopicBackend(admin),
             runtime=self.runtime,
             lost_history=lambda topics: lost_input_history(admin, topics),
+            restart_policy=self.restart_policy,
         )
         self.reconcile()
 
@@ -307,6 +316,17 @@ class LocalRun:
             serving = int(status.get("servingRevision") or 1)
             found = Problem(problem["reason"], problem["message"])
             self._say_once(problem_line(resource.metadata.name, found, serving))
+        failing = [
+            c
+            for c in status.get("conditions") or []
+            if c.get("type") == "Stalled" and c.get("reason") == APPLICATION_FAILING
+        ]
+        if failing:  # said again at each failure: the message names the next retry
+            what = "view" if resource.kind == "DerivedView" else "job"
+            message = str(failing[0].get("message") or "")
+            self._say_once(
+                f"{what} {resource.metadata.name}: Stalled ({APPLICATION_FAILING}): {message}"
+            )
 
     def _say_once(self, text: str) -> None:
         if text not in self.said:

@@ -8,7 +8,10 @@ checkpoint first), so a round that starts three views restarts Spark once. Stopp
 restarts the process without it at once: a rewind moves a group's offsets only after the old
 query can no longer commit. A revision fails alone: the runner keeps the others running and
 publishes the failed one's state, which is read here from the progress records of the process
-that runs now. StreamJobs run their own files, each as a process of its own (`LocalRuntime`).
+that runs now. A failed revision is not run again until the reconcile starts it after its
+back-off (`plan.restarts`): until then a restart of the process, for another view or because it
+exited, leaves it out, and it is reported failed. StreamJobs run their own files, each as a
+process of its own (`LocalRuntime`).
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ class PipelineRuntime:
         self.say = say
         self.wanted: dict[Key, RunnerSpec] = {}
         self.running: dict[Key, RunnerSpec] = {}
+        self.failed: dict[Key, AppState] = {}  # failed revisions waiting for their restart
         self.process: subprocess.Popen[bytes] | None = None
         self.known = self._load_known()  # every live revision's spec, across runs
 
@@ -97,7 +101,14 @@ class PipelineRuntime:
         key = (view.metadata.namespace, view.metadata.name, runner.revision)
         spec = self.localize(runner)
 
+        def state() -> AppState:
+            found = self.failed.get(key) or self.state_of(key)
+            if found.ended:  # not run again until started after its back-off
+                self.failed[key] = found
+            return found
+
         def start() -> AppState:
+            self.failed.pop(key, None)
             self.wanted[key] = spec
             if self.known.get(key) != spec:
                 self.known[key] = spec
@@ -108,20 +119,20 @@ class PipelineRuntime:
             self.running.pop(key, None)
 
         name = application_name(view.metadata.name, runner.revision)
-        return RevisionApp(key[0], name, lambda: self.state_of(key), start, remove)
+        return RevisionApp(key[0], name, state, start, remove)
 
     def state_of(self, key: Key) -> AppState:
         """The revision's state: RUNNING while the process runs it and it has not failed."""
         if key not in self.running or self.process is None:
             return AppState("SUBMITTED" if key in self.wanted else "ABSENT")
-        code = self.process.poll()
-        if code is not None:
-            message = f"Spark stopped (exit code {code}); see {self.log_file}"
-            return AppState("FAILED", ended=True, failed=True, message=message)
         spec = self.running[key]
         record = self.progress().get(progress_key(spec.kind, *key)) or {}
         if record.get("runnerPid") == self.process.pid and record.get("state") == "Failed":
             message = f"the query failed: {record.get('error') or 'no error given'}"
+            return AppState("FAILED", ended=True, failed=True, message=message)
+        code = self.process.poll()
+        if code is not None:
+            message = f"Spark stopped (exit code {code}); see {self.log_file}"
             return AppState("FAILED", ended=True, failed=True, message=message)
         if record.get("runnerPid") == self.process.pid and record.get("state") == CHECKPOINT_LOST:
             # Not restarted: the view rebuilds it as a new revision (`plan.lifecycle`).
@@ -139,9 +150,12 @@ class PipelineRuntime:
         return self.jobs.job_app(job, revision, launch, manifest)
 
     def keep(self, owner: Owner, revisions: Sequence[int]) -> None:
-        """A view's revisions run on: from the spec they ran with, kept across runs."""
+        """A view's revisions run on: from the spec they ran with, kept across runs. One that
+        failed while it was the view's running revision runs again with the process's next
+        start: no reconcile restarts a kept revision after a back-off."""
         for revision in revisions:
             key = (owner.namespace, owner.name, revision)
+            self.failed.pop(key, None)
             if key not in self.wanted and key in self.known:
                 self.wanted[key] = self.localize(self.known[key])
 
@@ -153,12 +167,20 @@ class PipelineRuntime:
         keys = [(owner.namespace, owner.name, r) for r in revisions]
         for key in keys:
             self.wanted.pop(key, None)
+            self.failed.pop(key, None)
         if any(self.known.pop(key, None) is not None for key in keys):
             self._save_known()
         stopped = [key[2] for key in keys if key in self.running]
         if stopped:
             self.flush()
         return stopped
+
+    def stopped(self, owner: Owner, revision: int) -> bool:
+        """A job's process is gone; a view's revision is not in the runner process (a stop
+        restarts the process without it at once)."""
+        if owner.kind == "StreamJob":
+            return self.jobs.stopped(owner, revision)
+        return (owner.namespace, owner.name, revision) not in self.running
 
     def retire_others(self, owner: Owner, keep: int) -> list[str]:
         """A job's other revisions' processes stopped."""
@@ -172,20 +194,26 @@ class PipelineRuntime:
         """Processes, looked at on each round."""
         return False
 
+    def runnable(self, specs: Mapping[Key, RunnerSpec]) -> dict[Key, RunnerSpec]:
+        """`specs` but the failed revisions that wait for their restart."""
+        return {key: spec for key, spec in specs.items() if key not in self.failed}
+
     def flush(self) -> bool:
         """Restart the runner when what it should run changed; whether it did."""
         alive = self.process is not None and self.process.poll() is None
-        if alive and self.wanted == self.running:
+        wanted = self.runnable(self.wanted)
+        if alive and wanted == self.runnable(self.running):
             return False
-        if not alive and not self.wanted:
+        if not alive and not wanted:
             return False
         self.stop_runner()
         self.start_runner()
         return True
 
     def start_runner(self) -> None:
-        """Start the runner on the specs asked for (none: nothing runs)."""
-        self.running = dict(self.wanted)
+        """Start the runner on the specs asked for, but failed ones waiting for their restart
+        (none: nothing runs)."""
+        self.running = self.runnable(self.wanted)
         spec_file = self.state_dir / "runner-specs.json"
         specs = [s.model_dump(mode="json") for s in self.running.values()]
         spec_file.write_text(json.dumps(specs, indent=1))

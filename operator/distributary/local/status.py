@@ -2,10 +2,11 @@
 
 A snapshot is read the way any Kafka tool would read it: a view's position is its revision's
 consumer group's committed offsets, its lag the distance from there to its inputs' end offsets.
-Records/s, the state and dead letters come from the progress topic the runner publishes. The group
-is read before the end offsets, so a lag is never under-stated. What the groups cannot tell (a
-change of a view that was refused, and why; the rewinds carried out) comes from the run's plan and
-its state folder as a note per view, shown under the table and in the summary.
+Records/s, the state and each revision's dead letters come from the progress topic the runner
+publishes. The group is read before the end offsets, so a lag is never under-stated. What the
+groups cannot tell (a change of a view that was refused, and why; the rewinds carried out) comes
+from the run's plan and its state folder as a note per view, shown under the table and in the
+summary.
 """
 
 from __future__ import annotations
@@ -75,13 +76,15 @@ class ViewRow:
 
 @dataclass(frozen=True)
 class JobRow:
-    """A StreamJob's revision as its status tells: its group's position, its lag, its state."""
+    """A StreamJob's revision as its status tells: its group's position, its lag, its state,
+    its dead letters."""
 
     name: str
     revision: int
     position: Offsets
     lag: int | None
     state: str
+    dead_letters: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """The job as the summary shows it."""
@@ -90,6 +93,7 @@ class JobRow:
             "position": offsets_json(self.position),
             "lag": self.lag,
             "state": self.state,
+            "deadLetters": self.dead_letters,
         }
 
 
@@ -104,7 +108,9 @@ def job_row(name: str, status: Mapping[str, Any]) -> JobRow:
     )
     state = "Running" if ready.get("status") == "True" else str(ready.get("reason") or "Starting")
     lag = status.get("lag")
-    return JobRow(name, int(status.get("revision") or 1), position, lag, state)
+    letters = status.get("deadLetters")
+    count = letters if isinstance(letters, int) else 0
+    return JobRow(name, int(status.get("revision") or 1), position, lag, state, count)
 
 
 @dataclass(frozen=True)
@@ -165,7 +171,7 @@ def observe(
     """Read positions, end offsets and progress into a snapshot, with each view's note (by
     view name) and each job as its status (`jobs`: entries by `namespace/name`) tells."""
     groups = {spec.consumer_group: admin.committed(spec.consumer_group) for spec in specs}
-    topics = sorted({t.topic.name for t in plan.topics} | {s.dead_letter_topic for s in specs})
+    topics = sorted({t.topic.name for t in plan.topics})
     marks = admin.watermarks(topics)
     logs = tuple(
         LogRow(
@@ -199,7 +205,6 @@ def _view_row(
         for source in spec.inputs
     }
     record = progress.get(progress_key(spec.kind, spec.namespace, spec.name, spec.revision), {})
-    letters = marks.get(spec.dead_letter_topic, {})
     return ViewRow(
         name=spec.name,
         revision=spec.revision,
@@ -208,13 +213,21 @@ def _view_row(
         lag=records_behind(position, ends),
         state=str(record.get("state") or "Starting"),
         records_per_second=float(record.get("processedRowsPerSecond") or 0.0),
-        # Records in the view's dead-letter topic (shared by its revisions): survives restarts.
-        dead_letters=sum(end - start for start, end in letters.values()),
+        dead_letters=revision_dead_letters(record),
         error=record.get("error"),
         note=note or ViewNote(),
         event_time=any(source.watermark is not None for source in spec.inputs),
         batch_rows=record.get("numInputRows"),
     )
+
+
+def revision_dead_letters(record: Mapping[str, Any]) -> int:
+    """A revision's dead letters from its last progress record: its runner's count over the
+    revision's whole run (read back from Kafka when it starts). Not the records in the view's
+    dead-letter topic: every revision of the view writes there, and under exactly-once delivery
+    transaction markers take offsets too. 0 before its runner has reported."""
+    count = record.get("deadLetters")
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
 
 
 def render(snapshot: Snapshot) -> Table:
@@ -263,7 +276,8 @@ def render(snapshot: Snapshot) -> Table:
     for job in snapshot.jobs:
         position = sum(o for offsets in job.position.values() for o in offsets.values())
         lag = "-" if job.lag is None else str(job.lag)
-        table.add_row("job", job.name, f"r{job.revision}", str(position), lag, "", job.state)
+        state = job.state + (f" ({job.dead_letters} dead letters)" if job.dead_letters else "")
+        table.add_row("job", job.name, f"r{job.revision}", str(position), lag, "", state)
     return table
 
 

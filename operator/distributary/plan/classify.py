@@ -500,6 +500,8 @@ def _setting_findings(old: DerivedView, new: DerivedView) -> list[Finding]:
     for name in _changed_fields(old.spec.output, new.spec.output):
         if name in ("partitions", "replicas", "retention", "deletionPolicy"):
             found.append(("Ignore", f"output.{name} changed: the output Log applies it"))
+    for name in _changed_fields(old.spec.dead_letters, new.spec.dead_letters):
+        found.append(("Ignore", f"deadLetters.{name} changed: the dead-letter topic takes it now"))
     # "Addition/deletion/modification of rate limits is allowed" (maxOffsetsPerTrigger); the
     # trigger, resources and configuration are not part of the checkpoint.
     for name in _changed_fields(old.spec.spark, new.spec.spark):

@@ -10,6 +10,12 @@ running revision (same checkpoint and consumer group: the job's author keeps the
 `Reprocess` starts revision N+1 on a fresh checkpoint and consumer group from the inputs'
 starting positions, and stops revision N. Under `InPlace` a change of the input logs is refused:
 Spark cannot restore a checkpoint whose sources changed.
+
+A job that reads has a dead-letter topic, `distributary.<namespace>.<job>.dlq`, made as a view's
+is (`cleanup.policy=delete`, the retention of `spec.deadLetters`). It is made on behalf of one of
+the job's Logs, the first output (else the first input): it takes that Log's partitions and
+replicas, belongs to it under the strimzi backend, and is deleted with it when the Log is deleted
+under `deletionPolicy: Delete` (`plan.log_deletion`), as a view's goes with its output Log.
 """
 
 from __future__ import annotations
@@ -27,8 +33,9 @@ from distributary.plan.classify import Classification, classify_job_change
 from distributary.plan.conditions import Problem, Work
 from distributary.plan.pipeline import job_revision_hash
 from distributary.plan.progress import PROGRESS_TOPIC
-from distributary.plan.runner_spec import consumer_group, reading_topic
+from distributary.plan.runner_spec import consumer_group, dead_letter_topic, reading_topic
 from distributary.plan.spark import Application, job_launch, spark_application_of
+from distributary.plan.topics import DesiredTopic, dead_letter_desired
 from distributary.plan.view_plan import serving_log
 
 
@@ -38,6 +45,34 @@ class JobInputTopic:
 
     log: str
     topic: str
+
+
+@dataclass(frozen=True)
+class JobDeadLetters:
+    """The job's dead-letter topic, and the Log it is made on behalf of."""
+
+    log: Log
+    topic: DesiredTopic
+
+
+def dead_letter_log(job: StreamJob) -> str | None:
+    """The name of the Log the job's dead-letter topic belongs to: its first output, else its
+    first input; None for a job that reads nothing (it has no dead letters)."""
+    if not job.spec.inputs:
+        return None
+    return (job.spec.outputs[0] if job.spec.outputs else job.spec.inputs[0]).log
+
+
+def job_dead_letters(
+    job: StreamJob, inputs: Mapping[str, Log], outputs: Mapping[str, Log]
+) -> JobDeadLetters | None:
+    """The job's dead-letter topic (see the module docstring), None when it reads nothing."""
+    name = dead_letter_log(job)
+    log = None if name is None else outputs.get(name) or inputs.get(name)
+    if log is None:
+        return None
+    topic = dead_letter_topic(job.metadata.namespace, job.metadata.name)
+    return JobDeadLetters(log, dead_letter_desired(topic, log, job.spec.dead_letters))
 
 
 @dataclass(frozen=True)
@@ -55,6 +90,7 @@ class JobPlan:
     starts: bool = False  # a new revision: recorded in status before anything runs
     retires: int | None = None  # the revision the new one replaces (every other one stops)
     change: Classification | None = None  # how the last change of the spec is carried out
+    dead_letters: JobDeadLetters | None = None  # the topic to make before the job runs
 
 
 def _previous_inputs(previous: Mapping[str, Any]) -> set[str]:
@@ -196,4 +232,5 @@ def plan_job(
         starts=revision != running,
         retires=retires,
         change=change,
+        dead_letters=job_dead_letters(job, inputs, outputs),
     )

@@ -5,6 +5,10 @@ group has read everything its inputs hold. A job reports its position by committ
 consumer group (`distributary.streamjob` does it after every micro-batch); until it does, the
 positions are empty and the lag is each input's size. A refused change, or an application that
 keeps failing, makes the job Stalled while the running revision is left as it is.
+
+`deadLetters` is the running revision's count of input records it could not parse, from its last
+progress record (`distributary.streamjob` keeps it in Kafka, so it survives restarts); while
+the job reports nothing, the count already in status stays.
 """
 
 from __future__ import annotations
@@ -33,6 +37,18 @@ def job_positions(plan: JobPlan, committed: Offsets, ends: Offsets) -> list[dict
     return input_positions(sources, committed, ends)
 
 
+def job_dead_letters(plan: JobPlan, seen: RunObservation, before: Mapping[str, Any]) -> int | None:
+    """The running revision's dead letters as it last reported them, else as status had them
+    for the same revision."""
+    count = (seen.progress or {}).get("deadLetters")
+    if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+        return count
+    known = before.get("deadLetters")
+    if before.get("revision") == plan.revision and isinstance(known, int):
+        return known
+    return None
+
+
 def job_status(
     plan: JobPlan,
     seen: RunObservation,
@@ -44,7 +60,7 @@ def job_status(
     before = dict(previous or {})
     inputs = job_positions(plan, seen.committed or {}, seen.ends or {}) if seen.ends else []
     lag = total_lag(inputs, seen.committed)
-    problems, work = application_findings(seen)
+    problems, work = application_findings(seen, now)
     observation = Observation(
         generation,
         problems=(*plan.problems, *problems),
@@ -64,5 +80,8 @@ def job_status(
         status["lag"] = lag
     elif plan.inputs and plan.launch is not None:
         status["inputs"] = [{"log": i.log, "topic": i.topic} for i in plan.inputs]
+    letters = job_dead_letters(plan, seen, before) if plan.spec_hash is not None else None
+    if letters is not None:
+        status["deadLetters"] = letters
     status.update(running_fields(seen, plan.change, generation))
     return status

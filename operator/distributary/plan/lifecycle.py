@@ -7,7 +7,9 @@ A view's revisions are rows of `status.revisions`, each with a phase:
   while the serving one goes on;
 - `Retiring`: replaced (by a cutover, or a newer catch-up); its application is stopped and its
   topic kept until `retireAt`;
-- `Retired`: done; its topic deleted when the output Log's `deletionPolicy` is Delete.
+- `Retired`: done; its topic deleted when the output Log's `deletionPolicy` is Delete, and its
+  consumer group deleted whatever the policy (a retired revision never runs again, and a group
+  left behind would show as a stopped consumer in every lag tool).
 
 Each reconcile hands over the rows as status has them, the hash of the definition the spec now
 asks for, how the change was classified (when it is known), the view's upgrade settings and each
@@ -72,6 +74,7 @@ class Lifecycle:
     cut_over: int | None = None  # the revision this step made Serving
     stop: tuple[int, ...] = ()  # revisions whose application must not run
     delete_topics: tuple[str, ...] = ()  # retired revisions' topics due for deletion
+    delete_groups: tuple[int, ...] = ()  # retired revisions whose consumer group is to go
     problem: Problem | None = None
     change: Classification | None = None
     notes: tuple[str, ...] = field(default=())
@@ -364,6 +367,11 @@ def step(
     # else: waiting for the change to be classified
     serving_now = next(r.revision for r in table.values() if r.phase == SERVING)
     deletes = _retirements(table, lags, now, delete_retired)
+    groups = tuple(
+        r
+        for r, row in sorted(table.items())
+        if row.phase == RETIRED and row.consumer_group and not row.group_deleted
+    )
     stop = tuple(
         sorted(
             r
@@ -379,6 +387,7 @@ def step(
         cut_over=state.cut_over,
         stop=stop,
         delete_topics=tuple(deletes),
+        delete_groups=groups,
         problem=state.problem,
         change=change if state.acted else None,
         notes=tuple(state.notes),
@@ -388,6 +397,13 @@ def step(
 def mark_deleted(rows: Sequence[Revision], topics: Sequence[str]) -> list[Revision]:
     """`rows` with the revisions whose topic is in `topics` marked as deleted."""
     return [r.model_copy(update={"topic_deleted": True}) if r.topic in topics else r for r in rows]
+
+
+def mark_groups_deleted(rows: Sequence[Revision], revisions: Sequence[int]) -> list[Revision]:
+    """`rows` with the consumer groups of `revisions` marked as deleted."""
+    return [
+        r.model_copy(update={"group_deleted": True}) if r.revision in revisions else r for r in rows
+    ]
 
 
 def reprocess_progress(

@@ -12,11 +12,19 @@ The serving revision comes from the annotation the view writes on its child and 
 the child's status names; the larger wins, so a status written after the last apply still counts.
 Deleting a topic that is already gone is not an error for either topic backend, so listing a
 revision whose topic was never made (or was already removed) is harmless.
+
+A StreamJob's dead-letter topic belongs to one of its Logs (`plan.job_plan.dead_letter_log`: the
+first output, else the first input) and goes with that Log in the same way, as long as the job
+is still there to say so when the Log is deleted.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from distributary.api.job import StreamJob
 from distributary.api.log import Log
+from distributary.plan.job_plan import dead_letter_log
 from distributary.plan.pipeline import revision_topic
 from distributary.plan.runner_spec import dead_letter_topic
 from distributary.plan.view_plan import LATEST_ANNOTATION, SERVING_ANNOTATION, VIEW_LABEL
@@ -41,19 +49,29 @@ def serving_revision(log: Log, status_topic: str | None = None) -> int:
     return max(found)
 
 
-def deleted_topics(log: Log, status_topic: str | None = None) -> tuple[str, ...]:
-    """The topics to delete with `log`, in order; `status_topic` is the topic its status names.
+def deleted_topics(
+    log: Log, status_topic: str | None = None, jobs: Iterable[StreamJob] = ()
+) -> tuple[str, ...]:
+    """The topics to delete with `log`, in order; `status_topic` is the topic its status names,
+    `jobs` the StreamJobs of its namespace.
 
     None under `Retain`. Under `Delete`: a Log's own topic, or for a view's output Log the topic
-    of every revision from 1 to the serving one and the view's dead-letter topic."""
+    of every revision from 1 to the serving one and the view's dead-letter topic; and the
+    dead-letter topic of every job whose dead letters belong to the Log."""
     if log.spec.deletion_policy != "Delete":
         return ()
+    ns, name = log.metadata.namespace, log.metadata.name
+    letters = tuple(
+        dead_letter_topic(ns, job.metadata.name)
+        for job in jobs
+        if job.metadata.namespace == ns and dead_letter_log(job) == name
+    )
     view = log.metadata.labels.get(VIEW_LABEL)
     if not view:
-        return (status_topic or log.topic,)
+        return (status_topic or log.topic, *letters)
     serving = max(serving_revision(log, status_topic), 1)
     topics = [revision_topic(log, revision) for revision in range(1, serving + 1)]
     if status_topic and status_topic not in topics:
         topics.append(status_topic)  # the topic this Log's controller made for it
     topics.append(dead_letter_topic(log.metadata.namespace, view))
-    return tuple(topics)
+    return (*topics, *letters)

@@ -335,6 +335,23 @@ def rewind_moves(
     return moves
 
 
+def moved_from(
+    committed: Mapping[str, Mapping[int, int]], moves: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """A rewind's recorded `moves` with each partition's `fromOffset` where the group stands
+    just before it moves (`committed`, once the old process can commit no more): the position
+    recorded ahead was read before that process stopped, and it may have read on since. Where
+    the group has committed nothing, or already stands at the target (moved before a restart
+    of the operator), the recorded position stays."""
+    found = []
+    for move in moves:
+        at = committed.get(str(move["topic"]), {}).get(int(move["partition"]))
+        found.append(
+            {**move, "fromOffset": at} if at is not None and at != move["toOffset"] else dict(move)
+        )
+    return found
+
+
 def rewind_destinations(moves: Sequence[Mapping[str, Any]]) -> Offsets:
     """The offsets to commit for a rewind's recorded moves (`rewind_moves`)."""
     offsets: Offsets = {}

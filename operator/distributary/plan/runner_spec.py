@@ -80,6 +80,7 @@ class RunnerOutput(_Contract):
     mode: Literal["append", "upsert"]
     key: tuple[str, ...] | None = None
     partitions: int
+    delivery: Literal["ExactlyOnce", "AtLeastOnce"] = "ExactlyOnce"
 
 
 class RunnerSpec(_Contract):
@@ -104,6 +105,11 @@ class RunnerSpec(_Contract):
     bootstrap_servers: str | None = None
     spark_conf: dict[str, str] = {}
     progress_topic: str | None = PROGRESS_TOPIC
+
+
+# Records an exactly-once view reads per micro-batch at most, unless its spec says otherwise: the
+# batch's output is collected on the driver and written in one transaction.
+EXACTLY_ONCE_BATCH = 250_000
 
 
 def name_digest(text: str) -> str:
@@ -251,6 +257,7 @@ def view_runner_spec(
         mode=spec.output.mode,
         key=tuple(spec.output.key) if spec.output.key else None,
         partitions=output.spec.partitions,
+        delivery=spec.output.delivery,
     )
     shuffle = max([s.partitions for s in sources] + [sink.partitions])
     return RunnerSpec(
@@ -294,9 +301,16 @@ def kafka_source_options(spec: RunnerSpec, source: RunnerInput) -> dict[str, str
     # Fail rather than skip when records to read were deleted by retention: a derived log with a
     # silent gap is worse than a stopped view. A view that allows partial history accepts gaps.
     options["failOnDataLoss"] = "true" if spec.fail_on_data_loss else "false"
-    if spec.max_offsets_per_trigger is not None:
+    # Records of transactions not (yet) committed, or aborted, are never read: an upstream
+    # view's output is only what its committed batches wrote.
+    options["kafka.isolation.level"] = "read_committed"
+    batch = spec.max_offsets_per_trigger
+    if batch is None and spec.output is not None and spec.output.delivery == "ExactlyOnce":
+        # An exactly-once batch passes through the driver in one transaction: bounded.
+        batch = EXACTLY_ONCE_BATCH
+    if batch is not None:
         # Bounds a catching-up revision's batches so each one commits, and reports progress, soon.
-        options["maxOffsetsPerTrigger"] = str(spec.max_offsets_per_trigger)
+        options["maxOffsetsPerTrigger"] = str(batch)
     # Spark's own consumers commit nothing; naming them after the mirrored group lets broker-side
     # tools tell who they are (instead of spark-kafka-source-<uuid>).
     options["groupIdPrefix"] = f"{spec.consumer_group}.spark"

@@ -29,6 +29,7 @@ from distributary.plan.runner_spec import (
     RunnerSpec,
     checkpoint_location,
     consumer_group,
+    dead_letter_topic,
     log_partitions,
     merged_conf,
     name_digest,
@@ -55,6 +56,12 @@ class LocalCommand:
 
     argv: tuple[str, ...]
     env: Mapping[str, str]
+
+
+def driver_pod_name(application: str) -> str:
+    """The driver pod the Spark operator makes for SparkApplication `application` (its default
+    name: the manifests set no `spec.driver.podName`)."""
+    return f"{application}-driver"
 
 
 def application_name(
@@ -262,7 +269,8 @@ def job_environment(
     progress_topic: str | None = None,
 ) -> dict[str, str]:
     """The variables a job's driver and executors get: Distributary's (topics, checkpoint,
-    consumer group, inputs and outputs as JSON) and the user's `spec.env`. Logs are by name."""
+    consumer group, dead-letter topic, inputs and outputs as JSON) and the user's `spec.env`.
+    Logs are by name."""
     meta = job.metadata
     sources = [
         runner_input(None, log, starting_position(item.starting_position))
@@ -298,6 +306,7 @@ def job_environment(
         checkpoint_root, meta.namespace, meta.name, revision
     )
     env["DISTRIBUTARY_CONSUMER_GROUP"] = consumer_group(meta.namespace, meta.name, revision)
+    env["DISTRIBUTARY_DEAD_LETTER_TOPIC"] = dead_letter_topic(meta.namespace, meta.name)
     env["DISTRIBUTARY_REVISION"] = str(revision)
     env["DISTRIBUTARY_NAMESPACE"] = meta.namespace
     env["DISTRIBUTARY_NAME"] = meta.name

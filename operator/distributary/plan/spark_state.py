@@ -4,8 +4,8 @@ The Kubeflow Spark operator reports `status.applicationState.state` (NEW, SUBMIT
 COMPLETED, FAILED, SUBMISSION_FAILED, PENDING_RERUN, INVALIDATING, SUCCEEDING, FAILING, UNKNOWN)
 with an `errorMessage`; the local runtime reports whether its process runs. A streaming query
 never finishes, so an application that ended, even with exit code 0, has failed: it is restarted
-with capped exponential back-off, and after several attempts in a row the view says it needs
-its user.
+with capped exponential back-off, and one that keeps failing makes its view or job Stalled
+(`plan.restarts`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 ENDED = {"COMPLETED", "FAILED", "SUBMISSION_FAILED", "SUCCEEDING", "FAILING"}
-FIRST_DELAY, MAX_DELAY = 10.0, 300.0
-ATTEMPTS_BEFORE_STALLED = 5
 CHECKPOINT_LOST = "CheckpointLost"  # a runner's state for a revision that must not resume
 
 
@@ -44,10 +42,3 @@ def spark_application_state(app: Mapping[str, Any] | None) -> AppState:
             state, ended=True, failed=True, message=f"{ended}: {message}" if message else ended
         )
     return AppState(state, running=state == "RUNNING", message=message)
-
-
-def restart_delay(attempts: int) -> float:
-    """Seconds to wait before restart number `attempts` (1, 2, ...): 10 s, doubling, at most
-    5 minutes."""
-    delay: float = FIRST_DELAY * 2.0 ** max(attempts - 1, 0)
-    return min(delay, MAX_DELAY)

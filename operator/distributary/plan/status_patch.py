@@ -3,7 +3,9 @@
 The operator writes status as merge patches onto the status subresource; `distributary run`
 writes the same patches into its state folder. Both need to know the status a patch leaves
 behind (to write only what changes something), and it must be the API server's rule, so the
-two front ends agree: None deletes a field, mappings merge, anything else replaces.
+two front ends agree (JSON merge patch, RFC 7386): None deletes a field, mappings merge (a
+mapping where there was none is merged into an empty one, so its None fields are left out too),
+anything else replaces.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ def merged(status: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, An
     for key, value in update.items():
         if value is None:
             result.pop(key, None)
-        elif isinstance(value, Mapping) and isinstance(result.get(key), Mapping):
-            result[key] = merged(result[key], value)
+        elif isinstance(value, Mapping):
+            before = result.get(key)
+            result[key] = merged(before if isinstance(before, Mapping) else {}, value)
         else:
             result[key] = value
     return result

@@ -12,6 +12,11 @@ names it; a key someone set on the topic by hand, which the spec never named, is
 
 `kafka_topic_manifest` renders the same desired state as a Strimzi `KafkaTopic` for the strimzi
 backend, where Strimzi's topic operator takes the place of `plan_topic`'s actions.
+
+A view's revision topics take their Log's settings; its dead-letter topic takes only the Log's
+partitions and replicas (`dead_letter_desired`): its configs are its own, never the output's, since
+a dead letter may have no key and a compacted topic refuses a record without one. Both backends
+render the one `DesiredTopic` they are given, so neither can drift to the Log's configs.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 
 from distributary.api.common import KUBE_NAME_PATTERN
 from distributary.api.log import Log
+from distributary.api.view import DeadLetters
 
 STRIMZI_API_VERSIONS = ("kafka.strimzi.io/v1", "kafka.strimzi.io/v1beta2")
 
@@ -115,6 +121,18 @@ def desired_topic(log: Log, *, topic: str | None = None) -> DesiredTopic:
         partitions=log.spec.partitions,
         replicas=log.spec.replicas,
         configs=dict(sorted(log.spec.topic_configs().items())),
+    )
+
+
+def dead_letter_desired(name: str, output: Log, dead_letters: DeadLetters) -> DesiredTopic:
+    """A view's dead-letter topic `name`: as many partitions and replicas as its `output` Log,
+    and configs of its own: `cleanup.policy=delete` whatever the output's mode, and the
+    retention `dead_letters` asks for."""
+    return DesiredTopic(
+        name=name,
+        partitions=output.spec.partitions,
+        replicas=output.spec.replicas,
+        configs=dict(sorted(dead_letters.topic_configs().items())),
     )
 
 
@@ -219,9 +237,11 @@ def kafka_topic_manifest(
     namespace: str,
     api_version: str = "kafka.strimzi.io/v1",
     topic: str | None = None,
+    desired: DesiredTopic | None = None,
 ) -> dict[str, Any]:
     """The Strimzi `KafkaTopic` for `log`, in `namespace` (where the topic operator watches);
-    `topic` names another topic with the log's settings (a view's revision topic).
+    `topic` names another topic with the log's settings (a view's revision topic), `desired`
+    another topic of the log with settings of its own (a view's dead-letter topic).
 
     `kafka.strimzi.io/v1` (Strimzi 0.49 and later; the only version from 1.0) and `v1beta2`
     (older Strimzi) have the same KafkaTopic spec fields; v1 makes `spec` required, which this
@@ -232,7 +252,11 @@ def kafka_topic_manifest(
         raise ValueError(
             f"KafkaTopic apiVersion {api_version!r} is not one of {', '.join(STRIMZI_API_VERSIONS)}"
         )
-    desired, meta = desired_topic(log, topic=topic), log.metadata
+    if desired is None:
+        desired = desired_topic(log, topic=topic)
+    elif topic is not None and topic != desired.name:
+        raise ValueError(f"topic {topic!r} and desired topic {desired.name!r} differ: give one")
+    meta = log.metadata
     spec: dict[str, Any] = {"topicName": desired.name, "partitions": desired.partitions}
     if desired.replicas is not None:
         spec["replicas"] = desired.replicas

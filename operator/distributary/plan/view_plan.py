@@ -49,7 +49,7 @@ from distributary.plan.runner_spec import (
     view_runner_spec,
 )
 from distributary.plan.spark import owner_reference
-from distributary.plan.topics import DesiredTopic, desired_topic
+from distributary.plan.topics import DesiredTopic, dead_letter_desired, desired_topic
 
 VIEW_LABEL = "distributary.dev/view"
 SERVING_ANNOTATION = "distributary.dev/serving-revision"
@@ -454,8 +454,9 @@ def plan_view(
         plan,
         topics=(
             desired_topic(output, topic=revision_topic(output, current)),
-            # Dead letters are kept like the output: as long, with as many partitions.
-            DesiredTopic(runner.dead_letter_topic, output.spec.partitions, output.spec.replicas),
+            # As many partitions as the output, but never compacted: a dead letter may have
+            # no key. Kept as long as the view's spec.deadLetters says.
+            dead_letter_desired(runner.dead_letter_topic, output, view.spec.dead_letters),
         ),
         runner=runner,
         starts=lifecycle.started is not None,

@@ -8,9 +8,12 @@ fast its inputs grow (`inputRate`, measured over ten seconds or more), which the
 revision catching up goes by; `Reprocessing` says
 whether a new revision is catching up beside the serving one, with its progress ("revision 2
 reprocessing 43%: 1.2M of 2.8M records"). Each revision's row in `status.revisions` carries its
-phase, topic, consumer group, inputs, lag and progress. Problems only the user can fix (bad SQL, a
+phase, topic, consumer group, inputs, lag and progress, and its dead letters as its runner counts
+them (`status.deadLetters`: the serving revision's). Problems only the user can fix (bad SQL, a
 missing input, an application that keeps failing, a refused change) make the view Stalled; waiting
-for an input's topic, an application that is starting or restarting makes it Reconciling.
+for an input's topic, an application that is starting or restarting makes it Reconciling. An
+application keeps failing when it failed several times within a window and has not run stably
+since (`plan.restarts`, which `status.sparkApplication` keeps the history for).
 """
 
 from __future__ import annotations
@@ -41,39 +44,51 @@ from distributary.plan.lifecycle import (
 )
 from distributary.plan.positions import Offsets, data_loss_risk, input_rate
 from distributary.plan.progress import records_behind
-from distributary.plan.spark_state import ATTEMPTS_BEFORE_STALLED, CHECKPOINT_LOST, AppState
+from distributary.plan.restarts import (
+    APPLICATION_FAILING,
+    RestartHistory,
+    RestartPolicy,
+    failing_message,
+    restarting_message,
+    stalled,
+)
+from distributary.plan.spark_state import CHECKPOINT_LOST, AppState
 from distributary.plan.view_plan import ViewPlan
 
 
 @dataclass(frozen=True)
 class RunObservation:
-    """What the controller saw of a view's (or job's) running revision: its application, its
-    consumer group's offsets (`committed`; for a view, every live revision's in `groups`), its
-    inputs' end and start offsets, its last progress record."""
+    """What the controller saw of a view's (or job's) running revision: its application and
+    its restart history (`plan.restarts`, judged by `policy`), its consumer group's offsets
+    (`committed`; for a view, every live revision's in `groups`), its inputs' end and start
+    offsets, its last progress record (for a view, every revision's that has one in `reports`,
+    by revision)."""
 
     application: str | None = None
     app: AppState | None = None
-    attempts: int = 0
+    history: RestartHistory = field(default_factory=RestartHistory)
     committed: Offsets | None = None
     ends: Offsets | None = None
     progress: Mapping[str, Any] | None = None
     groups: Mapping[int, Offsets] = field(default_factory=dict)
     starts: Offsets | None = None
+    reports: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+    policy: RestartPolicy = field(default_factory=RestartPolicy)
 
 
-def application_findings(seen: RunObservation) -> tuple[list[Problem], list[Work]]:
-    """What the application's state says: a problem when it keeps failing, work while it
-    starts or waits for a restart."""
+def application_findings(seen: RunObservation, now: datetime) -> tuple[list[Problem], list[Work]]:
+    """What the application's state says: a problem while it keeps failing (until it runs
+    stably again), work while it starts or waits for a restart."""
     app = seen.app
-    if app is None or app.running or app.state == CHECKPOINT_LOST:
+    if app is None or app.state == CHECKPOINT_LOST:
         return [], []
-    # `attempts` counts the restarts scheduled so far, the one now due included.
-    if app.ended and seen.attempts > ATTEMPTS_BEFORE_STALLED:
-        done = seen.attempts - 1
-        message = f"{app.message}; restarted {done} times in a row, still failing"
-        return [Problem("ApplicationFailing", message)], []
+    if stalled(seen.history, now, seen.policy):
+        message = failing_message(seen.history, app, now, seen.policy)
+        return [Problem(APPLICATION_FAILING, message)], []
+    if app.running:
+        return [], []
     if app.ended:
-        return [], [Work("Restarting", f"{app.message}; restart {seen.attempts} is due")]
+        return [], [Work("Restarting", restarting_message(seen.history, app))]
     return [], [Work("Starting", f"the Spark application is {app.state.lower()}")]
 
 
@@ -83,9 +98,10 @@ def _observation(
     generation: int,
     lag: int | None,
     catching_up: Mapping[str, Any] | None,
+    now: datetime,
     rate: float | None = None,
 ) -> Observation:
-    problems, work = application_findings(seen)
+    problems, work = application_findings(seen, now)
     upgrade = plan.upgrade
     if upgrade is None:
         extras = list(caught_up(lag))
@@ -207,6 +223,23 @@ def _observed_row(
     return row, positions, lag
 
 
+def dead_letters_of(
+    row: Mapping[str, Any], seen: RunObservation, running: int | None
+) -> int | None:
+    """Revision `row`'s dead letters as its runner last reported them (a count over the
+    revision's whole run, which the runner reads back from Kafka when it starts); what the row
+    says already while its runner reports nothing."""
+    revision = int(row["revision"])
+    record = seen.reports.get(revision)
+    if record is None and revision == running:
+        record = seen.progress
+    count = (record or {}).get("deadLetters")
+    if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+        return count
+    known = row.get("deadLetters")
+    return int(known) if isinstance(known, int) else None
+
+
 def _lost_work(lost: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]) -> Work:
     """What happens to revisions whose state is gone: rebuilt beside, never resumed empty."""
     gone = ", ".join(str(r["revision"]) for r in lost)
@@ -282,6 +315,9 @@ def view_status(
             row["inputs"] = runner_inputs(plan)
             if lost_checkpoint(plan, seen) and not row.get("checkpointLost"):
                 row["checkpointLost"] = rfc3339(now)
+        letters = dead_letters_of(row, seen, running)
+        if letters is not None:
+            row["deadLetters"] = letters
         if row["phase"] not in LIVE:
             continue
         group = groups.get(int(row["revision"]))
@@ -291,7 +327,7 @@ def view_status(
             inputs, lag, rate = positions, row_lag, rows[index].get("inputRate")
         else:
             catching_up = rows[index]
-    observation = _observation(plan, seen, generation, lag, catching_up, rate)
+    observation = _observation(plan, seen, generation, lag, catching_up, now, rate)
     lost = [r for r in rows if r["phase"] in LIVE and r.get("checkpointLost")]
     if lost:
         observation = replace(observation, work=(*observation.work, _lost_work(lost, rows)))
@@ -303,6 +339,8 @@ def view_status(
         status["revisions"] = rows
         serving = next(r for r in rows if r["revision"] == plan.revision)
         status["outputTopic"] = serving.get("topic")
+        if serving.get("deadLetters") is not None:
+            status["deadLetters"] = serving["deadLetters"]
     if inputs:
         status["inputs"] = inputs
         status["lag"] = lag
@@ -335,7 +373,7 @@ def running_fields(
         fields["sparkApplication"] = {
             "name": seen.application,
             "state": seen.app.state if seen.app else None,
-            "attempts": seen.attempts,
+            **seen.history.status_fields(),
         }
     if seen.progress:
         fields["lastProgress"] = progress_status(seen.progress)

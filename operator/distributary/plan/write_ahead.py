@@ -33,6 +33,7 @@ from distributary.plan.children import rewind_folder
 from distributary.plan.conditions import rfc3339
 from distributary.plan.job_plan import JobPlan
 from distributary.plan.lifecycle import rows_json
+from distributary.plan.positions import rewind_destinations
 from distributary.plan.view_plan import ViewPlan
 from distributary.plan.view_status import runner_inputs
 
@@ -94,6 +95,29 @@ def rewind_record(
         "lastRewind": last,
         "pendingAction": pending_action("Rewind", revision, generation, now),
     }
+
+
+def checked_rewind(
+    last: Mapping[str, Any], progress: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
+    """`lastRewind` with its verdict, once the rewound revision's run on the rewind's checkpoint
+    has reported the offsets it started from (`startedFrom` in its progress record): Held when
+    they are the moved offsets, Undone when they are not. None while there is nothing to add."""
+    if last.get("phase") != "Done" or last.get("verified") or last.get("rebuiltAs") is not None:
+        return None
+    if progress is None or progress.get("revision") != last.get("revision"):
+        return None
+    folder = rewind_folder(str(last.get("requestId")))
+    started = progress.get("startedFrom")
+    if not str(progress.get("checkpoint") or "").rstrip("/").endswith(folder) or started is None:
+        return None
+    moved = rewind_destinations(last.get("offsets") or [])
+    held = all(
+        (started.get(topic) or {}).get(str(partition)) == offset
+        for topic, partitions in moved.items()
+        for partition, offset in partitions.items()
+    )
+    return {**last, "verified": "Held" if held else "Undone"}
 
 
 def rebuilt_rewind(

@@ -1,15 +1,17 @@
 """A revision's Spark application, and rewinds of its position, for views and jobs alike.
 
 A streaming application never finishes, so one that ended (even with exit code 0) is started
-again after a capped back-off (`plan.spark_state.restart_delay`); the restarts in a row are
-counted in the resource's status, and the due time of the next one is kept in memory (a restarted
-operator restarts at once). Which runtime runs it is the services' business (`backends.base`).
+again after a capped back-off, and one that keeps failing makes its view or job Stalled
+(`plan.restarts`, with the services' `RestartPolicy`). Its history (failures, the last error,
+since when it runs, when its restart is due) lives in the resource's status, read at the start
+of each reconcile and written with the rest at its end, so a restarted operator waits for a due
+restart and goes on counting. Which runtime runs it is the services' business
+(`backends.base`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,49 +21,57 @@ from distributary.api.common import Position
 from distributary.backends.base import RevisionApp
 from distributary.kafka.rewinds import move_group, rewind_offsets
 from distributary.plan.conditions import rfc3339
-from distributary.plan.spark_state import AppState, restart_delay
+from distributary.plan.restarts import RestartHistory, observed
+from distributary.plan.spark_state import AppState
 from distributary.plan.view_status import RunObservation
 from distributary.plan.write_ahead import rewind_record
 from distributary.reconcile.ports import Services, StatusStore, TryAgain
 
+RESTART_CHECK = 1.0  # seconds: the shortest wait before a due restart is looked at again
+
 
 async def run_application(
-    services: Services, app: RevisionApp, attempts: int
-) -> tuple[AppState, int]:
-    """Run the application, restarting one that ended once its back-off is over; its state and
-    the restarts in a row."""
-    key = (app.namespace, app.name)
+    services: Services, app: RevisionApp, history: RestartHistory, now: datetime
+) -> tuple[AppState, RestartHistory]:
+    """Run the application, restarting one that ended once its back-off is over (a failure
+    seen for the first time is counted and its restart scheduled); its state and its restart
+    history as status is to record it."""
+    policy = services.restart_policy
     state = await asyncio.to_thread(app.state)
+    history = observed(history, state, now, policy)
     if state.ended:
-        due = services.restart_due.get(key)
-        if due is None:
-            attempts += 1
-            services.restart_due[key] = time.monotonic() + restart_delay(attempts)
-            return state, attempts
-        if time.monotonic() < due:
-            return state, attempts
-        del services.restart_due[key]
+        if not history.due(now):
+            return state, history
         await asyncio.to_thread(app.remove)
+        history = history.restarted()
     state = await asyncio.to_thread(app.start)
-    return state, 0 if state.running else attempts
+    return state, observed(history, state, now, policy)
 
 
-def come_back_for_restart(seen: RunObservation) -> None:
+def come_back_for_restart(seen: RunObservation, now: datetime) -> None:
     """When the application ended, ask to run again when its restart is due (`TryAgain`)."""
-    if seen.app is not None and seen.app.ended:
-        delay = restart_delay(seen.attempts)
+    due = seen.history.restart_at
+    if seen.app is not None and seen.app.ended and due is not None:
+        delay = max((due - now).total_seconds(), RESTART_CHECK)
         raise TryAgain(f"{seen.app.message}; restarting in {delay:.0f}s", delay)
 
 
 @dataclass(frozen=True)
 class RewindTarget:
-    """What a rewind moves: its revision and consumer group, the topics, and how to stop the
-    revision's application."""
+    """What a rewind moves: its revision and consumer group, the topics, how to stop the
+    revision's application and to tell that it has stopped, and the revision's transactional id
+    when it commits its offsets in transactions (then it is fenced instead)."""
 
     revision: int
     group: str
     topics: list[str]
     stop: Callable[[], object]
+    stopped: Callable[[], bool]
+    writer: str | None = None
+
+
+# How soon a rewind looks again whether the old driver is gone.
+STOPPED_POLL = 2.0
 
 
 async def rewind_once(
@@ -75,7 +85,9 @@ async def rewind_once(
 ) -> dict[str, Any] | None:
     """Carry out a rewind once per request id: record it in status with every partition's
     offsets before and after (the write-ahead record a restarted operator carries on), stop the
-    revision, move its group. The `lastRewind` to record, or None when it was done before."""
+    revision, move its group. The group moves only once the old process can no longer commit
+    to it: it is fenced (an exactly-once view), or it is gone (`TryAgain` until then). The
+    `lastRewind` to record, or None when it was done before."""
     last = dict(store.status.get("lastRewind") or {})
     if last.get("requestId") == request_id and last.get("phase") == "Done":
         return None
@@ -87,5 +99,13 @@ async def rewind_once(
         await store.record_ahead(record)
         last = record["lastRewind"]
     await asyncio.to_thread(target.stop)
-    await asyncio.to_thread(move_group, services.admin, target.group, last["offsets"])
-    return {**last, "phase": "Done", "completedAt": rfc3339(now)}
+    if target.writer is None and not await asyncio.to_thread(target.stopped):
+        raise TryAgain(
+            f"rewind {request_id}: waiting for revision {target.revision}'s driver to exit, so "
+            "that its last commit cannot undo the rewind",
+            STOPPED_POLL,
+        )
+    moved = await asyncio.to_thread(
+        move_group, services.admin, target.group, last["offsets"], target.writer
+    )
+    return {**last, "offsets": moved, "phase": "Done", "completedAt": rfc3339(now)}

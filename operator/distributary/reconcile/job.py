@@ -10,7 +10,8 @@ before it starts (a write-ahead record); then every other revision of the job is
 rewind is carried out, and the revision's application runs on the Spark runtime (restarted with
 capped back-off when it ends). Status gets positions and lag from the revision's consumer group,
 the last batch from the progress topic, the last change's classification and the conditions. The
-job's Logs are its own resources; the job creates no topics.
+job's Logs are its own resources; the one topic a job makes is its dead-letter topic, through the
+topic backend as a view's, before its application runs (the job writes its dead letters there).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from distributary.api import parse_body
+from distributary.api import owner_of, parse_body
 from distributary.api.job import StreamJob
 from distributary.backends.base import Owner
 from distributary.kafka.admin import KafkaAdminError
@@ -30,6 +31,7 @@ from distributary.plan.job_plan import JobPlan, plan_job, with_job_rewind
 from distributary.plan.job_status import job_status
 from distributary.plan.positions import Offsets
 from distributary.plan.progress import progress_key
+from distributary.plan.restarts import history_of
 from distributary.plan.view_status import RunObservation
 from distributary.plan.write_ahead import job_start_record, rewind_message
 from distributary.reconcile.applications import (
@@ -38,7 +40,9 @@ from distributary.reconcile.applications import (
     rewind_once,
     run_application,
 )
-from distributary.reconcile.ports import Events, Services, StatusStore, World
+from distributary.reconcile.ports import Events, Services, StatusStore, TryAgain, World
+
+RETRY_SECONDS = 15.0  # before a job whose dead-letter topic Kafka did not make runs again
 
 
 def _plan(
@@ -84,11 +88,22 @@ async def _rewind(
         plan.consumer_group,
         sorted({i.topic for i in plan.inputs if i.log in chosen}),
         lambda: services.runtime.stop(_owner(job), [plan.revision]),
+        lambda: services.runtime.stopped(_owner(job), plan.revision),
     )
     done = await rewind_once(services, store, target, rewind.request_id, rewind.to, now, generation)
     if done is None:
         return plan, None
     return with_job_rewind(plan, rewind_folder(rewind.request_id), "distributary-spark", job), done
+
+
+async def _make_dead_letter_topic(services: Services, plan: JobPlan, job: StreamJob) -> None:
+    """The job's dead-letter topic, through the topic backend (`plan.job_plan`)."""
+    letters = plan.dead_letters
+    if letters is None or plan.launch is None:
+        return
+    outcome = await services.topics.ensure(letters.log, letters.topic, owner_of(job))
+    if outcome.unreachable is not None:
+        raise TryAgain(f"dead-letter topic: {outcome.unreachable}", RETRY_SECONDS)
 
 
 async def _positions(services: Services, plan: JobPlan) -> tuple[Offsets | None, Offsets | None]:
@@ -120,14 +135,17 @@ async def _act(
     plan, rewound = await _rewind(services, store, plan, job, now, generation)
     if rewound is not None:
         events.info("Rewound", rewind_message(rewound))
-    attempts = int((store.status.get("sparkApplication") or {}).get("attempts") or 0)
+    await _make_dead_letter_topic(services, plan, job)
     app = services.runtime.job_app(job, plan.revision, plan.launch, plan.application)
-    state, attempts = await run_application(services, app, attempts)
+    history = history_of(store.status, app.name, generation)
+    state, history = await run_application(services, app, history, datetime.now(UTC))
     committed, ends = await _positions(services, plan)
     progress = services.progress.poll(timeout=0)
     meta = job.metadata
     key = progress_key("StreamJob", meta.namespace, meta.name, plan.revision)
-    seen = RunObservation(app.name, state, attempts, committed, ends, progress.get(key))
+    seen = RunObservation(
+        app.name, state, history, committed, ends, progress.get(key), policy=services.restart_policy
+    )
     return plan, seen, rewound
 
 
@@ -168,4 +186,4 @@ async def reconcile_job(
     if rewound is not None:
         written["lastRewind"] = rewound
     await store.finish(written)
-    come_back_for_restart(seen)
+    come_back_for_restart(seen, datetime.now(UTC))

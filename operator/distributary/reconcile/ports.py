@@ -18,6 +18,7 @@ from distributary.graph import Pipeline
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.progress import ProgressReader
 from distributary.plan.conditions import Problem
+from distributary.plan.restarts import RestartPolicy
 from distributary.plan.view_plan import LostHistory
 
 
@@ -59,6 +60,10 @@ class Events(Protocol):
 
     def info(self, reason: str, message: str) -> None:
         """A notable step: a revision started, a cutover, a rewind."""
+        ...
+
+    def warn(self, reason: str, message: str) -> None:
+        """Something went wrong that people must act on (a rewind undone)."""
         ...
 
 
@@ -114,5 +119,6 @@ class Services:
     """Why no revision may run where checkpoints would go (`plan.checkpoint_storage`), decided
     once when the services are built; every view and job is then Stalled with it."""
 
-    restart_due: dict[tuple[str, str], float] = field(default_factory=dict, repr=False)
-    """When the next restart of each ended application (namespace, name) is due (monotonic)."""
+    restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
+    """How ended applications are restarted, and when failing ones make their view or job
+    Stalled (`plan.restarts`); their histories live in the resources' statuses."""

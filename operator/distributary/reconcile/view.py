@@ -36,11 +36,13 @@ from distributary.kafka.records import RecordsError
 from distributary.kube.resources import KubeError
 from distributary.plan.children import rewind_folder, with_checkpoint
 from distributary.plan.conditions import Problem
-from distributary.plan.lifecycle import LIVE, mark_deleted
+from distributary.plan.lifecycle import LIVE, mark_deleted, mark_groups_deleted
 from distributary.plan.progress import progress_key
+from distributary.plan.restarts import history_of
 from distributary.plan.view_plan import ViewPlan, first_revision, history_guard, plan_view
 from distributary.plan.view_status import RunObservation, view_status
 from distributary.plan.write_ahead import (
+    checked_rewind,
     cutover_record,
     rebuilt_rewind,
     rewind_message,
@@ -161,6 +163,22 @@ async def _delete_topics(
     return gone
 
 
+async def _delete_groups(services: Services, owner: Owner, rows: Any) -> list[int]:
+    """Delete retired revisions' consumer groups once nothing of their application runs (a
+    driver still running could commit and make the group again); the revisions whose group is
+    now gone."""
+    gone = []
+    for row in rows:
+        if not await asyncio.to_thread(services.runtime.stopped, owner, row.revision):
+            continue  # looked at again on the next reconcile
+        try:
+            await asyncio.to_thread(services.admin.delete_group, row.consumer_group)
+        except KafkaAdminError:
+            continue
+        gone.append(row.revision)
+    return gone
+
+
 async def _rewind(
     services: Services,
     store: StatusStore,
@@ -183,6 +201,12 @@ async def _rewind(
         runner.consumer_group,
         sorted({s.topic for s in runner.inputs if s.alias in chosen}),
         lambda: services.runtime.stop(_owner(view), [runner.revision]),
+        lambda: services.runtime.stopped(_owner(view), runner.revision),
+        writer=(
+            runner.consumer_group
+            if runner.output is not None and runner.output.delivery == "ExactlyOnce"
+            else None
+        ),
     )
     done = await rewind_once(services, store, target, rewind.request_id, rewind.to, now, generation)
     if done is None:
@@ -224,7 +248,8 @@ async def _act_on_revisions(
     events: Events, services: Services, world: World, plan: ViewPlan, view: DerivedView
 ) -> ViewPlan:
     """Make the output Log and point it at the serving topic, stop replaced revisions, delete
-    retired topics no one reads; the plan with those topics marked deleted."""
+    retired topics no one reads and retired revisions' groups; the plan with those marked
+    deleted."""
     lifecycle = plan.lifecycle
     if plan.output_log is None or lifecycle is None:
         return plan
@@ -237,9 +262,11 @@ async def _act_on_revisions(
         events.info("RevisionStopped", f"Stopped revision {', '.join(map(str, stopped))}.")
     busy = world.read_elsewhere(view.metadata.namespace, view.metadata.name)
     gone = await _delete_topics(services, lifecycle.delete_topics, busy, plan.output_log)
-    if not gone:
+    retired = [row for row in lifecycle.rows if row.revision in lifecycle.delete_groups]
+    groups = await _delete_groups(services, _owner(view), retired)
+    if not gone and not groups:
         return plan
-    rows = tuple(mark_deleted(lifecycle.rows, gone))
+    rows = tuple(mark_groups_deleted(mark_deleted(lifecycle.rows, gone), groups))
     return replace(plan, lifecycle=replace(lifecycle, rows=rows))
 
 
@@ -271,21 +298,29 @@ async def _run(
     if rewound is not None:
         events.info("Rewound", rewind_message(rewound))
     assert plan.runner is not None
-    attempts = int((store.status.get("sparkApplication") or {}).get("attempts") or 0)
     app = services.runtime.view_app(view, plan.runner)
-    state, attempts = await run_application(services, app, attempts)
+    history = history_of(store.status, app.name, generation)
+    state, history = await run_application(services, app, history, datetime.now(UTC))
     observed = await _observe(services, plan)
     progress = services.progress.poll(timeout=0)
     meta = view.metadata
     key = progress_key("DerivedView", meta.namespace, meta.name, plan.runner.revision)
+    rows = plan.lifecycle.rows if plan.lifecycle is not None else ()
+    keys = {
+        r.revision: progress_key("DerivedView", meta.namespace, meta.name, r.revision) for r in rows
+    }
+    # Every revision's last report: each one's dead letters go into its row.
+    reports = {revision: progress[k] for revision, k in keys.items() if k in progress}
     seen = RunObservation(
         app.name,
         state,
-        attempts,
+        history,
         ends=observed.get("ends"),
         progress=progress.get(key),
         groups=observed.get("groups") or {},
         starts=observed.get("starts"),
+        reports=reports,
+        policy=services.restart_policy,
     )
     return plan, seen, rewound
 
@@ -326,5 +361,15 @@ async def reconcile_view(
     written = view_status(plan, seen, status, generation, now)
     if rewound is not None:
         written["lastRewind"] = rewound
+    checked = checked_rewind(status.get("lastRewind") or {}, seen.progress)
+    if rewound is None and checked is not None:
+        written["lastRewind"] = checked
+        if checked["verified"] == "Undone":
+            events.warn(
+                "RewindUndone",
+                f"Rewind {checked['requestId']} did not hold: revision {checked['revision']} "
+                "started from other offsets than the rewind moved its group to; request it "
+                "again with a new requestId.",
+            )
     await store.finish(written)
-    come_back_for_restart(seen)
+    come_back_for_restart(seen, datetime.now(UTC))

@@ -19,6 +19,8 @@ from distributary.plan.positions import Offsets
 from distributary.plan.runner_spec import RunnerInput, RunnerSpec, kafka_source_options
 from distributary.runner.query import CORRUPT_COLUMN, is_corrupt, parse_schema, parsed
 
+WRITER_HEADER = {"DerivedView": "distributary.view", "StreamJob": "distributary.job"}
+
 
 def _range_options(
     spec: RunnerSpec, source: RunnerInput, start: Offsets, end: Offsets
@@ -27,7 +29,7 @@ def _range_options(
     options = {
         k: v
         for k, v in kafka_source_options(spec, source).items()
-        if k in ("kafka.bootstrap.servers", "failOnDataLoss")
+        if k in ("kafka.bootstrap.servers", "failOnDataLoss", "kafka.isolation.level")
         or (not start and k.startswith("starting"))
     }
     options["assign"] = json.dumps({source.topic: sorted(ends)})
@@ -85,30 +87,42 @@ def _header(key: str, value: Column) -> Column:
 
 def dead_letter_frame(raw: DataFrame, spec: RunnerSpec, source: RunnerInput) -> DataFrame:
     """The unparseable records of `raw` as dead-letter records: original key and value, with
-    headers naming the error, the source position and the view revision."""
+    headers naming the error, the source position and the view's (or job's) revision."""
     bad = parsed(raw, source, "key", "value", "topic", "partition", "offset").where(is_corrupt())
     headers = fn.array(
         _header("distributary.error", fn.concat(fn.lit(f"{source.log}: "), _error(source))),
         _header("distributary.source.topic", fn.col("topic")),
         _header("distributary.source.partition", fn.col("partition")),
         _header("distributary.source.offset", fn.col("offset")),
-        _header("distributary.view", fn.lit(f"{spec.namespace}/{spec.name}")),
+        # Who could not parse it: `distributary.view`, or for a StreamJob `distributary.job`.
+        _header(WRITER_HEADER[spec.kind], fn.lit(f"{spec.namespace}/{spec.name}")),
         _header("distributary.revision", fn.lit(str(spec.revision))),
     )
     return bad.select("key", "value", headers.alias("headers"))
 
 
-def send_dead_letters(session: SparkSession, spec: RunnerSpec, start: Offsets, end: Offsets) -> int:
-    """Append the unparseable records between `start` and `end` to the dead-letter topic and
-    return how many there were. An empty `start` means from the query's starting position."""
-    sent = 0
+def dead_letter_frames(
+    session: SparkSession, spec: RunnerSpec, start: Offsets, end: Offsets
+) -> list[DataFrame]:
+    """The dead letters of each input between `start` and `end` (a batch read of the range); an
+    empty `start` means from the query's starting position."""
+    frames = []
     for source in spec.inputs:
         if not end.get(source.topic):
             continue
         reader = session.read.format("kafka")
         for key, value in _range_options(spec, source, start, end).items():
             reader = reader.option(key, value)
-        letters = dead_letter_frame(reader.load(), spec, source).persist()
+        frames.append(dead_letter_frame(reader.load(), spec, source))
+    return frames
+
+
+def send_dead_letters(session: SparkSession, spec: RunnerSpec, start: Offsets, end: Offsets) -> int:
+    """Append the unparseable records between `start` and `end` to the dead-letter topic with
+    Spark's Kafka sink (at least once) and return how many there were."""
+    sent = 0
+    for frame in dead_letter_frames(session, spec, start, end):
+        letters = frame.persist()
         try:
             count = letters.count()
             if count:

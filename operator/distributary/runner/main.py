@@ -1,10 +1,17 @@
 """The runner's loop: start every revision's query, follow its batches, stop on a signal.
 
-Each micro-batch report is turned by `plan.progress.step` into what to do, in this order: send the
-range's unparseable records to the dead-letter topic, commit the batch's end offsets to the
-revision's consumer group, publish progress. Because the group is committed last, a crash at any
-point leaves it at or behind Spark's checkpoint, and the next run rescans the difference: dead
-letters are sent at least once and the group never claims more than was processed.
+An exactly-once revision (the default) writes each micro-batch, its dead letters and its group's
+offsets in one Kafka transaction (`exactly_once.py`); the loop only publishes its progress.
+
+An at-least-once revision writes with Spark's Kafka sink, and each micro-batch report is turned by
+`plan.progress.step` into what to do, in this order: send the range's unparseable records to the
+dead-letter topic, commit the batch's end offsets to the revision's consumer group, publish
+progress. Because the group is committed last, a crash at any point leaves it at or behind
+Spark's checkpoint, and the next run rescans the difference: dead letters are sent at least once
+and the group never claims more than was processed.
+
+Either way the revision's dead-letter count rides in the metadata of the group's offsets, so a
+restarted runner goes on counting from it.
 
 A revision with no checkpoint yet starts from its group's committed offsets when the group has
 some (a rewind, or a fresh checkpoint after a lost one), else from the spec's starting position;
@@ -17,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -31,7 +39,9 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
 from distributary.kafka.progress import ProgressPublisher
-from distributary.plan.positions import Offsets
+from distributary.kafka.transactions import TransactionError
+from distributary.plan.delivery import Marker, read_marker
+from distributary.plan.positions import Offsets, offsets_json
 from distributary.plan.progress import (
     Batch,
     batch_of,
@@ -48,6 +58,7 @@ from distributary.plan.runner_spec import (
 )
 from distributary.plan.spark_state import CHECKPOINT_LOST
 from distributary.runner.dead_letters import send_dead_letters
+from distributary.runner.exactly_once import ExactlyOnceOutput
 from distributary.runner.query import revision_session, start_query
 
 POLL_SECONDS = 0.5
@@ -78,6 +89,8 @@ class Revision:
     restarts: int = 0
     refresh_seconds: float = DEFAULT_REFRESH_SECONDS
     committed_at: float = field(default_factory=time.monotonic)
+    output: ExactlyOnceOutput | None = None  # the transactional sink, when exactly once
+    started_from: Offsets | None = None  # the group's offsets a run without checkpoint resumed
 
     @property
     def label(self) -> str:
@@ -87,7 +100,18 @@ class Revision:
     def start(self) -> None:
         """Start the query, from the group's committed offsets when there is no checkpoint; a
         query that keeps state does not start without its checkpoint (see `lost_state`)."""
-        group = self.admin.committed(self.spec.consumer_group)
+        if self.exactly_once:
+            if self.output is not None:
+                self.output.close()
+            # Fences every earlier process of this revision before reading its position.
+            self.output = ExactlyOnceOutput(self.spec, self.session, self.admin)
+            group = self.output.committed or {}
+            self.dead_letters = self.output.dead_letters
+        else:
+            group = self.admin.committed(self.spec.consumer_group)
+            # The count rides with the group's offsets, so it outlives this process.
+            marker = read_marker(self.admin.committed_metadata(self.spec.consumer_group))
+            self.dead_letters = marker.dead_letters
         self.committed = group or None
         checkpointed = has_checkpoint(self.session, self.spec)
         lost = None if checkpointed else lost_state(self.spec, group)
@@ -97,15 +121,24 @@ class Revision:
             self.publish()
             return
         starting = {} if checkpointed else resumed_inputs(self.spec, group)
+        # Published, so the operator can check that a rewind's move held until this run began.
+        self.started_from = None if checkpointed else dict(group)
         for alias, source in starting.items():
             offsets = source.starting_position.offsets
             _log(f"{self.label}: no checkpoint; {alias} starts at the group's offsets {offsets}")
-        self.query = start_query(self.session, self.spec, starting)
+        self.query = start_query(self.session, self.spec, starting, self.output)
+        if self.output is not None:
+            self.output.attach(self.query)
         self.state = "Running"
         self.publish()
         _log(
             f"{self.label}: started, writing {self.spec.output.topic if self.spec.output else '-'}"
         )
+
+    @property
+    def exactly_once(self) -> bool:
+        """Whether the revision's output is written in transactions (`exactly_once.py`)."""
+        return self.spec.output is not None and self.spec.output.delivery == "ExactlyOnce"
 
     def poll(self) -> None:
         """Act on every batch reported since the last poll."""
@@ -129,13 +162,25 @@ class Revision:
         view resumes from and the lag it reports."""
         assert self.committed is not None
         try:
-            self.admin.commit(self.spec.consumer_group, self.committed)
-        except KafkaAdminError as exc:
+            if self.output is not None:
+                self.output.refresh()
+            else:
+                count = Marker(dead_letters=self.dead_letters).text()
+                self.admin.commit(self.spec.consumer_group, self.committed, count)
+        except (KafkaAdminError, TransactionError) as exc:
             _log(f"{self.label}: could not refresh the group's offsets: {exc}")
         self.committed_at = time.monotonic()
 
     def handle(self, batch: Batch) -> None:
-        """Dead letters, then the group's offsets, then progress: in that order (see above)."""
+        """Dead letters, then the group's offsets, then progress: in that order (see above). An
+        exactly-once revision did the first two in the batch's transaction."""
+        if self.output is not None:
+            self.committed = self.output.committed
+            self.dead_letters = self.output.dead_letters
+            self.committed_at = time.monotonic()
+            self.last = batch if batch.end else self.last
+            self.publish(batch)
+            return
         plan = step(self.committed, batch)
         if plan.scan_from is not None:
             sent = send_dead_letters(self.session, self.spec, plan.scan_from, plan.end)
@@ -144,7 +189,8 @@ class Revision:
                 topic = self.spec.dead_letter_topic
                 _log(f"{self.label}: {sent} record(s) did not parse; sent to {topic}")
         if plan.commit:
-            self.admin.commit(self.spec.consumer_group, plan.end)
+            count = Marker(dead_letters=self.dead_letters).text()
+            self.admin.commit(self.spec.consumer_group, plan.end, count)
             self.committed = {**(self.committed or {}), **plan.end}
             self.committed_at = time.monotonic()
         self.last = batch if batch.end else self.last
@@ -154,7 +200,12 @@ class Revision:
         """Record how the query ended."""
         assert self.query is not None
         failure = self.query.exception()
-        if failure is not None and self.restarts < MAX_RESTARTS:
+        fenced = self.output.fenced if self.output is not None else None
+        if fenced is not None:
+            # A newer process writes this revision; starting again would fence it in turn.
+            self.state, self.error = "Failed", fenced
+            _log(f"{self.label}: {fenced}")
+        elif failure is not None and self.restarts < MAX_RESTARTS:
             # A query that fails while running (not one whose SQL is wrong: that fails in start)
             # resumes from its checkpoint; some failures pass, e.g. Spark 4.1.1's report of a
             # batch replayed after a crash (SPARK-55271). Each attempt is logged and published.
@@ -184,6 +235,7 @@ class Revision:
             "checkpoint": self.spec.checkpoint_location,
             "restarts": self.restarts,
             "runnerPid": os.getpid(),  # which run of a shared runner process says this
+            "startedFrom": None if self.started_from is None else offsets_json(self.started_from),
         }
         record = progress_record(
             identity,
@@ -198,7 +250,15 @@ class Revision:
 
 
 def _first_line(text: str) -> str:
+    """The line of a query's failure that says what went wrong. A failure in the exactly-once
+    sink (Python, called from Spark) comes wrapped: "An exception was raised by the Python
+    Proxy", then a Python traceback whose error line (`module.SomeError: message`) is the one."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if lines and "raised by the Python Proxy" in lines[0]:
+        for line in lines[1:]:
+            found = re.match(r"(?:[A-Za-z_][\w]*\.)*([A-Za-z_]\w*(?:Error|Exception)): (.+)", line)
+            if found:
+                return f"{found.group(1)}: {found.group(2)}"[:500]
     return lines[0][:500] if lines else "unknown error"
 
 
@@ -322,7 +382,7 @@ def run(specs: list[RunnerSpec], stop: _Stop) -> int:
         for revision in revisions:
             try:
                 revision.start()
-            except (PySparkException, ValueError) as exc:
+            except (PySparkException, ValueError, TransactionError) as exc:
                 revision.state, revision.error = "Failed", _first_line(str(exc))
                 _log(f"{revision.label}: could not start: {revision.error}")
                 revision.publish()
@@ -339,6 +399,9 @@ def run(specs: list[RunnerSpec], stop: _Stop) -> int:
                 revision.finish()
         if publisher is not None:
             publisher.flush()
+        for revision in revisions:
+            if revision.output is not None:
+                revision.output.close()
         spark.stop()
     return 1 if any(r.state == "Failed" for r in revisions) else 0
 

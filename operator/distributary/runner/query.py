@@ -15,7 +15,7 @@ are its own.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as fn
@@ -128,9 +128,12 @@ def start_query(
     session: SparkSession,
     spec: RunnerSpec,
     starting: Mapping[str, RunnerInput] | None = None,
+    sink: Callable[[DataFrame, int], None] | None = None,
 ) -> StreamingQuery:
     """Start the streaming query of `spec`; `starting` replaces inputs (by alias) whose starting
-    position the runner decided (a fresh checkpoint starts from the group's committed offsets)."""
+    position the runner decided (a fresh checkpoint starts from the group's committed offsets).
+    With `sink`, each micro-batch goes to it (`foreachBatch`: the exactly-once output) instead
+    of Spark's Kafka sink."""
     if spec.output is None or spec.sql is None:
         raise ValueError(f"{spec.kind} {spec.namespace}/{spec.name}: the spec has no SQL or output")
     for index, source in enumerate(spec.inputs):
@@ -140,12 +143,14 @@ def start_query(
         )
     records = output_frame(session.sql(spec.sql), spec)
     writer = (
-        records.writeStream.format("kafka")
-        .queryName(f"{spec.namespace}.{spec.name}.r{spec.revision}")
-        .option("topic", spec.output.topic)
+        records.writeStream.queryName(f"{spec.namespace}.{spec.name}.r{spec.revision}")
         .option("checkpointLocation", spec.checkpoint_location)
         .outputMode("update" if spec.output.mode == "upsert" else "append")
     )
-    if spec.bootstrap_servers:
-        writer = writer.option("kafka.bootstrap.servers", spec.bootstrap_servers)
+    if sink is not None:
+        writer = writer.foreachBatch(sink)
+    else:
+        writer = writer.format("kafka").option("topic", spec.output.topic)
+        if spec.bootstrap_servers:
+            writer = writer.option("kafka.bootstrap.servers", spec.bootstrap_servers)
     return trigger(writer, spec.trigger).start()

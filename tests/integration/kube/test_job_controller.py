@@ -6,7 +6,9 @@ environment; records appended to its input reach its output; its position is com
 consumer group after every batch, so status reports it Ready and CaughtUp with the group's
 offsets, and the input Log lists it among its subscribers. An edit under `upgrade: Reprocess`
 starts revision 2 from the start of the input on a fresh checkpoint and group, and stops revision
-1's process; deleting the job stops its process and leaves its Logs' data alone.
+1's process; deleting the job stops its process and leaves its Logs' data alone. The operator
+makes a job's dead-letter topic (never compacted, the spec's retention) before the job runs, and
+deleting the Log it belongs to under `deletionPolicy: Delete` deletes it with the Log's topic.
 """
 
 from __future__ import annotations
@@ -159,3 +161,35 @@ def test_deleting_the_job_stops_it_and_keeps_the_logs_data(
     cluster.kubectl("delete", "sjob", JOB, "-n", NAMESPACE, "--wait=true")
     waiting(operator, "the job's process stopped", lambda: not processes(operator), timeout=90)
     assert len(shouts(broker)) == 2 * len(CLICKS)
+
+
+def test_the_operator_makes_a_jobs_dead_letter_topic_which_goes_with_its_output(
+    cluster: Cluster, operator: Operator, broker: EmbeddedBroker
+) -> None:
+    """Another job, whose file is nowhere (it fails at once: the topic comes first), writing a
+    Log under `deletionPolicy: Delete`: deleting that Log deletes the job's dead letters too."""
+    admin = KafkaAdmin(broker.bootstrap_servers)
+    topic = f"distributary.{NAMESPACE}.dl-job.dlq"
+    output = {"partitions": 3, "schema": SCHEMA, "deletionPolicy": "Delete"}
+    cluster.apply(
+        {**LOGS[0], "metadata": {"name": "dl-in"}},
+        {**LOGS[0], "metadata": {"name": "dl-out"}, "spec": output},
+    )
+    for log in ("dl-in", "dl-out"):
+        ready = lambda log=log: is_true(cluster.get("dlog", log), "Ready")  # noqa: E731
+        waiting(operator, f"Log {log} Ready", ready)
+    failing = job_manifest(
+        mainApplicationFile="local:///nowhere/job.py",
+        inputs=[{"log": "dl-in"}],
+        outputs=[{"log": "dl-out"}],
+        deadLetters={"retention": "2d"},
+    )
+    cluster.apply({**failing, "metadata": {"name": "dl-job"}})
+    made = waiting(operator, "the job's dead-letter topic", lambda: admin.describe_topic(topic))
+    assert made.partitions == 3  # as its output's
+    assert made.configs["cleanup.policy"] == "delete"
+    assert made.configs["retention.ms"] == str(2 * 24 * 3600 * 1000)
+    cluster.kubectl("delete", "dlog", "dl-out", "-n", NAMESPACE, "--timeout=60s")
+    waiting(operator, "the dead-letter topic deleted", lambda: admin.describe_topic(topic) is None)
+    assert admin.describe_topic("dl-in") is not None
+    cluster.kubectl("delete", "sjob/dl-job", "dlog/dl-in", "-n", NAMESPACE, "--wait=true")

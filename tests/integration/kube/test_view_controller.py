@@ -3,6 +3,8 @@
 A view applied with kubectl gets its output Log as a child, its revision's topic and a runner
 process; records appended to its input reach its output, and it reports Ready and CaughtUp with
 lag 0. Killing the operator and starting it again converges without a second runner or child.
+Dead-letter topics are never compacted and kept as each view says; a record that does not parse
+is counted in the view's status and metrics.
 Deleting the views stops their runners, garbage collection deletes their output Logs, and
 with them the serving topic of the one whose output says `deletionPolicy: Delete`.
 """
@@ -15,17 +17,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.integration.kube.operator_harness import Cluster, Operator, is_true, wait_for
+from tests.integration.kube.operator_harness import Cluster, Operator, is_true, wait_for, waiting
 from tests.integration.spark_pipelines import read_topic
 
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.records import produce
 from distributary.local.broker import EmbeddedBroker
-from distributary.schema import RecordSchema
+from distributary.plan.runner_spec import dead_letter_topic
+from distributary.schema import EncodedRecord, RecordSchema
 
 NAMESPACE = "views-test"
 OPERATOR_FLAGS = ("--spark-runtime", "local")
 SCHEMA = "user STRING, amount INT"
+DAY_MS = 24 * 3600 * 1000
 EVENTS = {
     "apiVersion": "distributary.dev/v1alpha1",
     "kind": "Log",
@@ -41,6 +45,7 @@ BIG = {
         "sql": "SELECT user, amount FROM events WHERE amount >= 10",
         "output": {"mode": "append", "deletionPolicy": "Delete"},
         "spark": {"trigger": "500ms"},
+        "deadLetters": {"retention": "3d"},
     },
 }
 
@@ -214,6 +219,52 @@ def test_a_killed_operator_restarts_without_a_second_runner(
         timeout=120,
     )
     assert sorted(runners(operator)) == sorted(before)  # the same processes, adopted
+
+
+def test_dead_letter_topics_are_never_compacted_and_kept_as_the_view_says(
+    running: list[dict[str, Any]], broker: EmbeddedBroker
+) -> None:
+    """The direct backend's topics as the broker has them: the upsert view's output compacted,
+    its dead letters not (a dead letter may have no key), each view's kept as it says."""
+    admin = KafkaAdmin(broker.bootstrap_servers)
+    output = admin.describe_topic("vc-per-user.r1")
+    assert output is not None
+    assert output.configs.get("cleanup.policy") == "compact"
+    for view, retention_ms in (("vc-per-user", 7 * DAY_MS), ("vc-big", 3 * DAY_MS)):
+        letters = admin.describe_topic(dead_letter_topic(NAMESPACE, view))
+        assert letters is not None, view
+        assert letters.configs.get("cleanup.policy") == "delete", (view, letters.configs)
+        assert letters.configs.get("retention.ms") == str(retention_ms), (view, letters.configs)
+
+
+def test_a_record_that_does_not_parse_is_counted_in_status_and_metrics(
+    running: list[dict[str, Any]], cluster: Cluster, operator: Operator, broker: EmbeddedBroker
+) -> None:
+    produce(broker.bootstrap_servers, "vc-events", [EncodedRecord(None, b"not json at all")])
+
+    def counted() -> dict[str, Any] | None:
+        status = (cluster.get("dview", "vc-big") or {}).get("status") or {}
+        rows = {r["revision"]: r for r in status.get("revisions") or []}
+        return status if rows.get(1, {}).get("deadLetters") == 1 else None
+
+    status = waiting(operator, "vc-big's revision 1 counting one dead letter", counted, 120)
+    assert status["deadLetters"] == 1  # the serving revision's
+    letters = read_topic(broker.bootstrap_servers, dead_letter_topic(NAMESPACE, "vc-big"))
+    assert [r.value for r in letters] == [b"not json at all"]
+    assert [r.key for r in letters] == [None]  # kept: the topic is not compacted
+
+    def published() -> list[str]:
+        text = urllib.request.urlopen(operator.metrics_url, timeout=5).read().decode()
+        return [
+            line
+            for line in text.splitlines()
+            if line.startswith("distributary_view_dead_letters{")
+            and 'view="vc-big"' in line
+            and 'revision="1"' in line
+            and line.endswith(" 1.0")
+        ]
+
+    waiting(operator, "the dead-letter metric of vc-big's revision 1", published, 30)
 
 
 def test_deleting_the_views_stops_their_runners_and_keeps_data_as_the_policy_says(

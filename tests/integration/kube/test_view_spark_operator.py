@@ -166,7 +166,13 @@ def test_the_view_is_starting_until_the_application_runs_then_ready(
     waiting(operator, "the view Ready", lambda: is_true(view(cluster), "Ready"))
     found = view(cluster) or {}
     assert condition(found, "Reconciling") is None
-    assert spark_status(cluster) == {"name": APPLICATION, "state": "RUNNING", "attempts": 0}
+    running = spark_status(cluster)
+    assert running == {
+        "name": APPLICATION,
+        "state": "RUNNING",
+        "attempts": 0,
+        "runningSince": running["runningSince"],
+    }
     assert found["status"]["outputTopic"] == f"{VIEW}.r1"
 
 
@@ -209,7 +215,15 @@ def test_an_application_that_completes_is_restarted_after_its_back_off(
         lambda: spark_status(cluster).get("state") == "NEW",
         timeout=10,
     )
-    assert spark_status(cluster) == {"name": APPLICATION, "state": "NEW", "attempts": 1}
+    restarted = spark_status(cluster)
+    assert restarted == {
+        "name": APPLICATION,
+        "state": "NEW",
+        "attempts": 1,
+        "failures": restarted["failures"],
+        "lastError": "the streaming application ended (COMPLETED)",
+    }
+    assert len(restarted["failures"]) == 1
     assert reconciling_because(cluster, "Starting") is not None
 
 

@@ -4,8 +4,12 @@ deleting its KafkaTopic, which Strimzi's topic operator then deletes the topic f
 topic through the Admin API instead would leave the KafkaTopic, and the topic operator would
 make the topic again.
 
+An upsert view's dead-letter topic is a KafkaTopic of its own configs, never the compacted
+output's: a dead letter may have no key, which a compacted topic refuses.
+
 Neither Strimzi's topic operator nor the Spark operator runs here (both ship as images): the
-test makes the input topic and writes KafkaTopic and SparkApplication statuses as they would.
+test makes each KafkaTopic's topic, with its spec's partitions and config, and writes KafkaTopic
+and SparkApplication statuses as they would.
 """
 
 from __future__ import annotations
@@ -19,8 +23,11 @@ from tests.integration.kube.test_strimzi_backend import install_strimzi_crd
 from tests.integration.kube.test_view_spark_operator import SPARK_APPLICATION, SPARK_CRD
 
 from distributary.kafka.admin import KafkaAdmin
+from distributary.kafka.records import RecordsError, produce
 from distributary.local.broker import EmbeddedBroker
+from distributary.plan.runner_spec import dead_letter_topic
 from distributary.plan.topics import CreateTopic, kafka_topic_name
+from distributary.schema import EncodedRecord
 
 NAMESPACE = "strimzi-views"
 OPERATOR_FLAGS = (
@@ -70,7 +77,8 @@ def made(cluster: Cluster, admin: KafkaAdmin, topic: str) -> dict[str, Any] | No
     if found is None:
         return None
     if admin.describe_topic(topic) is None:
-        admin.create_topic(CreateTopic(topic, found["spec"]["partitions"], None, {}))
+        spec = found["spec"]
+        admin.create_topic(CreateTopic(topic, spec["partitions"], None, spec.get("config") or {}))
     if not (found.get("status") or {}).get("conditions"):
         set_topic_status(cluster, kafka_topic_name(topic), True, "", "")
     return found
@@ -126,3 +134,44 @@ def test_a_retired_revisions_topic_goes_with_its_kafka_topic(
     )
     assert kafka_topic(cluster, f"{VIEW}.r2") is not None  # the serving one stays
     assert rows(cluster)[1].get("topicDeleted") is True
+
+
+TOTALS = {
+    "apiVersion": "distributary.dev/v1alpha1",
+    "kind": "DerivedView",
+    "metadata": {"name": "sz-totals"},
+    "spec": {
+        "inputs": [{"log": "sz-clicks", "alias": "clicks"}],
+        "sql": "SELECT user, sum(amount) AS total FROM clicks GROUP BY user",
+        "output": {"mode": "upsert", "key": ["user"]},
+        "deadLetters": {"retention": "2d"},
+    },
+}
+
+
+def test_an_upsert_views_dead_letters_go_to_a_topic_that_is_never_compacted(
+    cluster: Cluster, operator: Operator, broker: EmbeddedBroker
+) -> None:
+    admin = KafkaAdmin(broker.bootstrap_servers)
+    cluster.apply(CLICKS)
+    waiting(operator, "the input's topic", lambda: made(cluster, admin, "sz-clicks"))
+    cluster.apply(TOTALS)
+    letters = dead_letter_topic(NAMESPACE, "sz-totals")
+    dlq = waiting(operator, "the dead-letter KafkaTopic", lambda: made(cluster, admin, letters))
+    output = waiting(
+        operator, "the output's KafkaTopic", lambda: made(cluster, admin, "sz-totals.r1")
+    )
+    two_days = str(2 * 24 * 3600 * 1000)
+    assert dlq["spec"]["config"] == {"cleanup.policy": "delete", "retention.ms": two_days}
+    assert dlq["metadata"]["labels"]["strimzi.io/cluster"] == "events-cluster"
+    assert output["spec"]["config"] == {"cleanup.policy": "compact"}
+    made_topic = admin.describe_topic(letters)
+    assert made_topic is not None
+    assert made_topic.configs.get("cleanup.policy") == "delete"
+    assert made_topic.configs.get("retention.ms") == two_days
+    # A dead letter with no key (its input record had none) is taken; the compacted output
+    # topic, whose config the dead letters once took, refuses it.
+    keyless = [EncodedRecord(None, b"not json at all")]
+    assert produce(broker.bootstrap_servers, letters, keyless).records == 1
+    with pytest.raises(RecordsError, match="refused"):
+        produce(broker.bootstrap_servers, "sz-totals.r1", keyless, timeout=30)

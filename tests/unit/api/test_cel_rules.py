@@ -18,7 +18,7 @@ from distributary.api.common import Position, SparkSettings
 from distributary.api.crd import crd
 from distributary.api.job import JobSpec
 from distributary.api.log import LogSpec, Retention
-from distributary.api.view import ViewOutput, ViewSpec
+from distributary.api.view import DeadLetters, ViewOutput, ViewSpec
 
 Schema = dict[str, Any]
 ROOTS: dict[str, Schema] = {
@@ -89,6 +89,7 @@ def test_the_immutability_increase_only_and_shape_rules_are_present(
         ("Log", ".spec.retention", 1),
         ("Log", ".spec.config", 1),
         ("DerivedView", ".spec.output", 2),
+        ("DerivedView", ".spec.deadLetters.retention", 1),
         ("DerivedView", ".spec.inputs[].startingPosition", 5),
         ("StreamJob", ".spec.inputs[].startingPosition", 5),
         ("StreamJob", ".spec.env", 1),
@@ -182,6 +183,13 @@ CASES: list[tuple[str, str, type[BaseModel], str | None, Any]] = [
     ("DerivedView", ".spec.output", ViewOutput, None, {"mode": "upsert", "key": ["a"]}),
     ("DerivedView", ".spec.output", ViewOutput, None, {"mode": "append", "key": ["a"]}),
     ("DerivedView", ".spec.output", ViewOutput, None, {"mode": "append"}),
+    *(
+        ("DerivedView", ".spec.deadLetters.retention", DeadLetters, "retention", retention)
+        for retention in (
+            *("0ms", "0s", "00m", "0h", "0d", "0w", "1ms", "9999ms", "59999ms", "1s", "59s"),
+            *("60000ms", "0060000ms", "60s", "61s", "100s", "1m", "7d", "2w", "999999999ms"),
+        )
+    ),
     (
         "DerivedView",
         ".spec",

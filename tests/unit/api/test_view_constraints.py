@@ -137,3 +137,36 @@ def test_max_offsets_per_trigger_is_positive() -> None:
 )
 def test_upgrade_settings_are_checked(upgrade: dict[str, Any], field: str) -> None:
     assert _only_problem(_view(upgrade=upgrade)).startswith(f"spec.upgrade.{field}: ")
+
+
+def test_dead_letters_are_kept_a_week_unless_the_view_says_otherwise() -> None:
+    default = parse_resource(_view())
+    assert isinstance(default, DerivedView)
+    assert default.spec.dead_letters.retention == "7d"
+    assert default.spec.dead_letters.topic_configs() == {
+        "cleanup.policy": "delete",
+        "retention.ms": "604800000",
+    }
+    set_ = parse_resource(_view(deadLetters={"retention": "1m"}))
+    assert isinstance(set_, DerivedView)
+    assert set_.spec.dead_letters.topic_configs()["retention.ms"] == "60000"
+
+
+@pytest.mark.parametrize("retention", ["7 days", "1y", "", 7])
+def test_the_dead_letter_retention_is_a_duration(retention: Any) -> None:
+    problem = _only_problem(_view(deadLetters={"retention": retention}))
+    assert problem.startswith("spec.deadLetters.retention: ")
+
+
+@pytest.mark.parametrize("retention", ["0s", "0d", "59s", "59999ms", "500ms"])
+def test_the_dead_letter_retention_is_at_least_a_minute(retention: str) -> None:
+    problem = _only_problem(_view(deadLetters={"retention": retention}))
+    assert problem == (
+        f"spec.deadLetters.retention: {retention!r} is less than a minute: dead letters would "
+        "be deleted before anyone could read them; give 1m or more (the default is 7d)"
+    )
+
+
+def test_dead_letters_take_no_other_setting() -> None:
+    problem = _only_problem(_view(deadLetters={"compaction": True}))
+    assert problem.startswith("spec.deadLetters.compaction: unknown field")

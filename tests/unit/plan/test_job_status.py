@@ -24,7 +24,6 @@ def test_a_running_job_that_read_everything_is_ready_and_caught_up() -> None:
     seen = RunObservation(
         "enrich-r1",
         RUNNING,
-        0,
         committed={"clicks": {0: 4, 1: 6}},
         ends={"clicks": {0: 4, 1: 6}},
         progress={"batchId": 2, "processedRowsPerSecond": 50.0},
@@ -43,14 +42,14 @@ def test_a_running_job_that_read_everything_is_ready_and_caught_up() -> None:
 
 
 def test_a_job_that_commits_nothing_lags_by_its_inputs_size() -> None:
-    seen = RunObservation("enrich-r1", RUNNING, 0, committed={}, ends={"clicks": {0: 4, 1: 6}})
+    seen = RunObservation("enrich-r1", RUNNING, committed={}, ends={"clicks": {0: 4, 1: 6}})
     status = job_status(planned(job()), seen, None, 1, NOW)
     assert status["lag"] == 10
     assert kinds(status)["CaughtUp"] == ("False", "Lag")
 
 
 def test_lag_is_unknown_while_an_inputs_end_offsets_cannot_be_read() -> None:
-    seen = RunObservation("enrich-r1", RUNNING, 0, committed={}, ends={"other": {0: 1}})
+    seen = RunObservation("enrich-r1", RUNNING, committed={}, ends={"other": {0: 1}})
     status = job_status(planned(job()), seen, None, 1, NOW)
     assert status["lag"] is None
     assert "CaughtUp" not in kinds(status)

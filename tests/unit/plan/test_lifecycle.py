@@ -12,6 +12,7 @@ from distributary.plan.lifecycle import (
     Lifecycle,
     Rebuild,
     mark_deleted,
+    mark_groups_deleted,
     progress_message,
     reprocess_progress,
     step,
@@ -276,3 +277,18 @@ def test_a_rewind_of_a_view_that_keeps_state_rebuilds_it_once() -> None:
     again = run(life.rows, "h1", rebuild="Rewind")
     assert phases(again) == [(1, "Serving"), (2, "CatchingUp")]
     assert again.started is None
+
+
+def test_a_retired_revisions_group_is_due_once_whatever_the_deletion_policy() -> None:
+    upgrade = Upgrade.model_validate({"cutoverWindow": "0s", "retireAfter": "1h"})
+    rows = list(run(list(run([], "h1").rows), "h2", change=REPROCESS).rows)
+    cut = run(rows, "h2", upgrade=upgrade, lags={2: 0})
+    assert cut.delete_groups == ()  # Retiring: not yet
+    later = T0 + timedelta(hours=1)
+    for delete in (False, True):
+        retired = run(list(cut.rows), "h2", upgrade=upgrade, lags={2: 0}, now=later, delete=delete)
+        assert phases(retired) == [(1, "Retired"), (2, "Serving")]
+        assert retired.delete_groups == (1,)
+    done = mark_groups_deleted(list(retired.rows), retired.delete_groups)
+    assert revision(Lifecycle(2, tuple(done), 2), 1).group_deleted is True
+    assert run(done, "h2", upgrade=upgrade, now=later).delete_groups == ()

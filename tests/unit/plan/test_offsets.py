@@ -214,3 +214,19 @@ def test_an_input_rate_is_measured_over_ten_seconds_or_more_never_over_a_moment(
     # A mark that is not a time is measured afresh; offsets that shrank are no negative rate.
     assert input_rate({"at": "yesterday"}, 7.0, 5, t0)[1] == 7.0
     assert input_rate(mark, None, 10, t0 + timedelta(seconds=11))[1] == 0.0
+
+
+def test_a_rewind_records_where_the_group_stood_when_it_moved() -> None:
+    from distributary.plan.positions import moved_from
+
+    recorded = [
+        {"topic": "clicks", "partition": 0, "fromOffset": 40, "toOffset": 10},
+        {"topic": "clicks", "partition": 1, "fromOffset": None, "toOffset": 0},
+        {"topic": "clicks", "partition": 2, "fromOffset": 7, "toOffset": 3},
+    ]
+    # The old process read on while it stopped: partition 0 stood at 48 when the group moved;
+    # partition 1 has still committed nothing; partition 2 already stands at its target (moved
+    # before the operator restarted), so what was recorded stays.
+    committed = {"clicks": {0: 48, 2: 3}}
+    assert [m["fromOffset"] for m in moved_from(committed, recorded)] == [48, None, 7]
+    assert [m["toOffset"] for m in moved_from(committed, recorded)] == [10, 0, 3]

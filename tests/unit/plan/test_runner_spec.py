@@ -11,6 +11,7 @@ from distributary.api.common import Position, SparkSettings
 from distributary.api.log import Log, LogStatus
 from distributary.api.view import DerivedView
 from distributary.plan.runner_spec import (
+    EXACTLY_ONCE_BATCH,
     ROCKSDB_PROVIDER,
     EventTime,
     RunnerSpec,
@@ -264,8 +265,25 @@ def test_kafka_options_for_the_earliest_position() -> None:
         "kafka.bootstrap.servers": "kafka:9092",
         "startingOffsets": "earliest",
         "failOnDataLoss": "true",
+        "kafka.isolation.level": "read_committed",
+        "maxOffsetsPerTrigger": str(EXACTLY_ONCE_BATCH),
         "groupIdPrefix": "distributary.shop.order-names.r2.spark",
     }
+
+
+def test_an_at_least_once_view_reads_committed_records_in_unbounded_batches() -> None:
+    spec = plan(make_view(output={"mode": "upsert", "key": ["id"], "delivery": "AtLeastOnce"}))
+    assert spec.output is not None
+    assert spec.output.delivery == "AtLeastOnce"
+    options = kafka_source_options(spec, spec.inputs[0])
+    assert options["kafka.isolation.level"] == "read_committed"
+    assert "maxOffsetsPerTrigger" not in options
+
+
+def test_a_view_is_exactly_once_unless_its_output_says_otherwise() -> None:
+    spec = plan()
+    assert spec.output is not None
+    assert spec.output.delivery == "ExactlyOnce"
 
 
 def test_kafka_options_for_the_latest_position_and_a_batch_limit() -> None:

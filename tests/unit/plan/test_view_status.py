@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tests.unit.plan.test_view_plan import log, planned, view
 
-from distributary.plan.spark_state import AppState, restart_delay, spark_application_state
+from distributary.plan.restarts import RestartHistory, RestartPolicy
+from distributary.plan.spark_state import AppState, spark_application_state
 from distributary.plan.view_plan import ViewPlan
 from distributary.plan.view_status import RunObservation, view_status
 from distributary.plan.write_ahead import start_record
@@ -30,7 +31,6 @@ def test_a_running_caught_up_view_is_ready_with_its_positions() -> None:
     seen = RunObservation(
         "big-r1",
         AppState("RUNNING", running=True),
-        0,
         committed={"clicks": {0: 5, 1: 7}},
         ends={"clicks": {0: 5, 1: 7}},
         progress={"batchId": 3, "processedRowsPerSecond": 120.0},
@@ -49,31 +49,90 @@ def test_a_running_caught_up_view_is_ready_with_its_positions() -> None:
     ]
     assert status["revisions"][0]["phase"] == "Serving"
     assert status["revisions"][0]["caughtUpAt"] == "2026-11-22T12:00:00Z"
-    assert status["sparkApplication"] == {"name": "big-r1", "state": "RUNNING", "attempts": 0}
+    assert status["sparkApplication"] == {
+        "name": "big-r1",
+        "state": "RUNNING",
+        "attempts": 0,
+        "failures": None,
+        "lastError": None,
+        "runningSince": None,
+        "restartAt": None,
+    }
     assert status["lastProgress"] == {"batchId": 3, "recordsPerSecond": 120.0}
 
 
 def test_lag_is_counted_from_the_group_to_the_end_offsets() -> None:
     seen = RunObservation(
-        "big-r1", AppState("RUNNING", running=True), 0, {"clicks": {0: 2}}, {"clicks": {0: 5, 1: 4}}
+        "big-r1",
+        AppState("RUNNING", running=True),
+        committed={"clicks": {0: 2}},
+        ends={"clicks": {0: 5, 1: 4}},
     )
     status = view_status(plan(), seen, None, 1, NOW)
     assert status["lag"] == 7
     assert kinds(status)["CaughtUp"] == ("False", "Lag")
 
 
+def failed_at(*minutes: int, restart_in: int = 10) -> RestartHistory:
+    """A history of failures `minutes` before NOW, the restart due `restart_in` s after NOW."""
+    times = tuple(NOW - timedelta(minutes=m) for m in minutes)
+    due = NOW + timedelta(seconds=restart_in)
+    return RestartHistory(len(times), times, "OOMKilled", None, due)
+
+
 def test_an_ended_application_restarts_then_stalls_after_repeated_failures() -> None:
     ended = AppState(
         "FAILED", ended=True, failed=True, message="the streaming application ended (FAILED)"
     )
-    restarting = view_status(plan(), RunObservation("big-r1", ended, 1), None, 1, NOW)
+    restarting = view_status(plan(), RunObservation("big-r1", ended, failed_at(0)), None, 1, NOW)
     assert kinds(restarting)["Reconciling"] == ("True", "Restarting")
-    assert "restart 1 is due" in restarting["conditions"][0]["message"]
-    still = view_status(plan(), RunObservation("big-r1", ended, 5), None, 1, NOW)
-    assert "Stalled" not in kinds(still)  # four restarts done, the fifth is due
-    failing = view_status(plan(), RunObservation("big-r1", ended, 6), None, 1, NOW)
+    assert (
+        "the streaming application ended (FAILED); restart 1 is due at 2026-11-22T12:00:10Z, "
+        "after a back-off of 10s" in restarting["conditions"][0]["message"]
+    )
+    still = view_status(
+        plan(), RunObservation("big-r1", ended, failed_at(4, 3, 2, 1)), None, 1, NOW
+    )
+    assert "Stalled" not in kinds(still)  # four failures: the fifth makes it Stalled
+    history = failed_at(4, 3, 2, 1, 0, restart_in=300)
+    failing = view_status(plan(), RunObservation("big-r1", ended, history), None, 1, NOW)
     assert kinds(failing)["Stalled"] == ("True", "ApplicationFailing")
-    assert "restarted 5 times in a row" in failing["conditions"][0]["message"]
+    assert kinds(failing)["Ready"] == ("False", "ApplicationFailing")
+    assert "Reconciling" not in kinds(failing)
+    assert failing["conditions"][0]["message"] == (
+        "the Spark application failed 5 times within 30m; the last error: OOMKilled; the next "
+        "retry is at 2026-11-22T12:05:00Z, and retries go on every 5m while it keeps failing"
+    )
+    app = failing["sparkApplication"]
+    assert (app["attempts"], app["lastError"], app["restartAt"]) == (
+        5,
+        "OOMKilled",
+        "2026-11-22T12:05:00Z",
+    )
+    assert app["failures"][-1] == "2026-11-22T12:00:00Z"
+    # Failures older than the window do not count.
+    old = failed_at(40, 35, 2, 1, 0)
+    assert "Stalled" not in kinds(
+        view_status(plan(), RunObservation("big-r1", ended, old), None, 1, NOW)
+    )
+
+
+def test_a_failing_application_stays_stalled_while_it_runs_until_it_runs_stably() -> None:
+    running = AppState("RUNNING", running=True)
+    history = RestartHistory(5, failed_at(4, 3, 2, 1, 0).failures, "OOMKilled", NOW)
+    seen = RunObservation("big-r1", running, history, policy=RestartPolicy(stable_after=600))
+    status = view_status(plan(), seen, None, 1, NOW + timedelta(minutes=5))
+    assert kinds(status)["Stalled"] == ("True", "ApplicationFailing")
+    assert (
+        "it runs again since 2026-11-22T12:00:00Z, and this clears once it has run for 10m"
+        in (status["conditions"][0]["message"])
+    )
+    cleared = RestartHistory(last_error="OOMKilled", running_since=NOW)
+    seen = RunObservation("big-r1", running, cleared)
+    assert kinds(view_status(plan(), seen, status, 1, NOW + timedelta(minutes=10)))["Ready"] == (
+        "True",
+        "Serving",
+    )
 
 
 def test_the_write_ahead_record_names_the_revision_before_it_starts() -> None:
@@ -104,15 +163,10 @@ def test_spark_operator_states_map_to_running_and_ended() -> None:
     assert not spark_application_state({"status": {}}).ended
 
 
-def test_restarts_back_off_exponentially_up_to_five_minutes() -> None:
-    assert [restart_delay(n) for n in (1, 2, 3)] == [10, 20, 40]
-    assert restart_delay(20) == 300
-
-
 def test_lag_is_unknown_not_zero_while_the_inputs_end_offsets_are_unread() -> None:
     """A topic whose end offsets could not be read must not make the view look caught up."""
     seen = RunObservation(
-        "big-r1", AppState("RUNNING", running=True), 0, committed={}, ends={"elsewhere": {0: 3}}
+        "big-r1", AppState("RUNNING", running=True), committed={}, ends={"elsewhere": {0: 3}}
     )
     status = view_status(plan(), seen, None, 1, NOW)
     assert status["lag"] is None
@@ -124,7 +178,6 @@ def test_data_loss_risk_names_the_revision_input_and_partition() -> None:
     seen = RunObservation(
         "big-r1",
         AppState("RUNNING", running=True),
-        0,
         committed={"clicks": {0: 120}},
         ends={"clicks": {0: 1100}},
         starts={"clicks": {0: 100}},
@@ -136,7 +189,6 @@ def test_data_loss_risk_names_the_revision_input_and_partition() -> None:
     safe = RunObservation(
         "big-r1",
         AppState("RUNNING", running=True),
-        0,
         committed={"clicks": {0: 1100}},
         ends={"clicks": {0: 1100}},
         starts={"clicks": {0: 100}},
@@ -152,9 +204,8 @@ def test_each_live_revision_records_how_fast_its_inputs_grow() -> None:
         seen = RunObservation(
             "big-r1",
             AppState("RUNNING", running=True),
-            0,
-            {"clicks": {0: committed}},
-            {"clicks": {0: end}},
+            committed={"clicks": {0: committed}},
+            ends={"clicks": {0: end}},
         )
         views = [view("big", "clicks", "SELECT user, n FROM src")]
         planned_now: ViewPlan = planned([log("clicks")], views, "big", previous, generation=1)

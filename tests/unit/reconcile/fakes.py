@@ -62,6 +62,9 @@ class FakeEvents:
     def info(self, reason: str, message: str) -> None:
         self.journal.append(("event", reason))
 
+    def warn(self, reason: str, message: str) -> None:
+        self.journal.append(("warning", reason))
+
 
 @dataclass
 class FakeWorld:
@@ -114,7 +117,8 @@ class FakeTopics:
 
 @dataclass
 class FakeRuntime:
-    """Applications by name; each starts running at once unless told to fail."""
+    """Applications by name; each starts running at once, and fails when told to (`failing`:
+    the revisions whose application has ended, until it is removed and started again)."""
 
     journal: Journal
     running: dict[str, int] = field(default_factory=dict)  # name -> revision
@@ -135,7 +139,12 @@ class FakeRuntime:
                 self.running[name] = revision
             return state()
 
-        return RevisionApp(namespace, name, state, start, lambda: self.running.pop(name, None))
+        def remove() -> None:
+            self.journal.append(("remove", revision))
+            self.running.pop(name, None)
+            self.failing.discard(revision)
+
+        return RevisionApp(namespace, name, state, start, remove)
 
     def view_app(self, view: DerivedView, runner: RunnerSpec) -> RevisionApp:
         self.journal.append(("runner", runner.revision, runner.checkpoint_location))
@@ -165,6 +174,9 @@ class FakeRuntime:
             self.journal.append(("stop", tuple(stopped)))
         return stopped
 
+    def stopped(self, owner: Owner, revision: int) -> bool:
+        return not any(r == revision and n.startswith(owner.name) for n, r in self.running.items())
+
     def retire_others(self, owner: Owner, keep: int) -> list[str]:
         gone = [n for n, r in self.running.items() if n.startswith(owner.name) and r != keep]
         for name in gone:
@@ -187,6 +199,7 @@ class FakeAdmin:
     groups: dict[str, dict[str, dict[int, int]]] = field(default_factory=dict)
     ends: dict[str, int] = field(default_factory=dict)
     marks: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)  # wins over ends
+    metadata: dict[str, str] = field(default_factory=dict)  # committed with each group's offsets
     by_time: dict[str, dict[int, int]] = field(default_factory=dict)
     left: set[str] = field(default_factory=set)  # topics nothing reads or writes
 
@@ -201,11 +214,24 @@ class FakeAdmin:
     def offsets_for_time(self, topics: Sequence[str], ms: int) -> dict[str, dict[int, int]]:
         return {topic: self.by_time.get(topic, {}) for topic in topics}
 
-    def commit(self, group: str, offsets: Mapping[str, Mapping[int, int]]) -> None:
+    def committed_metadata(self, group: str) -> list[str]:
+        return [self.metadata.get(group, "")] if group in self.groups else []
+
+    def fence(self, transactional_id: str) -> None:
+        self.journal.append(("fence", transactional_id))
+
+    def commit(
+        self, group: str, offsets: Mapping[str, Mapping[int, int]], metadata: str = ""
+    ) -> None:
+        self.metadata[group] = metadata
         self.journal.append(("commit", group, {t: dict(o) for t, o in offsets.items()}))
         found = self.groups.setdefault(group, {})
         for topic, partitions in offsets.items():
             found.setdefault(topic, {}).update(partitions)
+
+    def delete_group(self, group: str) -> None:
+        self.journal.append(("delete group", group))
+        self.groups.pop(group, None)
 
     def describe_group(self, group: str) -> Any:
         return None

@@ -6,10 +6,12 @@ import asyncio
 import copy
 from typing import Any
 
+import pytest
 from tests.unit.reconcile.fakes import NS, Parts, parts
 from tests.unit.reconcile.test_view_reconcile import index, is_start_record, log
 
 from distributary.reconcile.job import reconcile_job
+from distributary.reconcile.ports import TryAgain
 
 
 def job(generation: int = 1, **spec: Any) -> dict[str, Any]:
@@ -71,3 +73,18 @@ def test_a_refused_change_of_a_jobs_inputs_in_place_changes_nothing() -> None:
     assert (status["revision"], status["specHash"]) == (before["revision"], before["specHash"])
     reasons = {c["type"]: c.get("reason") for c in status["conditions"]}
     assert reasons["Stalled"] == "ChangeForbidden"
+
+
+def test_a_jobs_dead_letter_topic_is_made_before_the_job_runs() -> None:
+    p = parts([log("clicks"), log("enriched")], [])
+    run(p, job())
+    made = index(p.journal, lambda e: e == ("topic", "distributary.shop.enrich.dlq"))
+    assert made < index(p.journal, lambda e: e == ("start", 1))
+
+
+def test_a_job_waits_while_kafka_cannot_make_its_dead_letter_topic() -> None:
+    p = parts([log("clicks"), log("enriched")], [])
+    p.topics.unreachable = "no broker"
+    with pytest.raises(TryAgain, match="dead-letter topic: no broker"):
+        run(p, job())
+    assert not [e for e in p.journal if e[0] == "start"]

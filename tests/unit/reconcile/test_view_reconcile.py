@@ -187,12 +187,36 @@ def test_a_conflict_on_the_start_record_acts_on_nothing() -> None:
 def test_a_failed_application_is_restarted_after_its_back_off() -> None:
     p = parts([log("clicks")], [])
     run(p, view())
+    assert p.store.status["sparkApplication"]["runningSince"]
     p.runtime.failing.add(1)
     with pytest.raises(TryAgain) as waited:
         run(p, view())
-    assert waited.value.delay == 10
+    assert 10 <= waited.value.delay <= 11
     app = p.store.status["sparkApplication"]
-    assert (app["state"], app["attempts"]) == ("FAILED", 1)
+    assert (app["state"], app["attempts"], app["lastError"]) == ("FAILED", 1, "it failed")
+    assert len(app["failures"]) == 1
+    assert "runningSince" not in app
+    # Seen again before its restart is due: the failure is counted once, nothing restarts.
+    mark = len(p.journal)
+    with pytest.raises(TryAgain):
+        run(p, view())
+    assert p.store.status["sparkApplication"] == app
+    assert not [e for e in p.since(mark) if e[0] in ("remove", "start")]
+    # Its due time is in status, so a restarted operator honours it too; once it has passed,
+    # the application is removed and started again, and the history goes on.
+    p.store.saved["sparkApplication"] = {**app, "restartAt": "2020-01-01T00:00:00Z"}
+    run(p, view())
+    assert [e for e in p.since(mark) if e[0] in ("remove", "start")] == [
+        ("remove", 1),
+        ("start", 1),
+    ]
+    again = p.store.status["sparkApplication"]
+    assert (again["state"], again["attempts"], again["failures"]) == (
+        "RUNNING",
+        1,
+        app["failures"],
+    )
+    assert "restartAt" not in again
 
 
 def test_unreachable_topics_are_tried_again_before_anything_runs() -> None:
