@@ -90,7 +90,12 @@ def not_settled(kubeconfig: Path) -> str | None:
     pending += [
         f"DerivedView {v['metadata']['name']} (lag {(v.get('status') or {}).get('lag')})"
         for v in views
-        if not (is_true(v, "Ready") and is_true(v, "CaughtUp"))
+        # CaughtUp is True while a view keeps up; everything read is lag 0.
+        if not (
+            is_true(v, "Ready")
+            and is_true(v, "CaughtUp")
+            and (v.get("status") or {}).get("lag") == 0
+        )
     ]
     return ", ".join(pending) or (None if views else "no views yet")
 

@@ -41,8 +41,11 @@ RESOURCE_RULES: frozenset[Rule] = frozenset(
     | {("", "events", "create"), ("", "events", "patch")}
 )
 SPARK_RULES: frozenset[Rule] = frozenset(
-    ("sparkoperator.k8s.io", "sparkapplications", verb)
-    for verb in ("get", "list", "watch", "create", "patch", "delete")
+    {
+        ("sparkoperator.k8s.io", "sparkapplications", verb)
+        for verb in ("get", "list", "watch", "create", "patch", "delete")
+    }
+    | {("", "pods", "get")}  # a rewind waits until the old driver pod is gone
 )
 KAFKATOPIC_RULES: frozenset[Rule] = frozenset(
     ("kafka.strimzi.io", "kafkatopics", verb)

@@ -284,7 +284,11 @@ class LogStatus(StatusModel):
     end_offsets: dict[str, int] = Field(
         default_factory=dict, description="Next offset to be written per partition."
     )
-    records: int | None = Field(default=None, description="Records retained (end - start).")
+    records: int | None = Field(
+        default=None,
+        description="Offsets retained (end - start): the records, and in a topic written with "
+        "transactions (a view's output) one commit marker per transaction and partition too.",
+    )
     subscribers: list[Subscriber] = Field(
         default_factory=list, description="Views and jobs reading this log."
     )
