@@ -61,6 +61,8 @@ _TRANSIENT = {
     _E._UNKNOWN_PARTITION,
     # A broker that has just started answers with stale leader epochs for a moment.
     _E.UNKNOWN_LEADER_EPOCH, _E.FENCED_LEADER_EPOCH,
+    # A group's offsets in a transaction not yet committed: asked again, they are settled.
+    _E.UNSTABLE_OFFSET_COMMIT,
 }  # fmt: skip
 _UNREACHABLE = {_E._TIMED_OUT, _E._TRANSPORT, _E._ALL_BROKERS_DOWN, _E.REQUEST_TIMED_OUT}
 # A group with members refuses offset changes with one of these, depending on its protocol.
@@ -381,7 +383,10 @@ class KafkaAdmin:
         def attempt(timeout: float) -> list[str]:
             request = [ConsumerGroupTopicPartitions(group)]
             result = _only(
-                self._client.list_consumer_group_offsets(request, request_timeout=timeout), timeout
+                self._client.list_consumer_group_offsets(
+                    request, request_timeout=timeout, require_stable=True
+                ),
+                timeout,
             )
             return [tp.metadata or "" for tp in result.topic_partitions if tp.offset >= 0]
 
@@ -533,7 +538,10 @@ class KafkaAdmin:
     def _group_offsets(self, group: str, timeout: float) -> Offsets:
         request = [ConsumerGroupTopicPartitions(group)]
         result = _only(
-            self._client.list_consumer_group_offsets(request, request_timeout=timeout), timeout
+            self._client.list_consumer_group_offsets(
+                request, request_timeout=timeout, require_stable=True
+            ),
+            timeout,
         )
         offsets: Offsets = {}
         for tp in sorted(result.topic_partitions, key=lambda tp: (tp.topic, tp.partition)):
