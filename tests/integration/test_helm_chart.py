@@ -272,6 +272,11 @@ def test_defaults_render_the_cli_contract(helm: str, tmp_path: Path) -> None:
         "DISTRIBUTARY_CHECKPOINT_CLAIM": f"{FULLNAME}-checkpoints",
         "DISTRIBUTARY_CHECKPOINT_MOUNT_PATH": "/var/lib/distributary/checkpoints",
         "DISTRIBUTARY_RECONCILE_INTERVAL": "60",
+        "DISTRIBUTARY_RESTART_DELAY": "10",
+        "DISTRIBUTARY_MAX_RESTART_DELAY": "300",
+        "DISTRIBUTARY_STABLE_AFTER": "600",
+        "DISTRIBUTARY_FAILURE_WINDOW": "1800",
+        "DISTRIBUTARY_FAILURES_BEFORE_STALLED": "5",
         "DISTRIBUTARY_LOG_LEVEL": "info",
         "DISTRIBUTARY_KAFKA_SECURITY_PROTOCOL": "PLAINTEXT",
     }
@@ -286,6 +291,13 @@ def test_direct_local_and_namespaces_become_flags(helm: str, tmp_path: Path) -> 
         "spark": {"jobImage": "registry.example/spark:1", "driverServiceAccount": "spark"},
         "checkpoints": {"root": "s3a://bucket/checkpoints"},
         "intervals": {"observeSeconds": 2.5, "reconcileSeconds": 30},
+        "restarts": {
+            "delaySeconds": 2,
+            "maxDelaySeconds": 60,
+            "stableAfterSeconds": 120,
+            "failureWindowSeconds": 600,
+            "failuresBeforeStalled": 3,
+        },
         "logLevel": "debug",
     }
     objects = render(helm, tmp_path, values)
@@ -303,6 +315,14 @@ def test_direct_local_and_namespaces_become_flags(helm: str, tmp_path: Path) -> 
     assert env["DISTRIBUTARY_SPARK_SERVICE_ACCOUNT"] == "spark"
     assert env["DISTRIBUTARY_RECONCILE_INTERVAL"] == "30"
     assert env["DISTRIBUTARY_LOG_LEVEL"] == "debug"
+    restarts = {k: env[k] for k in env if "RESTART" in k or "STABLE" in k or "FAILURE" in k}
+    assert restarts == {
+        "DISTRIBUTARY_RESTART_DELAY": "2",
+        "DISTRIBUTARY_MAX_RESTART_DELAY": "60",
+        "DISTRIBUTARY_STABLE_AFTER": "120",
+        "DISTRIBUTARY_FAILURE_WINDOW": "600",
+        "DISTRIBUTARY_FAILURES_BEFORE_STALLED": "3",
+    }
 
 
 def test_kafka_credentials_come_from_secret_references(helm: str, tmp_path: Path) -> None:
@@ -491,6 +511,11 @@ SCHEMA_ERROR = "values don't meet the specifications of the schema"
             id="sasl-no-mechanism",
         ),
         pytest.param({"watchNamespaces": ["Team_A"]}, "/watchNamespaces/0", id="bad-namespace"),
+        pytest.param(
+            {"restarts": {"failuresBeforeStalled": 0}},
+            "/restarts/failuresBeforeStalled",
+            id="restarts",
+        ),
         pytest.param(
             {"intervals": {"observeSeconds": 0.5}}, "/intervals/observeSeconds", id="interval"
         ),

@@ -115,10 +115,28 @@ JOB_RECORDS_PER_SECOND = Gauge(
 )
 
 
+JOB_DEAD_LETTERS = Gauge(
+    "distributary_job_dead_letters",
+    "Input records a StreamJob's running revision could not parse (`read_json`) and sent to its "
+    "dead-letter topic, over the revision's whole run (across restarts).",
+    ["namespace", "job", "revision"],
+)
+_JOB_LETTERED: dict[tuple[str, str], str] = {}  # the revision published per job
+
+
 def record_job(namespace: str, job: str, status: Mapping[str, Any]) -> None:
-    """Publish a job's lag and rate from the status just computed for it."""
+    """Publish a job's lag, rate and dead letters from the status just computed for it; a
+    revision no longer running loses its dead-letter series."""
     revision = str(status.get("revision") or "")
     _record_consumer((JOB_LAG, JOB_RECORDS_PER_SECOND), (namespace, job, revision), status)
+    letters = status.get("deadLetters")
+    before = _JOB_LETTERED.pop((namespace, job), None)
+    if before is not None and (before != revision or letters is None):
+        with suppress(KeyError):
+            JOB_DEAD_LETTERS.remove(namespace, job, before)
+    if letters is not None:
+        JOB_DEAD_LETTERS.labels(namespace, job, revision).set(letters)
+        _JOB_LETTERED[(namespace, job)] = revision
 
 
 _PARTITIONS: dict[tuple[str, str], set[str]] = {}  # the partitions published per log

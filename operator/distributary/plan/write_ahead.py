@@ -140,8 +140,30 @@ def rebuilt_rewind(
     }
 
 
+def replaced_rewind(
+    last: Mapping[str, Any], request_id: str, revision: int, now: datetime
+) -> dict[str, Any] | None:
+    """`lastRewind` closed without moving anything, when request `request_id` was recorded
+    (Pending) for another revision than `revision`, the one that runs the spec's definition now:
+    an edit replaced that revision before the rewind was carried out (its reconcile did not
+    finish). The offsets recorded are positions of the other revision's group; moving this
+    revision's group to them would make it skip or repeat records. It is `Undone`: request it
+    again to move the revision that runs now. None otherwise."""
+    if last.get("requestId") != request_id or last.get("phase") != "Pending":
+        return None
+    if int(last.get("revision") or 0) == revision:
+        return None
+    return {**last, "phase": "Done", "verified": "Undone", "completedAt": rfc3339(now)}
+
+
 def rewind_message(record: Mapping[str, Any]) -> str:
     """What a rewind did, for people: the revision, the request, each partition moved."""
+    if record.get("verified") == "Undone":
+        return (
+            f"request {record['requestId']} was recorded for revision {record['revision']}, which "
+            "an edit replaced before it was carried out: nothing was moved; request it again to "
+            "rewind the revision that runs now"
+        )
     if record.get("rebuiltAs") is not None:
         return (
             f"revision {record['revision']} keeps state, so request {record['requestId']} does "

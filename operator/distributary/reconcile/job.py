@@ -33,7 +33,7 @@ from distributary.plan.positions import Offsets
 from distributary.plan.progress import progress_key
 from distributary.plan.restarts import history_of
 from distributary.plan.view_status import RunObservation
-from distributary.plan.write_ahead import job_start_record, rewind_message
+from distributary.plan.write_ahead import job_start_record, replaced_rewind, rewind_message
 from distributary.reconcile.applications import (
     RewindTarget,
     come_back_for_restart,
@@ -82,6 +82,10 @@ async def _rewind(
     rewind = job.spec.rewind
     if rewind is None or plan.launch is None or plan.consumer_group is None:
         return plan, None
+    last = store.status.get("lastRewind") or {}
+    replaced = replaced_rewind(last, rewind.request_id, plan.revision, now)
+    if replaced is not None:  # recorded for a revision an edit replaced: not this one's to take
+        return plan, replaced
     chosen = set(rewind.inputs) or {i.log for i in plan.inputs}
     target = RewindTarget(
         plan.revision,
@@ -133,7 +137,9 @@ async def _act(
     if stopped:
         events.info("RevisionStopped", f"Stopped {', '.join(stopped)}.")
     plan, rewound = await _rewind(services, store, plan, job, now, generation)
-    if rewound is not None:
+    if rewound is not None and rewound.get("verified") == "Undone":
+        events.warn("RewindUndone", rewind_message(rewound))
+    elif rewound is not None:
         events.info("Rewound", rewind_message(rewound))
     await _make_dead_letter_topic(services, plan, job)
     app = services.runtime.job_app(job, plan.revision, plan.launch, plan.application)

@@ -45,6 +45,7 @@ from distributary.plan.write_ahead import (
     checked_rewind,
     cutover_record,
     rebuilt_rewind,
+    replaced_rewind,
     rewind_message,
     start_record,
 )
@@ -193,6 +194,10 @@ async def _rewind(
     runner = plan.runner
     if rewind is None or runner is None or plan.lifecycle is None:
         return plan, None
+    last = store.status.get("lastRewind") or {}
+    replaced = replaced_rewind(last, rewind.request_id, runner.revision, now)
+    if replaced is not None:  # recorded for a revision an edit replaced: not this one's to take
+        return plan, replaced
     if runner.stateful:  # not moved: the plan rebuilds it (`plan.lifecycle`)
         return plan, rebuilt_rewind(store.status, plan, rewind.request_id, now)
     chosen = set(rewind.inputs) or {str(s.alias) for s in runner.inputs}
@@ -295,7 +300,9 @@ async def _run(
         return plan, RunObservation(), None
     await _make_topics(services, plan, view)
     plan, rewound = await _rewind(services, store, plan, view, now, generation)
-    if rewound is not None:
+    if rewound is not None and rewound.get("verified") == "Undone":
+        events.warn("RewindUndone", rewind_message(rewound))
+    elif rewound is not None:
         events.info("Rewound", rewind_message(rewound))
     assert plan.runner is not None
     app = services.runtime.view_app(view, plan.runner)

@@ -30,6 +30,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -108,6 +109,9 @@ class ExactlyOnceOutput:
         self.writer = TransactionalWriter(spec.bootstrap_servers, group, group)
         self.marker: Marker = read_marker(admin.committed_metadata(group))
         self.committed: Offsets | None = admin.committed(group) or None
+        # When the group's offsets were last committed (monotonic): an idle revision commits
+        # them again before the broker's offset retention deletes them (`main.Revision`).
+        self.committed_at = time.monotonic()
         self.fenced: str | None = None
         self.skipped = 0
         self._lock = threading.Lock()
@@ -153,6 +157,7 @@ class ExactlyOnceOutput:
             _crash_point()
             self.marker = marker
             self.committed = merge(self.committed or {}, end)
+            self.committed_at = time.monotonic()
             if letters:
                 topic = self.spec.dead_letter_topic
                 _log(f"{self.label}: {len(letters)} record(s) did not parse; sent to {topic}")
@@ -162,6 +167,7 @@ class ExactlyOnceOutput:
         with self._lock:
             if self.committed:
                 self.writer.write([], self.committed, self.marker.text())
+                self.committed_at = time.monotonic()
 
     def close(self) -> None:
         """Let go of the producer."""

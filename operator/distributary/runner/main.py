@@ -177,7 +177,9 @@ class Revision:
         if self.output is not None:
             self.committed = self.output.committed
             self.dead_letters = self.output.dead_letters
-            self.committed_at = time.monotonic()
+            # When its last transaction committed: a progress report of a trigger that found
+            # no new records committed nothing, and must not put the refresh off.
+            self.committed_at = self.output.committed_at
             self.last = batch if batch.end else self.last
             self.publish(batch)
             return

@@ -5,7 +5,8 @@ start into a topic of its own, while the output Log keeps serving revision 1's t
 revision 2 has caught up (and stayed so for the cutover window), one status write makes it serve:
 the output Log's topic moves to revision 2's, which by then holds the new query's complete
 output. Revision 1's runner stops, and its topic is deleted after the grace period, since the
-output says `deletionPolicy: Delete`. The view reading this one's output reprocesses in turn.
+output says `deletionPolicy: Delete`, and its consumer group with it. The view reading this one's
+output reprocesses in turn.
 """
 
 from __future__ import annotations
@@ -195,7 +196,7 @@ def test_after_cutover_readers_find_the_new_revisions_complete_output(
     assert pairs(values(broker, "rp-big.r1")) == expected(10)
 
 
-def test_the_old_revision_stops_and_its_topic_goes_after_the_grace_period(
+def test_the_old_revision_stops_and_its_topic_and_group_go_after_the_grace_period(
     cutover: dict[str, Any], cluster: Cluster, operator: Operator, broker: EmbeddedBroker
 ) -> None:
     waiting(
@@ -211,6 +212,11 @@ def test_the_old_revision_stops_and_its_topic_goes_after_the_grace_period(
 
     waiting(operator, "revision 1 recorded as deleted", lambda: rows()[1].get("topicDeleted"))
     assert rows()[1]["phase"] == "Retired"
+    # Its consumer group goes too: it never runs again.
+    group = f"distributary.{NAMESPACE}.rp-big.r1"
+    waiting(operator, "revision 1's group deleted", lambda: group not in admin.group_names())
+    waiting(operator, "its group recorded as deleted", lambda: rows()[1].get("groupDeleted"))
+    assert f"distributary.{NAMESPACE}.rp-big.r2" in admin.group_names()
     assert rows()[2]["phase"] == "Serving"
     assert view(cluster, "rp-big")["status"]["lastChange"]["classification"] == "Reprocess"
 

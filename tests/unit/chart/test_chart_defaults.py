@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from distributary.plan import pipeline
+from distributary.plan import pipeline, restarts
 from distributary.plan.checkpoint_storage import (
     DEFAULT_MOUNT_PATH,
     CheckpointClaim,
@@ -57,3 +57,13 @@ def test_every_value_is_described_by_the_schema() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
     assert schema["additionalProperties"] is False
     assert set(load("values.yaml")) <= set(schema["properties"])
+
+
+def test_default_restarts_are_the_operators_defaults() -> None:
+    assert load("values.yaml")["restarts"] == {
+        "delaySeconds": restarts.FIRST_DELAY,
+        "maxDelaySeconds": restarts.MAX_DELAY,
+        "stableAfterSeconds": restarts.STABLE_AFTER,
+        "failureWindowSeconds": restarts.FAILURE_WINDOW,
+        "failuresBeforeStalled": restarts.FAILURES_BEFORE_STALLED,
+    }

@@ -100,6 +100,19 @@ def test_every_revisions_dead_letters_are_a_metric_and_a_dropped_revision_loses_
     assert sample(namespace="ns", view="letters", revision="2") == 1
 
 
+def test_a_jobs_running_revisions_dead_letters_are_a_metric() -> None:
+    def job_sample(revision: str) -> float | None:
+        labels = {"namespace": "ns", "job": "letters", "revision": revision}
+        return REGISTRY.get_sample_value("distributary_job_dead_letters", labels)
+
+    metrics.record_job("ns", "letters", {"revision": 1, "deadLetters": 4})
+    assert job_sample("1") == 4
+    metrics.record_job("ns", "letters", {"revision": 2, "deadLetters": 0})
+    assert (job_sample("1"), job_sample("2")) == (None, 0)
+    metrics.record_job("ns", "letters", {"revision": 2})  # not reported yet after a restart
+    assert job_sample("2") is None
+
+
 class Admin:
     """The offsets `observe` reads: every group empty, every topic empty."""
 
