@@ -15,7 +15,7 @@ import heapq
 import os
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,6 @@ from typing import Any
 import yaml
 
 from distributary.api import (
-    API_GROUP,
     DerivedView,
     Log,
     Resource,
@@ -31,8 +30,19 @@ from distributary.api import (
     StreamJob,
     parse_resource,
 )
+from distributary.api.admission import narrowed, place, schema_problems, yaml_documents
 from distributary.event_time import event_time_problems, log_columns
-from distributary.sql import QueryAnalysis, SqlError, analyze_query, parse_ddl, to_ddl
+from distributary.sql import (
+    ALLOW_FUNCTIONS_ENV,
+    ALLOW_FUNCTIONS_FLAG,
+    UNSAFE_FUNCTIONS,
+    QueryAnalysis,
+    SqlError,
+    analyze_query,
+    parse_ddl,
+    to_ddl,
+    unsafe_calls,
+)
 
 _KIND_RANK = {"Log": 0, "DerivedView": 1, "StreamJob": 2}
 _FIELD_MESSAGE = re.compile(r"^([A-Za-z][\w.\[\]-]*): (.*)$", re.DOTALL)
@@ -99,20 +109,62 @@ class Loaded:
 
 
 def load(paths: Iterable[str | os.PathLike[str]]) -> Loaded:
-    """Read resources from YAML files and folders (searched recursively for *.yaml and *.yml)."""
+    """Read resources from YAML files and folders (searched recursively for *.yaml and *.yml).
+
+    Each document is placed and checked as the API server would (`api.admission`) before its model
+    parses it; documents of other APIs are counted as skipped.
+    """
     resources: list[Declared] = []
     problems: list[SpecProblem] = []
     skipped = 0
     for path in _files(paths, problems):
-        for document in _documents(path, problems):
-            if not str(document.get("apiVersion", "")).startswith(f"{API_GROUP}/"):
+        for number, document in _documents(path, problems):
+            placement = place(document)
+            if not placement.ours:
                 skipped += 1
                 continue
-            try:
-                resources.append(Declared(parse_resource(document), str(path)))
-            except ResourceError as exc:
-                problems.extend(_resource_problems(document, exc, str(path)))
+            label = _label(document, number)
+            if placement.problem is not None:
+                problems.append(_spec_problem(label, placement.problem, str(path)))
+                continue
+            found = _admitted(document, label, str(path))
+            if isinstance(found, list):
+                problems.extend(found)
+            else:
+                resources.append(Declared(found, str(path)))
     return Loaded(tuple(resources), tuple(problems), skipped)
+
+
+def _admitted(document: dict[str, Any], label: str, source: str) -> Resource | list[SpecProblem]:
+    """The resource in a placed document, or every problem the schema and the model find in it
+    (the schema's first: it is the API server's word; the model adds what it alone checks)."""
+    found = [_spec_problem(label, text, source) for text in schema_problems(document)]
+    try:
+        resource = parse_resource(document)
+    except ResourceError as exc:
+        named = {p.field for p in found}
+        for text in exc.problems:
+            problem = _spec_problem(label, text, source)
+            field, message = narrowed(str(document["kind"]), problem.field, problem.message)
+            if field not in named:
+                found.append(SpecProblem(label, field, message, source))
+        return found
+    return found or resource
+
+
+def _label(document: dict[str, Any], number: int) -> str:
+    metadata = document.get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
+    kind, name = document.get("kind"), metadata.get("name")
+    if not kind or not name:
+        return f"document {number} ({kind or '?'}/{name or '?'})"
+    return f"{kind}/{metadata.get('namespace') or 'default'}/{name}"
+
+
+def _spec_problem(label: str, text: str, source: str) -> SpecProblem:
+    match = _FIELD_MESSAGE.match(text)
+    path, message = (match.group(1), match.group(2)) if match else ("", text)
+    return SpecProblem(label, path, message, source)
 
 
 def _files(paths: Iterable[str | os.PathLike[str]], problems: list[SpecProblem]) -> list[Path]:
@@ -132,12 +184,14 @@ def _files(paths: Iterable[str | os.PathLike[str]], problems: list[SpecProblem])
     return files
 
 
-def _documents(path: Path, problems: list[SpecProblem]) -> list[dict[str, Any]]:
-    documents: list[dict[str, Any]] = []
+def _documents(path: Path, problems: list[SpecProblem]) -> list[tuple[int, dict[str, Any]]]:
+    documents: list[tuple[int, dict[str, Any]]] = []
     try:
-        for number, document in enumerate(yaml.safe_load_all(path.read_text("utf-8")), 1):
+        for number, document, duplicates in yaml_documents(path.read_text("utf-8")):
+            label = _label(document, number) if isinstance(document, dict) else f"document {number}"
+            problems.extend(SpecProblem(label, f, m, str(path)) for f, m in duplicates)
             if isinstance(document, dict):
-                documents.append(document)
+                documents.append((number, document))
             elif document is not None:
                 problems.append(
                     SpecProblem(
@@ -158,27 +212,13 @@ def _documents(path: Path, problems: list[SpecProblem]) -> list[dict[str, Any]]:
     return documents
 
 
-def _resource_problems(
-    document: dict[str, Any], exc: ResourceError, source: str
-) -> list[SpecProblem]:
-    metadata = document.get("metadata")
-    metadata = metadata if isinstance(metadata, dict) else {}
-    label = (
-        f"{document.get('kind', '?')}/{metadata.get('namespace') or 'default'}/"
-        f"{metadata.get('name', '?')}"
-    )
-    problems = []
-    for text in exc.problems:
-        match = _FIELD_MESSAGE.match(text)
-        path, message = (match.group(1), match.group(2)) if match else ("", text)
-        problems.append(SpecProblem(label, path, message, source))
-    return problems
-
-
-def load_pipeline(paths: Iterable[str | os.PathLike[str]]) -> Pipeline:
-    """Load files and folders and build their pipeline; loading problems come first."""
+def load_pipeline(
+    paths: Iterable[str | os.PathLike[str]], *, allowed_functions: frozenset[str] = frozenset()
+) -> Pipeline:
+    """Load files and folders and build their pipeline; loading problems come first. Views
+    may call the unsafe SQL functions in `allowed_functions` (see `Pipeline.build`)."""
     loaded = load(paths)
-    pipeline = Pipeline.build(loaded.resources)
+    pipeline = Pipeline.build(loaded.resources, allowed_functions=allowed_functions)
     pipeline.problems = loaded.problems + pipeline.problems
     pipeline.skipped = loaded.skipped
     return pipeline
@@ -205,9 +245,16 @@ class Pipeline:
     _analyses: dict[Ref, QueryAnalysis] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, resources: Iterable[Resource | Declared]) -> Pipeline:
-        """Resolve references within each namespace, derive view outputs, and check everything."""
-        return _Builder(resources).pipeline
+    def build(
+        cls,
+        resources: Iterable[Resource | Declared],
+        *,
+        allowed_functions: frozenset[str] = frozenset(),
+    ) -> Pipeline:
+        """Resolve references within each namespace, derive view outputs, and check everything.
+        A view's SQL may call those of `sql.UNSAFE_FUNCTIONS` that `allowed_functions` names
+        (the operator's setting), and no other: by default, none."""
+        return _Builder(resources, allowed_functions).pipeline
 
     @property
     def ok(self) -> bool:
@@ -275,8 +322,11 @@ class Pipeline:
 class _Builder:
     """Builds a `Pipeline` in passes; each pass records problems and goes on."""
 
-    def __init__(self, resources: Iterable[Resource | Declared]) -> None:
+    def __init__(
+        self, resources: Iterable[Resource | Declared], allowed_functions: frozenset[str]
+    ) -> None:
         self.pipeline = pipeline = Pipeline()
+        self.allowed_functions = allowed_functions
         self.problems: list[SpecProblem] = []
         self.declared_logs: set[Ref] = set()
         self.edges: set[tuple[Ref, Ref]] = set()
@@ -425,22 +475,16 @@ class _Builder:
         if spec.record_schema is None:
             return
         try:
-            names = {c.name.lower() for c in parse_ddl(spec.record_schema)}
+            names = [c.name for c in parse_ddl(spec.record_schema)]
         except SqlError as exc:
-            self._problem(
-                ref,
-                "spec.schema",
-                f"{exc}: write it as Spark DDL, e.g. 'user STRING, ts TIMESTAMP'",
-            )
+            # A repeated name says its own fix; a schema that does not read gets an example.
+            fix = "" if str(exc).startswith("names ") else ": write it as Spark DDL, e.g. "
+            example = "'user STRING, ts TIMESTAMP'" if fix else ""
+            self._problem(ref, "spec.schema", f"{exc}{fix}{example}")
             return
-        for index, key in enumerate(spec.key or []):
-            if key.lower() not in names:
-                self._problem(
-                    ref,
-                    f"spec.key[{index}]",
-                    f"names column {key!r}, which "
-                    "spec.schema does not have: add it to the schema or fix the key",
-                )
+        lacking = "spec.schema does not have: add it to the schema or fix the key"
+        for index, message in key_problems(spec.key or [], names, "spec.key", lacking):
+            self._problem(ref, f"spec.key[{index}]", message)
 
     def _check_view(self, ref: Ref) -> None:
         pipeline, view = self.pipeline, self.pipeline.views[ref]
@@ -451,6 +495,15 @@ class _Builder:
         }
         pipeline._inputs[ref] = inputs
         analysis = self._analyze(ref, view, inputs)
+        for name in unsafe_calls(view.spec.sql, self.allowed_functions):
+            self._problem(
+                ref,
+                "spec.sql",
+                f"calls {name}, which {UNSAFE_FUNCTIONS[name]} inside Spark with the driver's "
+                "and executors' rights: remove the call; where every view's author is trusted, "
+                f"start the operator with {ALLOW_FUNCTIONS_FLAG} {name} "
+                f"({ALLOW_FUNCTIONS_ENV}={name})",
+            )
         for path, message in event_time_problems(view, inputs, analysis is not None):
             self._problem(ref, path, message)
         output = view.spec.output
@@ -460,15 +513,14 @@ class _Builder:
                 "spec.output.key",
                 "is required when spec.output.mode is upsert: name the columns that identify a row",
             )
-        for index, key in enumerate(output.key or []):
-            if analysis is not None and analysis.complete and not analysis.outputs(key):
-                self._problem(
-                    ref,
-                    f"spec.output.key[{index}]",
-                    f"names column {key!r}, which "
-                    f"the query does not output (it outputs {', '.join(analysis.names)})"
-                    ": add it to the SELECT list or fix the key",
-                )
+        known = analysis is not None and analysis.complete
+        outputs = list(analysis.names) if analysis is not None and known else None
+        lacking = (
+            f"the query does not output (it outputs {', '.join(outputs or [])}): add it to the "
+            "SELECT list or fix the key"
+        )
+        for index, message in key_problems(output.key or [], outputs, "spec.output.key", lacking):
+            self._problem(ref, f"spec.output.key[{index}]", message)
         log = Ref.log(view.output_log, ref.namespace)
         if pipeline._writers.get(log) == ref:
             pipeline.logs[log] = _derive(view, list(inputs.values()), analysis)
@@ -486,6 +538,39 @@ class _Builder:
             return None
         self.pipeline._analyses[ref] = analysis
         return analysis
+
+
+def key_problems(
+    keys: Sequence[str], columns: Sequence[str] | None, field: str, lacking: str
+) -> list[tuple[int, str]]:
+    """What is wrong with each key column, by its index in `keys`. Names are compared as Spark
+    compares them, without regard to case. A key names top-level columns of `columns`, each
+    once; `columns` is None when they are not known, and then only repeats are found. `field`
+    is where the key is (`spec.key`); `lacking` ends the message of a column that is missing
+    ("names column 'x', which " + lacking)."""
+    problems: list[tuple[int, str]] = []
+    tops = {c.lower(): c for c in columns or []}
+    first: dict[str, int] = {}
+    for index, key in enumerate(keys):
+        head = key.split(".", 1)[0].lower()
+        if key.lower() in first:
+            message = (
+                f"names column {key!r} again ({field}[{first[key.lower()]}] names it): a key "
+                "names each column once; remove one"
+            )
+        elif columns is None or key.lower() in tops:
+            message = ""
+        elif "." in key and head in tops:
+            message = (
+                f"names {key!r}, a field inside column {tops[head]!r}: a key names top-level "
+                f"columns only; key on {tops[head]!r}, or make the field a column of its own"
+            )
+        else:
+            message = f"names column {key!r}, which {lacking}"
+        first.setdefault(key.lower(), index)
+        if message:
+            problems.append((index, message))
+    return problems
 
 
 DELETED_COLUMN = "__deleted"  # an upsert view's marker column: true writes a tombstone

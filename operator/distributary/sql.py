@@ -1,4 +1,5 @@
-"""Spark SQL as Distributary reads it: parsing, canonical text, record schemas, query analysis.
+"""Spark SQL as Distributary reads it: parsing, canonical text, record schemas, the functions a
+query calls, query analysis.
 
 Everything here runs without Spark: sqlglot's Spark dialect parses queries and DDL, so
 `distributary validate` and the planners can reason about a view's SQL on any machine. Spark stays
@@ -9,6 +10,12 @@ the judge at run time; these checks catch what a person would otherwise learn fr
 only where the inference agrees with Spark: where sqlglot is known to widen or guess (decimals,
 conditionals, generator columns), the type is left unknown rather than invented. Spark's time
 window functions are not known to sqlglot; they are typed as the struct Spark gives them.
+
+A record schema is held to what Spark reads without surprise: every column typed, and no two
+columns, nor two fields of one struct at any depth, whose names differ only in case (Spark
+compares names without regard to case, so they would be one). The functions that run code of a
+query's author's choosing (`UNSAFE_FUNCTIONS`) are listed here, where queries are parsed; whether
+a view may call them is the operator's setting, checked by the graph.
 """
 
 from __future__ import annotations
@@ -100,12 +107,27 @@ def parse_ddl(ddl: str) -> list[Column]:
     return list(_parsed_ddl(ddl))
 
 
+_DDL_PREFIX = "CREATE TABLE t ("
+
+
+def _ddl_error(exc: SqlglotError) -> str:
+    """The parser's first complaint, with its column counted in the DDL as written."""
+    if isinstance(exc, ParseError) and exc.errors:
+        first = exc.errors[0]
+        line, col = first.get("line"), first.get("col")
+        if line == 1 and isinstance(col, int):
+            col = max(1, col - len(_DDL_PREFIX))
+        where = f" (line {line}, column {col})" if line is not None else ""
+        return f"{first.get('description', str(exc))}{where}"
+    return _first_error(exc)
+
+
 @functools.lru_cache(maxsize=4096)  # a namespace's graph parses every Log's schema each build
 def _parsed_ddl(ddl: str) -> tuple[Column, ...]:
     try:
-        table = sqlglot.parse_one(f"CREATE TABLE t ({ddl})", read=DIALECT)
+        table = sqlglot.parse_one(f"{_DDL_PREFIX}{ddl})", read=DIALECT)
     except SqlglotError as exc:
-        raise SqlError(f"is not a Spark DDL schema: {_first_error(exc)}") from None
+        raise SqlError(f"is not a Spark DDL schema: {_ddl_error(exc)}") from None
     schema = table.this if isinstance(table, exp.Create) else None
     if not isinstance(schema, exp.Schema):
         raise SqlError("is not a Spark DDL schema: write columns as 'name TYPE, name TYPE'")
@@ -116,13 +138,42 @@ def _parsed_ddl(ddl: str) -> tuple[Column, ...]:
                 f"is not a Spark DDL schema: {definition.sql(dialect=DIALECT)!r} has no type"
             )
         columns.append(Column(definition.name, definition.kind.sql(dialect=DIALECT)))
-    names = [c.name.lower() for c in columns]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise SqlError(f"names column {twice[0]!r} twice")
+        _check_fields(definition.name, definition.kind)
+    _check_names([c.name for c in columns], "column", "")
     if not columns:
         raise SqlError("has no columns")
     return tuple(columns)
+
+
+def _check_names(names: Sequence[str], what: str, where: str) -> None:
+    """Refuse two names that Spark, comparing without regard to case, reads as one."""
+    seen: dict[str, str] = {}
+    for name in names:
+        first = seen.get(name.lower())
+        if first is None:
+            seen[name.lower()] = name
+            continue
+        if first == name:
+            raise SqlError(f"names {what} {name!r} twice{where}: rename or remove one")
+        raise SqlError(
+            f"names {what} {first!r} and {name!r}{where}: Spark compares names without regard "
+            f"to case, so they are one {what}; rename or remove one"
+        )
+
+
+def _check_fields(path: str, kind: exp.DataType) -> None:
+    """Refuse duplicate field names in the structs nested anywhere in a column's type."""
+    if kind.this == exp.DataType.Type.STRUCT:
+        fields = [f for f in kind.expressions if isinstance(f, exp.ColumnDef)]
+        _check_names([f.name for f in fields], "field", f" in {path!r}")
+        for field in fields:
+            if isinstance(field.kind, exp.DataType):
+                _check_fields(f"{path}.{field.name}", field.kind)
+        return
+    parts = [e for e in kind.expressions if isinstance(e, exp.DataType)]
+    suffixes = ("[]",) if kind.this == exp.DataType.Type.ARRAY else ("{key}", "{value}")
+    for part, suffix in zip(parts, suffixes, strict=False):
+        _check_fields(f"{path}{suffix}", part)
 
 
 def to_ddl(columns: list[Column]) -> str:
@@ -137,6 +188,62 @@ def _quote(name: str) -> str:
     if len(tokens) == 1 and tokens[0].token_type is TokenType.VAR:
         return name
     return "`" + name.replace("`", "``") + "`"
+
+
+# Functions that run code ---------------------------------------------------------------------
+
+# Spark SQL built-ins that run code of the author's choosing inside Spark, with the driver's and
+# executors' rights (their service account, the Secrets they mount): a view may call them only
+# where the operator's settings allow it. `transform` is the script transformation
+# `SELECT TRANSFORM(...) USING 'command'`, not the higher-order function over arrays.
+UNSAFE_FUNCTIONS: dict[str, str] = {
+    "reflect": "calls any Java method",
+    "java_method": "calls any Java method",
+    "try_reflect": "calls any Java method",
+    "transform": "runs any program (SELECT TRANSFORM ... USING 'command')",
+}
+ALLOW_FUNCTIONS_FLAG = "--allow-sql-functions"
+ALLOW_FUNCTIONS_ENV = "DISTRIBUTARY_ALLOW_SQL_FUNCTIONS"
+
+
+def allowed_functions(text: str | Sequence[str]) -> frozenset[str]:
+    """The unsafe functions a setting such as `reflect,java_method` allows (any case, comma or
+    space separated); raises `ValueError` for a name that is not one of `UNSAFE_FUNCTIONS`."""
+    items = text.replace(",", " ").split() if isinstance(text, str) else text
+    names = frozenset(name.strip().lower() for name in items if name.strip())
+    unknown = sorted(names - UNSAFE_FUNCTIONS.keys())
+    if unknown:
+        raise ValueError(
+            f"{', '.join(unknown)}: not a function Distributary refuses; the settings allow "
+            f"only {', '.join(UNSAFE_FUNCTIONS)}"
+        )
+    return names
+
+
+@functools.lru_cache(maxsize=4096)
+def functions_called(sql: str) -> frozenset[str]:
+    """The names of the functions a query calls, lower-cased (as Spark resolves them, without
+    regard to case); a script transformation counts as `transform`. Raises `SqlError` for SQL
+    that does not parse."""
+    names: set[str] = set()
+    for node in parse_query(sql).walk():
+        if isinstance(node, exp.QueryTransform):
+            names.add("transform")
+        elif isinstance(node, exp.Anonymous):
+            names.add(node.name.lower())
+        elif isinstance(node, exp.Func) and not isinstance(node, exp.Transform):
+            names.add(node.sql_name().lower())  # the array function TRANSFORM runs no program
+    return frozenset(names)
+
+
+def unsafe_calls(sql: str, allowed: frozenset[str] = frozenset()) -> list[str]:
+    """The functions of `UNSAFE_FUNCTIONS` that a query calls and `allowed` does not allow, in
+    that table's order; none for SQL that does not parse (its analysis says why)."""
+    try:
+        called = functions_called(sql)
+    except SqlError:
+        return []
+    return [name for name in UNSAFE_FUNCTIONS if name in called and name not in allowed]
 
 
 # Query analysis ------------------------------------------------------------------------------

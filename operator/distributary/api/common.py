@@ -12,7 +12,14 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 API_GROUP = "distributary.dev"
@@ -245,6 +252,49 @@ class SparkExecutors(SparkPod):
 
 TRIGGER_PATTERN = r"^(AvailableNow|[0-9]{1,9}(ms|s|m|h))$"
 
+# Spark settings the operator and the runner set themselves, with what sets each one instead. A
+# view or job that set one would move its checkpoint, its cluster, its namespace or its Kafka
+# away from what the operator tracks, or run its driver with another service account's rights.
+RESERVED_SPARK_CONF: Final[dict[str, str]] = {
+    "spark.master": "the operator's Spark runtime",
+    "spark.submit.deployMode": "the operator's Spark runtime",
+    "spark.app.name": "the operator, from the resource's name and revision",
+    "spark.sql.streaming.checkpointLocation": "the operator, per revision, under its checkpoint "
+    "root",
+    "spark.kubernetes.namespace": "the resource's own namespace",
+    "spark.kubernetes.authenticate.driver.serviceAccountName": "the operator's Spark service "
+    "account",
+    "spark.kubernetes.authenticate.serviceAccountName": "the operator's Spark service account",
+    "spark.kubernetes.authenticate.executor.serviceAccountName": "the operator's Spark service "
+    "account",
+    "spark.kubernetes.container.image": "spec.spark.image",
+    "spark.kubernetes.driver.container.image": "spec.spark.image",
+    "spark.kubernetes.executor.container.image": "spec.spark.image",
+    "spark.driver.cores": "spec.spark.driver.cores",
+    "spark.driver.memory": "spec.spark.driver.memory",
+    "spark.executor.cores": "spec.spark.executor.cores",
+    "spark.executor.memory": "spec.spark.executor.memory",
+    "spark.executor.instances": "spec.spark.executor.instances",
+}
+# Any key that names Kafka's servers (e.g. spark.kafka.clusters.<id>.auth.bootstrap.servers):
+# the operator gives every runner and job the bootstrap servers it was started with.
+RESERVED_SPARK_CONF_SUFFIX: Final = "bootstrap.servers"
+
+
+def reserved_spark_conf(key: str) -> str | None:
+    """What sets the Spark setting `key` instead of a view's or job's sparkConf; None when
+    sparkConf may set it."""
+    if key in RESERVED_SPARK_CONF:
+        return RESERVED_SPARK_CONF[key]
+    if key.endswith(RESERVED_SPARK_CONF_SUFFIX):
+        return "the operator's Kafka bootstrap servers"
+    return None
+
+
+def _reserved_conf_rule() -> str:
+    names = ", ".join(f"'{key}'" for key in RESERVED_SPARK_CONF)
+    return f"self.all(k, !(k in [{names}]) && !k.endsWith('{RESERVED_SPARK_CONF_SUFFIX}'))"
+
 
 class SparkSettings(ApiModel):
     """How the Spark application of a view or job runs."""
@@ -270,24 +320,39 @@ class SparkSettings(ApiModel):
     spark_conf: dict[str, Annotated[str, StringConstraints(max_length=4096)]] = Field(
         default_factory=dict,
         max_length=256,
-        description="Extra Spark configuration; keys start with 'spark.'.",
+        description="Extra Spark configuration; keys start with 'spark.'. Keys the operator "
+        "sets itself (spark.master, the checkpoint location, the namespace, the service account, "
+        "the image, resources, Kafka's bootstrap servers) are refused.",
         json_schema_extra=validations(
             cel(
                 "self.all(k, k.startsWith('spark.'))",
                 "sparkConf keys start with 'spark.' (e.g. spark.sql.shuffle.partitions)",
             ),
+            cel(
+                _reserved_conf_rule(),
+                "sparkConf may not set what the operator sets itself: "
+                + ", ".join(RESERVED_SPARK_CONF)
+                + f", or any key ending in {RESERVED_SPARK_CONF_SUFFIX}; use the spec.spark "
+                "fields (image, driver, executor) and leave the rest to the operator",
+            ),
         ),
     )
 
-    @model_validator(mode="after")
-    def _check_conf(self) -> SparkSettings:
-        for key in self.spark_conf:
+    @field_validator("spark_conf")
+    @classmethod
+    def _check_conf(cls, conf: dict[str, str]) -> dict[str, str]:
+        for key in conf:
             if not key.startswith("spark."):
                 raise ValueError(
                     f"sparkConf key {key!r} does not start with 'spark.' "
                     "(e.g. spark.sql.shuffle.partitions)"
                 )
-        return self
+            owner = reserved_spark_conf(key)
+            if owner is not None:
+                raise ValueError(
+                    f"sparkConf key {key!r} is set by {owner}, not by sparkConf: remove it"
+                )
+        return conf
 
 
 class SparkApplicationRef(StatusModel):

@@ -1,7 +1,9 @@
 """`distributary validate`: check pipeline files, and the check every other command starts with.
 
-The files are read as the operator reads them; every problem is printed on stderr, one line each
-naming the file, the resource, the field and the fix, before anything is planned or run. The
+The files are read as kubectl and the API server read them (each document placed by its apiVersion
+and kind and checked against the CRDs' own schema, repeated YAML keys refused: `api.admission`),
+then as the operator reads them; every problem is printed on stderr, one line each naming the file,
+the resource, the field and the fix, before anything is planned or run. The
 commands that read pipeline files (plan, graph, run, wait) call `load_checked` so a person meets
 the same report whichever command they ran.
 """
@@ -47,7 +49,11 @@ def _summary(pipeline: Pipeline) -> str:
 def validate(paths: tuple[Path, ...]) -> None:
     """Check pipeline files: every resource, reference, SQL query and schema.
 
-    Exits 0 when the pipeline is valid; otherwise prints one line per problem and exits 1.
+    At least as strict as the API server: each document is checked against the CRDs' schema (types
+    without coercion, formats, patterns, lengths, ranges), and a document that cannot be placed (a
+    missing or misspelt apiVersion or kind) or a repeated YAML key is refused. Documents of other
+    APIs are skipped and counted. Exits 0 when the pipeline is valid; otherwise prints one line
+    per problem and exits 1.
     """
     pipeline = load_checked(paths)
     skipped = f"; {pipeline.skipped} other document(s) skipped" if pipeline.skipped else ""

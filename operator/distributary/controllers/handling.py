@@ -47,6 +47,17 @@ CONFLICT_RETRY = 1.0  # seconds before a reconcile whose status changed under it
 LOGGER = logging.getLogger("distributary.reconcile")
 
 
+_RECONCILING: dict[tuple[str, str, str], asyncio.Lock] = {}
+
+
+def one_at_a_time(kind: str, namespace: str, name: str) -> asyncio.Lock:
+    """The lock that keeps a view's or job's reconciles from overlapping in this process: kopf's
+    handler and the observer's round both reconcile, and two at once would both act on the
+    world (start the same revision's runner twice; restart one a rewind has just stopped)
+    before either wrote status."""
+    return _RECONCILING.setdefault((kind, namespace, name), asyncio.Lock())
+
+
 class ReconcileError(kopf.TemporaryError):
     """A reconcile that failed unexpectedly, retried by kopf after its back-off (counted as an
     error, not a wait, in the metrics)."""
@@ -75,7 +86,8 @@ class Namespace:
         namespace = str((resource.get("metadata") or {}).get("namespace"))
         writers = [*self._items("views", namespace), *self._items("jobs", namespace)]
         logs, lineage = planning_bodies(self._items("logs", namespace), writers, dict(resource))
-        pipeline, children, _invalid = namespace_pipeline(logs, lineage)
+        allowed = self.services.settings.allowed_sql_functions
+        pipeline, children, _invalid = namespace_pipeline(logs, lineage, allowed_functions=allowed)
         return Lineage(pipeline, children, reprocessing_outputs(lineage))
 
     async def serve(self, output: dict[str, Any], topic: str) -> None:
@@ -151,10 +163,13 @@ async def recorded_failure(
 async def handle(kind: str, body: kopf.Body, memo: kopf.Memo, old: Any, found: Any) -> None:
     """A kopf handler's reconcile: waiting, conflicts and unexpected failures (after their
     `retry`-th try, which sets the back-off) become kopf's retries."""
+    meta = body.get("metadata") or {}
+    lock = one_at_a_time(kind, str(meta.get("namespace")), str(meta.get("name")))
     with metrics.reconciling(kind):
         try:
             attempt = int(found.get("retry") or 0)
-            await reconcile_resource(body, memo.services, indexes_of(found), old, attempt)
+            async with lock:  # after an observer's reconcile of it that has begun
+                await reconcile_resource(body, memo.services, indexes_of(found), old, attempt)
         except ReconcileFailedError as exc:  # recorded on the resource; one line in the log
             raise ReconcileError(str(exc), delay=exc.delay) from None
         except TryAgain as exc:

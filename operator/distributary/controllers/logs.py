@@ -36,11 +36,11 @@ from distributary.controllers.status import StatusRecorder
 from distributary.kafka.admin import KafkaAdminError
 from distributary.kube.resources import KubeError
 from distributary.plan.log_deletion import deleted_topics
-from distributary.plan.log_status import LogReconcile, log_status
+from distributary.plan.log_status import LogReconcile, log_status, record_problems
 from distributary.plan.pipeline import revision_topic
 from distributary.plan.spark import owner_reference
 from distributary.plan.topics import DesiredTopic, desired_topic
-from distributary.plan.view_plan import SERVING_ANNOTATION
+from distributary.plan.view_plan import SERVING_ANNOTATION, is_child_log
 from distributary.reconcile.ports import StatusConflictError
 
 PLURAL = "logs"
@@ -104,6 +104,8 @@ async def _reconcile(body: kopf.Body, services: OperatorServices) -> None:
     recorder = StatusRecorder.of(services.kube, body)
     status = dict(recorder.status)
     found = _log(body)
+    if isinstance(found, Log) and not is_child_log(body):  # a view's output: the view's problems
+        found = record_problems(found) or found
     if isinstance(found, str):
         topic = (body.get("spec") or {}).get("topicName") or body.meta.get("name")
         result = LogReconcile(generation, str(topic), invalid=found)

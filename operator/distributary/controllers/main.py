@@ -39,6 +39,12 @@ from distributary.plan.restarts import (
 )
 from distributary.plan.spark import MANAGED_BY, SPARK_APPLICATION_API_VERSION
 from distributary.plan.topics import DesiredTopic
+from distributary.sql import (
+    ALLOW_FUNCTIONS_ENV,
+    ALLOW_FUNCTIONS_FLAG,
+    UNSAFE_FUNCTIONS,
+    allowed_functions,
+)
 
 FINALIZER = "distributary.dev/finalizer"
 CONTROLLERS = (
@@ -107,6 +113,16 @@ def _configure(settings: kopf.OperatorSettings) -> None:
     settings.watching.server_timeout = 300
 
 
+def _allowed_functions(
+    _context: click.Context, _param: click.Parameter, text: str
+) -> frozenset[str]:
+    """The unsafe SQL functions the flag allows; a name that is not one is a usage error."""
+    try:
+        return allowed_functions(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 @click.command()
 @click.option(
     "--bootstrap-servers",
@@ -171,6 +187,15 @@ def _configure(settings: kopf.OperatorSettings) -> None:
     envvar="DISTRIBUTARY_ALLOW_NODE_LOCAL_CHECKPOINTS",
     help="Run views and jobs under spark-operator even with checkpoints on each driver's own "
     "disk, which a restarted driver loses (refused otherwise).",
+)
+@click.option(
+    ALLOW_FUNCTIONS_FLAG,
+    "allow_sql_functions",
+    default="",
+    envvar=ALLOW_FUNCTIONS_ENV,
+    callback=_allowed_functions,
+    help="SQL functions that run code of a view's author's choosing inside Spark, allowed in "
+    f"views' SQL (comma separated, of: {', '.join(UNSAFE_FUNCTIONS)}); refused by default.",
 )
 @click.option(
     "--state-dir",
@@ -269,6 +294,7 @@ def operator(
     checkpoint_claim: str,
     checkpoint_mount_path: str,
     allow_node_local_checkpoints: bool,
+    allow_sql_functions: frozenset[str],
     state_dir: Path,
     namespaces: tuple[str, ...],
     observe_interval: float,
@@ -296,6 +322,7 @@ def operator(
             CheckpointClaim(checkpoint_claim, checkpoint_mount_path) if checkpoint_claim else None
         ),
         allow_node_local_checkpoints=allow_node_local_checkpoints,
+        allowed_sql_functions=allow_sql_functions,
         state_dir=state_dir,
         observe_interval=observe_interval,
         restart_policy=RestartPolicy(

@@ -19,7 +19,7 @@ from typing import Any, cast
 import kopf
 
 from distributary.api.common import GROUP_VERSION
-from distributary.controllers.handling import reconcile_resource
+from distributary.controllers.handling import one_at_a_time, reconcile_resource
 from distributary.controllers.indexes import indexes_of
 from distributary.controllers.services import OperatorServices
 from distributary.controllers.status import StatusRecorder
@@ -120,12 +120,21 @@ async def _observe_log(
 async def _observe(services: OperatorServices, item: dict[str, Any], indexes: Any) -> bool:
     """Reconcile a view or job as on a change, and write its status if it changed; False when
     the status had changed since `item` was read (nothing was written)."""
-    body = kopf.Body(cast(kopf.RawBody, item))
-    namespace, name = item["metadata"]["namespace"], item["metadata"]["name"]
+    kind, namespace, name = item["kind"], item["metadata"]["namespace"], item["metadata"]["name"]
+    lock = one_at_a_time(kind, namespace, name)
+    if lock.locked():
+        return True  # its handler reconciles it now: this round leaves it alone
     try:
-        # Status is written only onto the version this round read: a newer one (a handler's
-        # write-ahead record, a cutover) is never overwritten; the next round starts from it.
-        await reconcile_resource(body, services, indexes)
+        async with lock:
+            # Read again under the lock: the round's listing may be older than a handler's
+            # reconcile that finished meanwhile. Status is written only onto the version read
+            # here: a newer one (a handler's write-ahead record, a cutover) is never
+            # overwritten; the next round starts from it.
+            current = await asyncio.to_thread(services.kube.get, API, kind, namespace, name)
+            if not current or (current.get("metadata") or {}).get("deletionTimestamp"):
+                return True
+            body = kopf.Body(cast(kopf.RawBody, {**current, "kind": kind}))
+            await reconcile_resource(body, services, indexes)
     except ReconcileFailedError as exc:  # recorded on the resource; the next round tries again
         LOGGER.warning("observing %s %s/%s: %s", item["kind"], namespace, name, exc)
     except TryAgain:

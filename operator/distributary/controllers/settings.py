@@ -80,6 +80,10 @@ class OperatorSettings:
     """Run revisions under the spark-operator runtime even when their checkpoints are on each
     driver's own disk (lost with the driver), instead of refusing them."""
 
+    allowed_sql_functions: frozenset[str] = frozenset()
+    """The functions of `sql.UNSAFE_FUNCTIONS` (code of a view's author's choosing, run inside
+    Spark) that views' SQL may call; none by default."""
+
     observe_interval: float = 30.0
     """Seconds from the start of one observe round to the start of the next."""
 

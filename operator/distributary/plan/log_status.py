@@ -15,6 +15,8 @@ from datetime import datetime
 from typing import Any
 
 from distributary.api.common import Condition
+from distributary.api.log import Log
+from distributary.graph import Pipeline
 from distributary.plan.conditions import Observation, Problem, Work, conditions
 from distributary.plan.positions import Watermarks
 from distributary.plan.topics import TopicPlan
@@ -34,6 +36,14 @@ class LogReconcile:
     invalid: str | None = None
     # Accepted, and another controller (Strimzi's topic operator) has yet to act: Reconciling.
     waiting: Work | None = None
+
+
+def record_problems(log: Log) -> str | None:
+    """What is wrong with a declared Log's record format on its own (a schema that does not
+    parse or names a column twice, a key that is not a top-level column), as the pipeline graph
+    and `distributary validate` say it; None when nothing is. The Log is then `InvalidSpec`."""
+    found = Pipeline.build([log]).problems
+    return "; ".join(f"{p.field}: {p.message}" for p in found) or None
 
 
 def _observation(result: LogReconcile, first_sight: bool) -> Observation:

@@ -153,10 +153,14 @@ def _named_logs(body: Mapping[str, Any], which: str) -> list[str]:
 
 
 def namespace_pipeline(
-    logs: Iterable[Mapping[str, Any]], views: Iterable[Mapping[str, Any]]
+    logs: Iterable[Mapping[str, Any]],
+    views: Iterable[Mapping[str, Any]],
+    *,
+    allowed_functions: frozenset[str] = frozenset(),
 ) -> tuple[Pipeline, dict[str, LogStatus], dict[str, str]]:
     """The graph of a namespace's resources, the child Logs' statuses by name, and the views
-    whose spec does not even parse, with the message.
+    whose spec does not even parse, with the message. Views may call the unsafe SQL functions
+    in `allowed_functions` (the operator's setting), no others.
 
     Building it is the costly part of planning a view (every Log's schema and every view's SQL
     are analysed), and each view is planned against its whole namespace: so the last graph
@@ -164,12 +168,12 @@ def namespace_pipeline(
     order, as when the observer plans every view of a namespace from one listing. Callers on
     several threads share it: the slot is read and replaced whole, never changed in place."""
     logs, views = list(logs), list(views)
-    key = (_versions(logs), _versions(views))
+    key = (_versions(logs), _versions(views), allowed_functions)
     last = _last_built[0]
     if last is not None and last[0] == key:
         pipeline, children, invalid = last[1]
     else:
-        pipeline, children, invalid = _build_pipeline(logs, views)
+        pipeline, children, invalid = _build_pipeline(logs, views, allowed_functions)
         known = key[0] is not None and key[1] is not None  # bodies from files have no version
         _last_built[0] = (key, (pipeline, children, invalid)) if known else None
     return pipeline, dict(children), dict(invalid)
@@ -177,7 +181,8 @@ def namespace_pipeline(
 
 _Built = tuple[Pipeline, dict[str, LogStatus], dict[str, str]]
 _Versions = frozenset[tuple[str, str, str, str]] | None
-_last_built: list[tuple[tuple[_Versions, _Versions], _Built] | None] = [None]  # one slot
+_BuiltFrom = tuple[_Versions, _Versions, frozenset[str]]
+_last_built: list[tuple[_BuiltFrom, _Built] | None] = [None]  # one slot
 
 
 def _versions(bodies: list[Mapping[str, Any]]) -> _Versions:
@@ -195,7 +200,9 @@ def _versions(bodies: list[Mapping[str, Any]]) -> _Versions:
     return frozenset(found)
 
 
-def _build_pipeline(logs: list[Mapping[str, Any]], views: list[Mapping[str, Any]]) -> _Built:
+def _build_pipeline(
+    logs: list[Mapping[str, Any]], views: list[Mapping[str, Any]], allowed: frozenset[str]
+) -> _Built:
     resources: list[Any] = []
     children: dict[str, LogStatus] = {}
     invalid: dict[str, str] = {}
@@ -215,7 +222,7 @@ def _build_pipeline(logs: list[Mapping[str, Any]], views: list[Mapping[str, Any]
             resources.append(parse_resource(_document(body)))
         except ResourceError as exc:
             invalid[str((body.get("metadata") or {}).get("name"))] = str(exc)
-    return Pipeline.build(resources), children, invalid
+    return Pipeline.build(resources, allowed_functions=allowed), children, invalid
 
 
 @dataclass(frozen=True)

@@ -260,6 +260,25 @@ class Chaos:
                 found.append((name, app.folder.name, pid))
         return sorted(found)
 
+    def runner_processes(self) -> list[tuple[str, str, int]]:
+        """(view, revision folder, pid) of every live runner process of the namespace, found in
+        /proc by the spec file it runs, whether or not a pid file names it: a process the
+        runtime lost track of shows here and not in `runners`."""
+        root = f"{self.state_dir / self.namespace}/"
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            except OSError:
+                continue
+            specs = [a for a in argv if a.startswith(root) and a.endswith("runner-spec.json")]
+            if "distributary.runner" in argv and specs:
+                view, revision = Path(specs[0]).parts[-3:-1]
+                found.append((view, revision, int(entry.name)))
+        return sorted(found)
+
     def kill_runner(self) -> None:
         """SIGKILL one runner, its JVM and its Python workers (its own process group)."""
         running = self.runners()

@@ -250,11 +250,19 @@ def _cutover(chaos: Chaos, settled: Settled) -> list[str] | str:
 
 
 def _applications(chaos: Chaos, settled: Settled) -> list[str]:
-    """Runner processes of the namespace that should not run, or should and do not."""
-    running = {(view, revision) for view, revision, _ in chaos.runners()}
+    """Runner processes of the namespace that should not run, or should and do not: exactly one
+    process per view, its serving revision's, and the one its pid file names."""
+    tracked = {(view, revision): pid for view, revision, pid in chaos.runners()}
+    processes = chaos.runner_processes()
+    running = {(view, revision) for view, revision, _ in processes}
     expected = {(view, f"r{settled.serving(view)}") for view in VIEWS}
     problems = [f"{v} {r} runs, and should not" for v, r in sorted(running - expected)]
     problems += [f"{v} {r} does not run" for v, r in sorted(expected - running)]
+    problems += [
+        f"{v} {r}: process {pid} runs untracked (its pid file names {tracked.get((v, r))})"
+        for v, r, pid in processes
+        if tracked.get((v, r)) != pid
+    ]
     return problems
 
 

@@ -237,6 +237,26 @@ CASES: list[tuple[str, str, type[BaseModel], str | None, Any]] = [
     ("DerivedView", ".spec.inputs[].startingPosition", Position, None, {"from": "Latest"}),
     ("DerivedView", ".spec.spark.sparkConf", SparkSettings, "sparkConf", {"sql.x": "1"}),
     ("DerivedView", ".spec.spark.sparkConf", SparkSettings, "sparkConf", {"spark.sql.x": "1"}),
+    *(
+        ("DerivedView", ".spec.spark.sparkConf", SparkSettings, "sparkConf", {key: "x"})
+        for key in (
+            *("spark.master", "spark.sql.streaming.checkpointLocation", "spark.app.name"),
+            *("spark.kubernetes.namespace", "spark.kubernetes.container.image"),
+            *("spark.kubernetes.authenticate.driver.serviceAccountName", "spark.driver.memory"),
+            *("spark.kafka.bootstrap.servers", "spark.kafka.clusters.a.auth.bootstrap.servers"),
+            *(
+                "spark.masters",
+                "spark.sql.streaming.checkpointLocation.x",
+                "spark.driver.maxResultSize",
+            ),
+            *(
+                "spark.kubernetes.driver.label.team",
+                "spark.kafka.clusters.a.target.bootstrap.servers.regex",
+            ),
+        )
+    ),
+    ("StreamJob", ".spec.spark.sparkConf", SparkSettings, "sparkConf", {"spark.master": "k8s://x"}),
+    ("StreamJob", ".spec.spark.sparkConf", SparkSettings, "sparkConf", {"spark.sql.x": "1"}),
     ("StreamJob", ".spec.env", JobSpec, "env", {"DISTRIBUTARY_X": "1"}),
     ("StreamJob", ".spec.env", JobSpec, "env", {"1A": "1"}),
     ("StreamJob", ".spec.env", JobSpec, "env", {"A_1": "1", "_b": "2"}),

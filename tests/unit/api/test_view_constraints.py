@@ -85,7 +85,7 @@ def test_a_view_needs_sql() -> None:
 
 def test_spark_conf_keys_start_with_spark() -> None:
     problem = _only_problem(_view(spark={"sparkConf": {"sql.shuffle.partitions": "4"}}))
-    assert problem.startswith("spec.spark: ")
+    assert problem.startswith("spec.spark.sparkConf: ")
     assert "sparkConf key 'sql.shuffle.partitions' does not start with 'spark.'" in problem
 
 

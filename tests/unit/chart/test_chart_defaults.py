@@ -18,6 +18,7 @@ from distributary.plan.checkpoint_storage import (
     CheckpointClaim,
     checkpoint_problem,
 )
+from distributary.sql import UNSAFE_FUNCTIONS, allowed_functions
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "charts" / "distributary"
@@ -67,3 +68,11 @@ def test_default_restarts_are_the_operators_defaults() -> None:
         "failureWindowSeconds": restarts.FAILURE_WINDOW,
         "failuresBeforeStalled": restarts.FAILURES_BEFORE_STALLED,
     }
+
+
+def test_no_unsafe_sql_function_is_allowed_by_default_and_the_schema_knows_them_all() -> None:
+    assert load("values.yaml")["allowSqlFunctions"] == []
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    names = schema["properties"]["allowSqlFunctions"]["items"]["enum"]
+    assert names == list(UNSAFE_FUNCTIONS)
+    assert allowed_functions(names) == frozenset(names)  # what the operator reads back

@@ -23,6 +23,7 @@ from tests.unit.reconcile.fakes import NS, Parts, parts
 from distributary.controllers import logs
 from distributary.controllers.handling import ReconcileError, handle
 from distributary.controllers.services import OperatorServices
+from distributary.controllers.settings import OperatorSettings
 from distributary.plan.status_patch import merged
 from distributary.reconcile.failures import LONGEST_RETRY, retry_delay
 from distributary.reconcile.ports import Services
@@ -84,7 +85,7 @@ def view(status: Mapping[str, Any]) -> dict[str, Any]:
 def services(p: Parts, kube: FakeKube) -> OperatorServices:
     base = p.services()
     shared = {f.name: getattr(base, f.name) for f in fields(Services)}
-    return OperatorServices(**shared, settings=cast(Any, None), kube=cast(Any, kube))
+    return OperatorServices(**shared, settings=OperatorSettings("kafka:9092"), kube=cast(Any, kube))
 
 
 def reconcile(p: Parts, kube: FakeKube, retry: int = 0) -> None:

@@ -191,7 +191,9 @@ def test_a_failed_application_is_restarted_after_its_back_off() -> None:
     p.runtime.failing.add(1)
     with pytest.raises(TryAgain) as waited:
         run(p, view())
-    assert 10 <= waited.value.delay <= 11
+    # 10 s from when the reconcile saw the failure (due to the whole second after), asked for
+    # when it ends: a busy machine's reconcile may take a moment of that.
+    assert 9.5 <= waited.value.delay <= 11
     app = p.store.status["sparkApplication"]
     assert (app["state"], app["attempts"], app["lastError"]) == ("FAILED", 1, "it failed")
     assert len(app["failures"]) == 1

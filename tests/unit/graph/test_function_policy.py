@@ -1,0 +1,113 @@
+"""A view whose SQL calls a function that runs code inside Spark (`reflect`, `java_method`, ...)
+is refused unless the operator's settings allow that function: `distributary validate`, the
+planners and the view's condition all say so, naming the resource, `spec.sql`, the function and
+the setting that allows it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from distributary.api.view import DerivedView
+from distributary.graph import Pipeline, load_pipeline
+from distributary.plan.view_plan import namespace_pipeline, plan_view
+from distributary.plan.view_status import RunObservation, view_status
+
+NS = "shop"
+UUID = "SELECT reflect('java.util.UUID', 'randomUUID') AS id, user FROM src"
+
+
+def log() -> dict[str, Any]:
+    return {
+        "apiVersion": "distributary.dev/v1alpha1",
+        "kind": "Log",
+        "metadata": {"name": "clicks", "namespace": NS},
+        "spec": {"schema": "user STRING, n INT"},
+    }
+
+
+def view(sql: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "distributary.dev/v1alpha1",
+        "kind": "DerivedView",
+        "metadata": {"name": "ids", "namespace": NS, "uid": "uid-ids"},
+        "spec": {"inputs": [{"log": "clicks", "alias": "src"}], "sql": sql},
+    }
+
+
+@pytest.mark.parametrize(
+    ("sql", "name"),
+    [
+        (UUID, "reflect"),
+        ("SELECT JAVA_METHOD('java.lang.System', 'getenv', 'HOME') AS h FROM src", "java_method"),
+        ("SELECT user FROM src WHERE try_reflect('a.B', 'c') IS NULL", "try_reflect"),
+        ("SELECT TRANSFORM(user) USING 'id' AS (out) FROM src", "transform"),
+    ],
+)
+def test_a_view_calling_an_unsafe_function_is_refused_by_default(sql: str, name: str) -> None:
+    pipeline, _, _ = namespace_pipeline([log()], [view(sql)])
+    [problem] = [p for p in pipeline.problems if p.message.startswith("calls ")]
+    assert problem.resource == f"DerivedView/{NS}/ids"
+    assert problem.field == "spec.sql"
+    assert f"calls {name}, which" in problem.message
+    assert f"--allow-sql-functions {name}" in problem.message
+    assert f"DISTRIBUTARY_ALLOW_SQL_FUNCTIONS={name}" in problem.message
+
+
+def test_the_operator_setting_allows_the_functions_it_names_and_no_others() -> None:
+    sql = "SELECT reflect('a.B', 'c') AS r, java_method('a.B', 'c') AS j FROM src"
+    pipeline, _, _ = namespace_pipeline(
+        [log()], [view(sql)], allowed_functions=frozenset({"reflect"})
+    )
+    assert ["java_method" in p.message for p in pipeline.problems] == [True]
+    both = frozenset({"reflect", "java_method"})
+    assert namespace_pipeline([log()], [view(sql)], allowed_functions=both)[0].ok
+
+
+def test_the_kept_graph_is_not_given_for_another_setting() -> None:
+    logs, views = [log()], [view(UUID)]
+    logs[0]["metadata"]["resourceVersion"] = "1"
+    views[0]["metadata"]["resourceVersion"] = "2"
+    refused, _, _ = namespace_pipeline(logs, views)
+    allowed, _, _ = namespace_pipeline(logs, views, allowed_functions=frozenset({"reflect"}))
+    assert not refused.ok
+    assert allowed.ok
+
+
+def test_the_refusal_stalls_the_view_with_invalid_spec() -> None:
+    pipeline, children, _ = namespace_pipeline([log()], [view(UUID)])
+    plan = plan_view(
+        pipeline,
+        children,
+        DerivedView.model_validate(view(UUID)),
+        None,
+        checkpoint_root="s3a://bucket/ck",
+        bootstrap_servers="kafka:9092",
+        generation=1,
+    )
+    assert plan.runner is None
+    assert [p.reason for p in plan.problems] == ["InvalidSpec"]
+    status = view_status(plan, RunObservation(), None, 1, datetime(2025, 1, 1, tzinfo=UTC))
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Stalled"]["status"] == "True"
+    assert conditions["Ready"]["status"] == "False"
+    assert conditions["Stalled"]["reason"] == "InvalidSpec"
+    assert "spec.sql" in conditions["Stalled"]["message"]
+    assert "reflect" in conditions["Stalled"]["message"]
+
+
+def test_files_are_checked_with_the_same_default(tmp_path: Path) -> None:
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump_all([log(), view(UUID)]))
+    assert not load_pipeline([tmp_path]).ok
+    assert load_pipeline([tmp_path], allowed_functions=frozenset({"reflect"})).ok
+
+
+def test_a_safe_view_is_untouched() -> None:
+    pipeline = Pipeline.build([])
+    assert pipeline.ok
+    checked, _, _ = namespace_pipeline([log()], [view("SELECT upper(user) AS u FROM src")])
+    assert checked.ok
