@@ -30,8 +30,15 @@ from distributary.api import (
     StreamJob,
     parse_resource,
 )
-from distributary.api.admission import narrowed, place, schema_problems, yaml_documents
+from distributary.api.admission import (
+    NestedTooDeeply,
+    narrowed,
+    place,
+    schema_problems,
+    yaml_documents,
+)
 from distributary.event_time import event_time_problems, log_columns
+from distributary.query_rules import query_problems
 from distributary.sql import (
     ALLOW_FUNCTIONS_ENV,
     ALLOW_FUNCTIONS_FLAG,
@@ -206,7 +213,8 @@ def _documents(path: Path, problems: list[SpecProblem]) -> list[tuple[int, dict[
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        problems.append(SpecProblem("", "", f"is not valid YAML: {what}{where}", str(path)))
+        lead = "" if isinstance(exc, NestedTooDeeply) else "is not valid YAML: "
+        problems.append(SpecProblem("", "", f"{lead}{what}{where}", str(path)))
     except (OSError, UnicodeDecodeError) as exc:
         problems.append(SpecProblem("", "", f"cannot be read: {exc}", str(path)))
     return documents
@@ -342,6 +350,7 @@ class _Builder:
         for ref in order:
             if ref in pipeline.views:
                 self._check_view(ref)
+        self._check_topics()
         pipeline.order = tuple(order)
         pipeline.edges = tuple(sorted(self.edges, key=lambda e: (e[0]._rank(), e[1]._rank())))
         ranked = sorted(self.problems, key=lambda p: p.resource)
@@ -486,6 +495,38 @@ class _Builder:
         for index, message in key_problems(spec.key or [], names, "spec.key", lacking):
             self._problem(ref, f"spec.key[{index}]", message)
 
+    def _check_topics(self) -> None:
+        """Two Logs whose topics Kafka would take for one: the same name, a view's revision
+        topic (`<topic>.r<N>`), or names that differ only in '.' against '_' (Kafka refuses the
+        second: they collide in its metrics). Checked within a namespace, as pipelines are."""
+        claimed: list[tuple[Ref, str, bool]] = []
+        for ref, log in sorted(self.pipeline.logs.items()):
+            derived = ref not in self.declared_logs
+            mine = _topic_pattern(log.topic, derived)
+            for other, topic, other_derived in claimed:
+                if other.namespace != ref.namespace:
+                    continue
+                theirs = _topic_pattern(topic, other_derived)
+                if _same_topic(mine, topic, other_derived) or _same_topic(
+                    theirs, log.topic, derived
+                ):
+                    self._topic_problem(ref, (other, topic), derived)
+                    break
+            claimed.append((ref, log.topic, derived))
+
+    def _topic_problem(self, ref: Ref, seen: tuple[Ref, str], derived: bool) -> None:
+        other, topic = seen
+        writer = self.pipeline.writer(ref) if derived else None
+        owner = writer if writer is not None else ref
+        field = "spec.output.log" if writer is not None else "spec.topicName"
+        self._problem(
+            owner,
+            field,
+            f"gives a topic that Kafka would take for {other}'s {topic!r} (the same name, a "
+            "view's <topic>.r<N>, or a name differing only in '.' against '_'): choose a "
+            "topic name that differs in more than that",
+        )
+
     def _check_view(self, ref: Ref) -> None:
         pipeline, view = self.pipeline, self.pipeline.views[ref]
         inputs = {
@@ -504,6 +545,10 @@ class _Builder:
                 f"start the operator with {ALLOW_FUNCTIONS_FLAG} {name} "
                 f"({ALLOW_FUNCTIONS_ENV}={name})",
             )
+        if analysis is not None:
+            aliases = [i.alias for i in view.spec.inputs]
+            for message in query_problems(view.spec.sql, aliases, view.spec.output.mode):
+                self._problem(ref, "spec.sql", message)
         for path, message in event_time_problems(view, inputs, analysis is not None):
             self._problem(ref, path, message)
         output = view.spec.output
@@ -538,6 +583,19 @@ class _Builder:
             return None
         self.pipeline._analyses[ref] = analysis
         return analysis
+
+
+def _topic_pattern(topic: str, derived: bool) -> re.Pattern[str]:
+    """The topics a Log takes, with '.' and '_' alike: its own, or a view's revision topics."""
+    base = re.escape(topic.replace(".", "_"))
+    return re.compile(f"{base}(_r[0-9]+)?" if derived else base)
+
+
+def _same_topic(pattern: re.Pattern[str], topic: str, derived: bool) -> bool:
+    normal = topic.replace(".", "_")
+    return pattern.fullmatch(normal) is not None or (
+        derived and pattern.fullmatch(f"{normal}_r1") is not None
+    )
 
 
 def key_problems(

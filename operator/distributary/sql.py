@@ -79,13 +79,42 @@ def _tokens(sql: str) -> list[Token]:
     return tokens
 
 
+# Parentheses (a subquery's and a call's included) and CASE expressions may nest this deep: the
+# parser and the optimizer recurse, about fifteen frames a level, within Python's default limit.
+MAX_NESTING = 32
+_TOO_DEEP = (
+    f"nests parentheses, subqueries or CASE expressions more than {MAX_NESTING} levels deep, "
+    f"the most Distributary reads: name the inner parts in a WITH clause or flatten the expression"
+)
+_TOO_LONG = (
+    "chains operators (such as NOT NOT ... or a || b || ...) too deeply for Distributary to "
+    "read: shorten the chain, or split it over columns of a WITH clause"
+)
+
+
+def _check_nesting(tokens: Sequence[Token]) -> None:
+    depth = 0
+    for token in tokens:
+        if token.token_type in (TokenType.L_PAREN, TokenType.CASE):
+            depth += 1
+            if depth > MAX_NESTING:
+                raise SqlError(f"{_TOO_DEEP} (line {token.line}, column {token.col})")
+        elif token.token_type in (TokenType.R_PAREN, TokenType.END):
+            depth = max(0, depth - 1)
+
+
 def parse_query(sql: str) -> exp.Query:
-    """Parse one Spark SQL query, or raise `SqlError` saying where it breaks."""
+    """Parse one Spark SQL query, or raise `SqlError` saying where it breaks (and for a query
+    nested deeper than `MAX_NESTING`, or too deep for the parser in another way)."""
     try:
+        tokens = _tokens(sql)
+        _check_nesting(tokens)
         parser = Dialect.get_or_raise(DIALECT).parser()
-        statements = [s for s in parser.parse(_tokens(sql), sql) if s is not None]
+        statements = [s for s in parser.parse(tokens, sql) if s is not None]
     except SqlglotError as exc:
         raise SqlError(f"does not parse as Spark SQL: {_first_error(exc)}") from None
+    except RecursionError:  # a chain such as NOT NOT ... nests without parentheses
+        raise SqlError(_TOO_LONG) from None
     if len(statements) != 1:
         raise SqlError(f"holds {len(statements)} statements: write exactly one query")
     statement = statements[0]
@@ -99,7 +128,11 @@ def parse_query(sql: str) -> exp.Query:
 @functools.lru_cache(maxsize=4096)  # a view's revision hash is taken on every reconcile
 def canonical_sql(sql: str) -> str:
     """The query in one normal form: comments, spacing and keyword case do not change it."""
-    return parse_query(sql).sql(dialect=DIALECT, comments=False, normalize=False, pretty=False)
+    query = parse_query(sql)
+    try:
+        return query.sql(dialect=DIALECT, comments=False, normalize=False, pretty=False)
+    except RecursionError:
+        raise SqlError(_TOO_LONG) from None
 
 
 def parse_ddl(ddl: str) -> list[Column]:
@@ -331,6 +364,8 @@ def _analyzed(
         return _analyze(sql, dict(tables))
     except SqlError as exc:
         return exc
+    except RecursionError:
+        return SqlError(_TOO_LONG)
 
 
 def _analyze(sql: str, tables: Mapping[str, Sequence[Column]]) -> QueryAnalysis:

@@ -322,9 +322,35 @@ def _duplicates(value: list[Any], node: Schema, path: str) -> Iterator[str]:
             seen[identity] = index
 
 
+# Lists and mappings may nest this deep in a document: PyYAML composes a document, and the
+# checks walk it, recursively; a pipeline's resources need a dozen levels at most.
+MAX_YAML_DEPTH = 64
+
+
+class NestedTooDeeply(yaml.MarkedYAMLError):
+    """A document whose lists and mappings nest deeper than `MAX_YAML_DEPTH`."""
+
+
 class _KubectlLoader(yaml.SafeLoader):
     """PyYAML's safe loader made to read as kubectl does: a timestamp stays a string (the API
-    server checks its format)."""
+    server checks its format). It refuses lists and mappings nested deeper than
+    `MAX_YAML_DEPTH`, where composing would otherwise exhaust Python's stack."""
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        collection = self.check_event(yaml.SequenceStartEvent, yaml.MappingStartEvent)
+        if collection and self._depth >= MAX_YAML_DEPTH:
+            raise NestedTooDeeply(
+                problem=f"nests lists and mappings more than {MAX_YAML_DEPTH} levels deep, the "
+                "most Distributary reads: flatten the document",
+                problem_mark=self.peek_event().start_mark,  # type: ignore[no-untyped-call]
+            )
+        self._depth += collection
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= collection
 
 
 _KubectlLoader.yaml_implicit_resolvers = {

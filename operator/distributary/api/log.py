@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, StringConstraints, model_validator
+from pydantic import ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from distributary.api.common import (
     GROUP_VERSION,
@@ -26,6 +26,17 @@ from distributary.api.common import (
     duration_ms,
     validations,
 )
+from distributary.api.names import (
+    DEAD_LETTER_SUFFIX,
+    INTERNAL_TOPIC_PREFIX,
+    MAX_TOPIC_NAME,
+    PROGRESS_TOPIC,
+    PROJECT_TOPIC_PREFIX,
+    reserved_topic,
+    shown,
+    topic_problem,
+)
+from distributary.api.topic_configs import config_value_problem
 
 # Topic-level configs Kafka 4 accepts. Keys outside this set are refused with a suggestion.
 KAFKA_TOPIC_CONFIGS = frozenset(
@@ -166,6 +177,17 @@ class LogSpec(ApiModel):
         description="The Kafka topic; metadata.name when unset. Immutable.",
         json_schema_extra=validations(
             cel("self == oldSelf", "topicName is immutable: create a new Log for a new topic"),
+            cel(
+                f"!self.startsWith('{INTERNAL_TOPIC_PREFIX}')",
+                "topicName may not begin with '__': such topics are Kafka's own "
+                "(__consumer_offsets, __transaction_state); choose another name",
+            ),
+            cel(
+                f"self != '{PROGRESS_TOPIC}' && !(self.startsWith('{PROJECT_TOPIC_PREFIX}') && "
+                f"self.endsWith('{DEAD_LETTER_SUFFIX}'))",
+                f"topicName may not be {PROGRESS_TOPIC} or distributary.<namespace>.<name>.dlq: "
+                "Distributary writes those topics itself; choose another name",
+            ),
         ),
     )
     partitions: Annotated[int, Field(ge=1, le=10000)] = Field(
@@ -226,6 +248,14 @@ class LogSpec(ApiModel):
         description="Retain (default) keeps the topic when the Log is deleted; Delete removes it.",
     )
 
+    @field_validator("topic_name")
+    @classmethod
+    def _check_topic_name(cls, topic: str | None) -> str | None:
+        reason = reserved_topic(topic) if topic is not None else None
+        if reason is not None:
+            raise ValueError(f"{topic!r} {reason}: choose another topic name")
+        return topic
+
     @model_validator(mode="after")
     def _check_config(self) -> LogSpec:
         for key in self.config:
@@ -237,6 +267,9 @@ class LogSpec(ApiModel):
                 near = difflib.get_close_matches(key, sorted(KAFKA_TOPIC_CONFIGS), n=1)
                 hint = f" (did you mean {near[0]!r}?)" if near else ""
                 raise ValueError(f"config key {key!r} is not a Kafka topic config{hint}")
+            problem = config_value_problem(key, self.config[key])
+            if problem is not None:
+                raise ValueError(problem)
         return self
 
     def topic_configs(self) -> dict[str, str]:
@@ -306,6 +339,19 @@ class Log(ApiModel):
     metadata: ObjectMeta
     spec: LogSpec = Field(default_factory=LogSpec)
     status: LogStatus | None = None
+
+    @model_validator(mode="after")
+    def _check_name_as_topic(self) -> Log:
+        # Without spec.topicName the name is the topic; a Kubernetes name may be 253 characters.
+        name = self.metadata.name
+        problem = topic_problem(name) if self.spec.topic_name is None else None
+        if problem is not None:
+            raise ValueError(
+                f"metadata.name: {shown(name)} is the Log's topic when spec.topicName is unset, "
+                f"and {problem}: set spec.topicName to a topic name of at most "
+                f"{MAX_TOPIC_NAME} characters that names no internal topic"
+            )
+        return self
 
     @property
     def topic(self) -> str:

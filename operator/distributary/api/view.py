@@ -34,6 +34,16 @@ from distributary.api.common import (
     validations,
 )
 from distributary.api.log import Retention
+from distributary.api.names import (
+    DEAD_LETTER_SUFFIX,
+    MAX_OUTPUT_TOPIC,
+    MAX_TOPIC_NAME,
+    PROGRESS_TOPIC,
+    PROJECT_TOPIC_PREFIX,
+    reserved_topic,
+    shown,
+    topic_problem,
+)
 
 
 class Watermark(ApiModel):
@@ -90,7 +100,18 @@ class ViewOutput(ApiModel):
         default=None,
         description="The name of the child Log the view writes; the view's name when unset. "
         "Immutable.",
-        json_schema_extra=validations(cel("self == oldSelf", "output.log is immutable")),
+        json_schema_extra={
+            "maxLength": MAX_OUTPUT_TOPIC,
+            **validations(
+                cel("self == oldSelf", "output.log is immutable"),
+                cel(
+                    f"self != '{PROGRESS_TOPIC}' && !(self.startsWith('{PROJECT_TOPIC_PREFIX}') "
+                    f"&& self.endsWith('{DEAD_LETTER_SUFFIX}'))",
+                    f"output.log may not be {PROGRESS_TOPIC} or distributary.<namespace>.<name>"
+                    ".dlq: Distributary writes those topics itself; choose another name",
+                ),
+            ),
+        },
     )
     mode: Literal["append", "upsert"] = Field(
         default="append",
@@ -121,6 +142,14 @@ class ViewOutput(ApiModel):
         default="Retain",
         description="What happens to the output topics when the view is deleted.",
     )
+
+    @field_validator("log")
+    @classmethod
+    def _check_log(cls, log: str | None) -> str | None:
+        reason = reserved_topic(log) if log is not None else None
+        if reason is not None:
+            raise ValueError(f"{log!r} {reason}: choose another name for the output log")
+        return log
 
     @model_validator(mode="after")
     def _check_key(self) -> ViewOutput:
@@ -467,3 +496,22 @@ class DerivedView(ApiModel):
     def output_log(self) -> str:
         """The name of the child Log this view writes."""
         return self.spec.output.log or self.metadata.name
+
+    @model_validator(mode="after")
+    def _check_output_topic(self) -> DerivedView:
+        # The output log's name is its topic, and each revision writes `<topic>.r<revision>`.
+        name = self.output_log
+        field = "spec.output.log" if self.spec.output.log else "metadata.name"
+        problem = topic_problem(name, MAX_OUTPUT_TOPIC)
+        if problem is None:
+            return self
+        fix = (
+            f"shorten spec.output.log to at most {MAX_OUTPUT_TOPIC} characters"
+            if self.spec.output.log
+            else f"set spec.output.log to a name of at most {MAX_OUTPUT_TOPIC} characters"
+        )
+        raise ValueError(
+            f"{field}: {shown(name)} names the view's output log and topic, whose revisions "
+            f"write <topic>.r<revision> (at most {MAX_TOPIC_NAME} characters), and {problem}: "
+            f"{fix} that names no internal topic"
+        )

@@ -66,7 +66,8 @@ def deleted_topics(
         for job in jobs
         if job.metadata.namespace == ns and dead_letter_log(job) == name
     )
-    view = log.metadata.labels.get(VIEW_LABEL)
+    # The annotation holds the whole name when the label had to shorten it.
+    view = log.metadata.annotations.get(VIEW_LABEL) or log.metadata.labels.get(VIEW_LABEL)
     if not view:
         return (status_topic or log.topic, *letters)
     serving = max(serving_revision(log, status_topic), 1)

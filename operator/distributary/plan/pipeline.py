@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from distributary.api import owner_of
 from distributary.api.log import Log, LogStatus, log_manifest
+from distributary.api.names import MAX_TOPIC_NAME, label_value, shortened
 from distributary.graph import Pipeline, Ref
 from distributary.plan.classify import revision_hash, view_definition
 from distributary.plan.runner_spec import RunnerSpec, view_runner_spec
@@ -29,14 +30,28 @@ DEFAULT_CHECKPOINT_ROOT = "file:///var/lib/distributary/checkpoints"
 # One set of defaults for the operator and `distributary plan`, so a plan previews what runs.
 DEFAULT_TOPIC_BACKEND: TopicBackend = "direct"  # works with any Kafka; the chart picks strimzi
 DEFAULT_STRIMZI_CLUSTER = "my-cluster"
+VIEW_LABEL = "distributary.dev/view"  # on a view's output Log: the view (also an annotation)
 
 
 def revision_topic(log: Log, revision: int) -> str:
     """The topic revision `revision` of a view writes: `<output topic>.r<revision>`.
 
     Every revision gets a topic of its own so that a reprocessing revision never writes where
-    readers are reading; the output Log's status names the serving one."""
-    return f"{log.topic}.r{revision}"
+    readers are reading; the output Log's status names the serving one. A view's output topic
+    leaves room for the suffix (`api.names.MAX_OUTPUT_TOPIC`); past it, the topic is shortened
+    with a digest rather than made longer than Kafka allows."""
+    suffix = f".r{revision}"
+    return shortened(log.topic, MAX_TOPIC_NAME - len(suffix)) + suffix
+
+
+def view_output_metadata(view: str) -> dict[str, dict[str, str]]:
+    """The labels (and annotation) that mark a Log as view `view`'s output. A label value holds
+    63 characters, so a longer name is shortened there and kept whole in the annotation."""
+    value = label_value(view)
+    labels = {"app.kubernetes.io/managed-by": "distributary", VIEW_LABEL: value}
+    if value == view:
+        return {"labels": labels}
+    return {"labels": labels, "annotations": {VIEW_LABEL: view}}
 
 
 def job_revision_hash(spec: Any) -> str:
@@ -167,10 +182,7 @@ def plan_pipeline(pipeline: Pipeline, settings: PlanSettings | None = None) -> P
                         log.metadata.name,
                         ref.namespace,
                         log.spec,
-                        labels={
-                            "app.kubernetes.io/managed-by": "distributary",
-                            "distributary.dev/view": writer.name,
-                        },
+                        **view_output_metadata(writer.name),
                     )
                 )
             else:

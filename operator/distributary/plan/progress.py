@@ -17,9 +17,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from distributary.api.names import PROGRESS_TOPIC as PROGRESS_TOPIC
 from distributary.plan.positions import Offsets, offsets_json, parse_offsets
 
-PROGRESS_TOPIC = "distributary.progress"
 CORRUPT_METRIC = "dead_letters"  # the observed metric counting unparseable records of one input
 
 

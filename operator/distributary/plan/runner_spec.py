@@ -9,7 +9,6 @@ and a restarted operator finds what it started.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Mapping
@@ -20,6 +19,14 @@ from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model
 
 from distributary.api.common import Position, SparkSettings, duration_ms
 from distributary.api.log import Log
+from distributary.api.names import (
+    DEAD_LETTER_SUFFIX,
+    MAX_GROUP_ID,
+    MAX_TOPIC_NAME,
+    PROJECT_TOPIC_PREFIX,
+    REVISION_SUFFIX_ROOM,
+    shortened,
+)
 from distributary.api.view import DerivedView, Watermark
 from distributary.plan.classify import stateful_parts
 from distributary.plan.progress import PROGRESS_TOPIC
@@ -27,7 +34,6 @@ from distributary.plan.progress import PROGRESS_TOPIC
 SPEC_JSON_ARG = "--spec-json"  # the runner's argument for the spec inline, as JSON
 SPEC_FILE_ARG = "--spec"  # ...and for the spec in a file
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-MAX_TOPIC_NAME = 249
 
 
 class _Contract(BaseModel):
@@ -112,23 +118,18 @@ class RunnerSpec(_Contract):
 EXACTLY_ONCE_BATCH = 250_000
 
 
-def name_digest(text: str) -> str:
-    """Eight hex characters that tell apart names shortened to the same prefix."""
-    return hashlib.sha256(text.encode()).hexdigest()[:8]
-
-
 def consumer_group(namespace: str, name: str, revision: int) -> str:
-    """The consumer group a revision's position is mirrored into: one per view or job revision."""
-    return f"distributary.{namespace}.{name}.r{revision}"
+    """The consumer group a revision's position is mirrored into: one per view or job revision
+    (also the revision's transactional id). A long name is shortened before `.r<revision>`, so
+    every revision of one view or job shares the part before it."""
+    base = shortened(f"distributary.{namespace}.{name}", MAX_GROUP_ID - REVISION_SUFFIX_ROOM)
+    return f"{base}.r{revision}"
 
 
 def dead_letter_topic(namespace: str, name: str) -> str:
     """The topic that receives records a view or job could not parse (shared by its revisions)."""
-    topic = f"distributary.{namespace}.{name}.dlq"
-    if len(topic) <= MAX_TOPIC_NAME:
-        return topic
-    head = f"distributary.{namespace}.{name}"[: MAX_TOPIC_NAME - len(".dlq") - 9].rstrip(".-")
-    return f"{head}-{name_digest(topic)}.dlq"
+    text = f"{PROJECT_TOPIC_PREFIX}{namespace}.{name}"
+    return shortened(text, MAX_TOPIC_NAME, keep=DEAD_LETTER_SUFFIX)
 
 
 def checkpoint_location(

@@ -21,6 +21,8 @@ from typing import Any, Literal
 from distributary.api.common import SparkSettings
 from distributary.api.job import StreamJob
 from distributary.api.log import Log
+from distributary.api.names import label_value as label_value
+from distributary.api.names import name_digest
 from distributary.plan.checkpoint_storage import CheckpointClaim
 from distributary.plan.runner_spec import (
     SPEC_FILE_ARG,
@@ -32,7 +34,6 @@ from distributary.plan.runner_spec import (
     dead_letter_topic,
     log_partitions,
     merged_conf,
-    name_digest,
     reading_topic,
     runner_input,
     starting_position,
@@ -45,7 +46,6 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "distributary"}
 # The operator names a Service `<app>-ui-svc` and a pod `<app>-driver`, and puts the name in
 # labels; all must fit in 63 characters, so an application name is at most 63 - 7.
 MAX_APPLICATION_NAME = 56
-MAX_LABEL_VALUE = 63
 CHECKPOINT_VOLUME = "distributary-checkpoints"
 SPARK_GROUP = 185  # the job image's spark user (and group)
 
@@ -81,13 +81,6 @@ def application_name(
     digest = name_digest(name)
     head = head[: MAX_APPLICATION_NAME - len(suffix) - len(digest) - 1].rstrip("-")
     return f"{head}-{digest}{suffix}"
-
-
-def label_value(value: str) -> str:
-    """`value` as a label value: itself when it fits in 63 characters, else shortened and hashed."""
-    if len(value) <= MAX_LABEL_VALUE:
-        return value
-    return f"{value[: MAX_LABEL_VALUE - 9].rstrip('-._')}-{name_digest(value)}"
 
 
 def owner_reference(owner: Mapping[str, str]) -> dict[str, Any]:

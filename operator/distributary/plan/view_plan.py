@@ -40,7 +40,8 @@ from distributary.plan.lifecycle import (
     revisions_of,
     step,
 )
-from distributary.plan.pipeline import revision_topic
+from distributary.plan.pipeline import VIEW_LABEL as VIEW_LABEL
+from distributary.plan.pipeline import revision_topic, view_output_metadata
 from distributary.plan.runner_spec import (
     RunnerSpec,
     StartingPosition,
@@ -51,7 +52,6 @@ from distributary.plan.runner_spec import (
 from distributary.plan.spark import owner_reference
 from distributary.plan.topics import DesiredTopic, dead_letter_desired, desired_topic
 
-VIEW_LABEL = "distributary.dev/view"
 SERVING_ANNOTATION = "distributary.dev/serving-revision"
 LATEST_ANNOTATION = "distributary.dev/latest-revision"  # the newest, e.g. one catching up
 CATCH_UP_BATCH = 250_000  # records per micro-batch of a reprocessing revision, unless set
@@ -294,12 +294,14 @@ def _output_manifest(
     view: DerivedView, output: Log, revision: int, latest: int | None = None
 ) -> dict[str, Any]:
     owner = owner_reference(owner_of(view))
+    marks = view_output_metadata(view.metadata.name)
     return log_manifest(
         output.metadata.name,
         view.metadata.namespace,
         output.spec,
-        labels={"app.kubernetes.io/managed-by": "distributary", VIEW_LABEL: view.metadata.name},
+        labels=marks["labels"],
         annotations={
+            **marks.get("annotations", {}),
             SERVING_ANNOTATION: str(revision),
             LATEST_ANNOTATION: str(max(latest or revision, revision)),
         },

@@ -178,6 +178,17 @@ CASES: list[tuple[str, str, type[BaseModel], str | None, Any]] = [
     ("Log", ".spec.config", LogSpec, "config", {"retention.ms": "1"}),
     ("Log", ".spec.config", LogSpec, "config", {"cleanup.policy": "compact"}),
     ("Log", ".spec.config", LogSpec, "config", {"min.insync.replicas": 2}),
+    *(
+        ("Log", ".spec.topicName", LogSpec, "topicName", topic)
+        for topic in (
+            *("__consumer_offsets", "__x", "distributary.progress", "distributary.ns.v.dlq"),
+            *("_x", "a__b", "distributary.x", "x.dlq", "distributary.progressive"),
+        )
+    ),
+    *(
+        ("DerivedView", ".spec.output.log", ViewOutput, "log", log)
+        for log in ("distributary.progress", "distributary.ns.v.dlq", "out", "distributary.x")
+    ),
     ("DerivedView", ".spec.output", ViewOutput, None, {"mode": "upsert"}),
     ("DerivedView", ".spec.output", ViewOutput, None, {"mode": "upsert", "key": []}),
     ("DerivedView", ".spec.output", ViewOutput, None, {"mode": "upsert", "key": ["a"]}),

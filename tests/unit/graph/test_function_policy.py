@@ -11,11 +11,14 @@ from typing import Any
 
 import pytest
 import yaml
+from click.testing import CliRunner
 
 from distributary.api.view import DerivedView
+from distributary.cli import main
 from distributary.graph import Pipeline, load_pipeline
 from distributary.plan.view_plan import namespace_pipeline, plan_view
 from distributary.plan.view_status import RunObservation, view_status
+from distributary.sql import ALLOW_FUNCTIONS_ENV
 
 NS = "shop"
 UUID = "SELECT reflect('java.util.UUID', 'randomUUID') AS id, user FROM src"
@@ -111,3 +114,21 @@ def test_a_safe_view_is_untouched() -> None:
     assert pipeline.ok
     checked, _, _ = namespace_pipeline([log()], [view("SELECT upper(user) AS u FROM src")])
     assert checked.ok
+
+
+def test_the_commands_take_the_operators_setting_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump_all([log(), view(UUID)]))
+    monkeypatch.delenv(ALLOW_FUNCTIONS_ENV, raising=False)
+    refused = CliRunner().invoke(main, ["validate", str(tmp_path)])
+    assert refused.exit_code == 1
+    assert "reflect" in refused.output
+    assert ALLOW_FUNCTIONS_ENV in refused.output
+    monkeypatch.setenv(ALLOW_FUNCTIONS_ENV, "reflect")
+    allowed = CliRunner().invoke(main, ["validate", str(tmp_path)])
+    assert allowed.exit_code == 0, allowed.output
+    monkeypatch.setenv(ALLOW_FUNCTIONS_ENV, "reflect,system")
+    wrong = CliRunner().invoke(main, ["validate", str(tmp_path)])
+    assert wrong.exit_code != 0
+    assert f"{ALLOW_FUNCTIONS_ENV}: system: not a function Distributary refuses" in wrong.output

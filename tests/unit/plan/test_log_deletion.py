@@ -8,8 +8,10 @@ from typing import Any
 import pytest
 
 from distributary.api.log import Log
+from distributary.api.names import is_label_value
 from distributary.api.view import DerivedView
 from distributary.plan.log_deletion import deleted_topics, serving_revision
+from distributary.plan.runner_spec import dead_letter_topic
 from distributary.plan.view_plan import (
     SERVING_ANNOTATION,
     VIEW_LABEL,
@@ -141,3 +143,29 @@ def test_a_revision_still_catching_up_goes_too() -> None:
         "big.r2",
         "distributary.shop.big.dlq",
     )
+
+
+@pytest.mark.parametrize("length", [64, 200, 253])
+def test_a_long_view_names_output_is_labelled_within_63_and_loses_the_right_dead_letters(
+    length: int,
+) -> None:
+    name = "b" * length
+    clicks = primary().model_dump(by_alias=True, exclude_none=True)
+    body = view_body("Delete", output_log="out")
+    body["metadata"]["name"] = name
+    pipeline, children, _ = namespace_pipeline([clicks], [body])
+    plan = plan_view(
+        pipeline,
+        children,
+        DerivedView.model_validate(body),
+        None,
+        checkpoint_root="s3a://bucket/ck",
+        bootstrap_servers="kafka:9092",
+    )
+    assert plan.output_log is not None
+    child = Log.model_validate(plan.output_log)
+    label = child.metadata.labels[VIEW_LABEL]
+    assert len(label) <= 63
+    assert is_label_value(label)
+    assert child.metadata.annotations[VIEW_LABEL] == name
+    assert deleted_topics(child, "out.r1") == ("out.r1", dead_letter_topic(NS, name))
