@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner
+from tests.unit.graph.refused import refused_conditions
 
 from distributary.api.admission import MAX_YAML_DEPTH
-from distributary.api.view import DerivedView
 from distributary.cli import main
 from distributary.graph import load, load_pipeline
-from distributary.plan.view_plan import namespace_pipeline, plan_view
+from distributary.plan.view_plan import namespace_pipeline
 from distributary.sql import MAX_NESTING
 
 DEEP = 10_000
@@ -91,15 +91,4 @@ def test_the_planners_refuse_deep_sql_as_a_problem_of_the_view() -> None:
 
 def test_a_view_with_deep_sql_is_stalled_not_crashed() -> None:
     logs, views = documents()[:1], documents()[1:]
-    pipeline, children, _ = namespace_pipeline(logs, views)
-    plan = plan_view(
-        pipeline,
-        children,
-        DerivedView.model_validate(views[0]),
-        None,
-        checkpoint_root="s3a://bucket/ck",
-        bootstrap_servers="kafka:9092",
-        generation=1,
-    )
-    assert plan.runner is None
-    assert [p.reason for p in plan.problems] == ["InvalidSpec"]
+    refused_conditions(logs, views[0])

@@ -5,19 +5,17 @@ the setting that allows it."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from click.testing import CliRunner
+from tests.unit.graph.refused import refused_conditions
 
-from distributary.api.view import DerivedView
 from distributary.cli import main
 from distributary.graph import Pipeline, load_pipeline
-from distributary.plan.view_plan import namespace_pipeline, plan_view
-from distributary.plan.view_status import RunObservation, view_status
+from distributary.plan.view_plan import namespace_pipeline
 from distributary.sql import ALLOW_FUNCTIONS_ENV
 
 NS = "shop"
@@ -82,20 +80,7 @@ def test_the_kept_graph_is_not_given_for_another_setting() -> None:
 
 
 def test_the_refusal_stalls_the_view_with_invalid_spec() -> None:
-    pipeline, children, _ = namespace_pipeline([log()], [view(UUID)])
-    plan = plan_view(
-        pipeline,
-        children,
-        DerivedView.model_validate(view(UUID)),
-        None,
-        checkpoint_root="s3a://bucket/ck",
-        bootstrap_servers="kafka:9092",
-        generation=1,
-    )
-    assert plan.runner is None
-    assert [p.reason for p in plan.problems] == ["InvalidSpec"]
-    status = view_status(plan, RunObservation(), None, 1, datetime(2025, 1, 1, tzinfo=UTC))
-    conditions = {c["type"]: c for c in status["conditions"]}
+    conditions = refused_conditions([log()], view(UUID))
     assert conditions["Stalled"]["status"] == "True"
     assert conditions["Ready"]["status"] == "False"
     assert conditions["Stalled"]["reason"] == "InvalidSpec"

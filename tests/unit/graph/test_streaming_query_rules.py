@@ -5,15 +5,13 @@ Spark runs is left alone, whatever the view's output mode allows."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from tests.unit.graph.refused import refused_conditions
 
-from distributary.api.view import DerivedView
 from distributary.graph import SpecProblem
-from distributary.plan.view_plan import namespace_pipeline, plan_view
-from distributary.plan.view_status import RunObservation, view_status
+from distributary.plan.view_plan import namespace_pipeline
 from distributary.query_rules import query_problems
 
 NS = "shop"
@@ -306,20 +304,7 @@ def test_joins_and_set_operations_streams_run_are_not_refused(sql: str) -> None:
 
 def test_a_refused_query_stalls_the_view_with_invalid_spec() -> None:
     sql = "SELECT user FROM clicks ORDER BY user"
-    pipeline, children, _ = namespace_pipeline(logs(), [view(sql)])
-    plan = plan_view(
-        pipeline,
-        children,
-        DerivedView.model_validate(view(sql)),
-        None,
-        checkpoint_root="s3a://bucket/ck",
-        bootstrap_servers="kafka:9092",
-        generation=1,
-    )
-    assert plan.runner is None
-    assert [p.reason for p in plan.problems] == ["InvalidSpec"]
-    status = view_status(plan, RunObservation(), None, 1, datetime(2025, 1, 1, tzinfo=UTC))
-    stalled = {c["type"]: c for c in status["conditions"]}["Stalled"]
+    stalled = refused_conditions(logs(), view(sql))["Stalled"]
     assert stalled["status"] == "True"
     assert "spec.sql" in stalled["message"]
     assert "orders a stream" in stalled["message"]
