@@ -18,6 +18,7 @@ index of jobs.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -29,13 +30,13 @@ from distributary.api.job import StreamJob
 from distributary.api.log import Log
 from distributary.controllers import metrics
 from distributary.controllers.events import KubeEvents
-from distributary.controllers.handling import ReconcileError, recorded_failure
+from distributary.controllers.handling import ReconcileError, one_at_a_time, recorded_failure
 from distributary.controllers.indexes import GROUP, VERSION
 from distributary.controllers.services import OperatorServices
 from distributary.controllers.status import StatusRecorder
 from distributary.kafka.admin import KafkaAdminError
 from distributary.kube.resources import KubeError
-from distributary.plan.log_deletion import deleted_topics
+from distributary.plan.log_deletion import deleted_topics, view_of
 from distributary.plan.log_status import LogReconcile, log_status, record_problems
 from distributary.plan.pipeline import revision_topic
 from distributary.plan.spark import owner_reference
@@ -159,20 +160,32 @@ async def delete_topic(
         topics = (str(status.get("topicName") or spec.get("topicName") or body.meta["name"]),)
     given_up = runtime.total_seconds() >= DELETE_TIMEOUT
     left: dict[str, Exception] = {}
-    for topic in topics:  # each deletion is idempotent: a retry starts again from the first
-        try:
-            await services.topics.delete(found if isinstance(found, Log) else None, topic)
-        except (KafkaAdminError, KubeError) as exc:
-            if not given_up:
-                message = f"topic {topic} not deleted yet: {exc}"
-                raise kopf.TemporaryError(message, delay=RETRY_SECONDS) from exc
-            left[topic] = exc  # past the deadline: still try the others
+    async with _view_at_rest(found):
+        for topic in topics:  # each deletion is idempotent: a retry starts again from the first
+            try:
+                await services.topics.delete(found if isinstance(found, Log) else None, topic)
+            except (KafkaAdminError, KubeError) as exc:
+                if not given_up:
+                    message = f"topic {topic} not deleted yet: {exc}"
+                    raise kopf.TemporaryError(message, delay=RETRY_SECONDS) from exc
+                left[topic] = exc  # past the deadline: still try the others
     if left:
         # Let the Log go rather than block its namespace's deletion forever; say so loudly.
         reasons = "; ".join(f"{topic}: {exc}" for topic, exc in left.items())
         events.warn("TopicLeftBehind", f"{_named(list(left))} not deleted: {reasons}")
         return
     events.info("TopicDeleted", f"{_named(topics)} deleted (deletionPolicy: Delete).")
+
+
+def _view_at_rest(found: Log | str) -> contextlib.AbstractAsyncContextManager[Any]:
+    """Held while a view's output Log deletes its topics: a reconcile of the view that began
+    before the view was deleted may still be making them, and deleting them meanwhile would leave
+    them made again. This waits for it; one that begins later reads the view again, finds it
+    gone and makes nothing."""
+    view = view_of(found) if isinstance(found, Log) else None
+    if isinstance(found, Log) and view:
+        return one_at_a_time("DerivedView", found.metadata.namespace, view)
+    return contextlib.nullcontext()
 
 
 def _jobs(index: Any, namespace: str) -> list[StreamJob]:

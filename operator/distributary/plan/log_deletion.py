@@ -49,6 +49,12 @@ def serving_revision(log: Log, status_topic: str | None = None) -> int:
     return max(found)
 
 
+def view_of(log: Log) -> str | None:
+    """The name of the view whose output `log` is, or None for a Log of its own."""
+    # The annotation holds the whole name when the label had to shorten it.
+    return log.metadata.annotations.get(VIEW_LABEL) or log.metadata.labels.get(VIEW_LABEL) or None
+
+
 def deleted_topics(
     log: Log, status_topic: str | None = None, jobs: Iterable[StreamJob] = ()
 ) -> tuple[str, ...]:
@@ -66,8 +72,7 @@ def deleted_topics(
         for job in jobs
         if job.metadata.namespace == ns and dead_letter_log(job) == name
     )
-    # The annotation holds the whole name when the label had to shorten it.
-    view = log.metadata.annotations.get(VIEW_LABEL) or log.metadata.labels.get(VIEW_LABEL)
+    view = view_of(log)
     if not view:
         return (status_topic or log.topic, *letters)
     serving = max(serving_revision(log, status_topic), 1)

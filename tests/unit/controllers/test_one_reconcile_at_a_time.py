@@ -11,13 +11,14 @@ reconcile that finished meanwhile.
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
 
 import kopf
 import pytest
 
-from distributary.controllers import handling, observer
+from distributary.controllers import handling, logs, observer
 
 NS, NAME = "team", "big"
 
@@ -58,6 +59,7 @@ def timeline(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, str]]:
 
     monkeypatch.setattr(handling, "reconcile_resource", reconcile)
     monkeypatch.setattr(observer, "reconcile_resource", reconcile)
+    monkeypatch.setattr(handling, "_RECONCILING", {})  # each test runs its own event loop
     return seen
 
 
@@ -109,3 +111,57 @@ def test_a_deleted_view_is_not_reconciled_by_the_observer(
     svc = SimpleNamespace(kube=SimpleNamespace(get=lambda *_: None))
     assert asyncio.run(observer._observe(svc, item("6"), {})) is True
     assert timeline == []
+
+
+def output_log() -> dict[str, Any]:
+    """The view's output Log, as garbage collection deletes it after the view."""
+    return {
+        "apiVersion": "distributary.dev/v1alpha1",
+        "kind": "Log",
+        "metadata": {
+            "name": NAME,
+            "namespace": NS,
+            "labels": {"distributary.dev/view": NAME},
+            "uid": "log-uid",
+        },
+        "spec": {"schema": "user STRING", "deletionPolicy": "Delete"},
+    }
+
+
+class Topics:
+    """The topic backend: when each topic was deleted, beside the view's reconcile."""
+
+    def __init__(self, seen: list[tuple[str, str, str]]) -> None:
+        self.seen = seen
+
+    async def delete(self, log: Any, topic: str) -> None:
+        self.seen.append(("deleted", "log", topic))
+
+
+def test_a_views_output_log_deletes_its_topics_only_after_the_views_reconcile_ends(
+    timeline: list[tuple[str, str, str]],
+) -> None:
+    """A reconcile of the view in flight when the view was deleted makes its revision topics; a
+    deletion between would leave them made again (the topic outlived `deletionPolicy: Delete`)."""
+
+    async def both() -> None:
+        svc = services("7")
+        svc.kube.create = lambda manifest: None  # the events
+        svc.topics = Topics(timeline)
+        first = asyncio.create_task(observer._observe(svc, item("7"), {}))
+        await asyncio.sleep(0.01)  # the observer's reconcile has begun; then the view is deleted
+        await logs.delete_topic(
+            body=kopf.Body(output_log()),  # type: ignore[arg-type]
+            status={"topicName": f"{NAME}.r1"},  # type: ignore[arg-type]
+            memo=SimpleNamespace(services=svc),  # type: ignore[arg-type]
+            runtime=timedelta(0),
+        )
+        await first
+
+    asyncio.run(both())
+    assert timeline == [
+        ("start", "observer", "7"),
+        ("end", "observer", "7"),
+        ("deleted", "log", f"{NAME}.r1"),
+        ("deleted", "log", f"distributary.{NS}.{NAME}.dlq"),
+    ]
