@@ -28,6 +28,7 @@ from distributary.api import (
     Resource,
     ResourceError,
     StreamJob,
+    label_part,
     parse_resource,
 )
 from distributary.api.admission import (
@@ -163,9 +164,10 @@ def _label(document: dict[str, Any], number: int) -> str:
     metadata = document.get("metadata")
     metadata = metadata if isinstance(metadata, dict) else {}
     kind, name = document.get("kind"), metadata.get("name")
+    shown_kind, shown_name = label_part(kind or "?"), label_part(name or "?")
     if not kind or not name:
-        return f"document {number} ({kind or '?'}/{name or '?'})"
-    return f"{kind}/{metadata.get('namespace') or 'default'}/{name}"
+        return f"document {number} ({shown_kind}/{shown_name})"
+    return f"{shown_kind}/{label_part(metadata.get('namespace') or 'default')}/{shown_name}"
 
 
 def _spec_problem(label: str, text: str, source: str) -> SpecProblem:

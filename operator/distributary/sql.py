@@ -27,7 +27,6 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-import sqlglot
 from sqlglot import Token, TokenType, exp
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, SqlglotError
@@ -155,12 +154,38 @@ def _ddl_error(exc: SqlglotError) -> str:
     return _first_error(exc)
 
 
+# A schema's types nest in parentheses and angle brackets (STRUCT<a: ARRAY<INT>>); the parser
+# recurses on each level as it does on a query's parentheses, so the same limit holds.
+_DDL_TOO_DEEP = (
+    f"nests parentheses or types (STRUCT<...>, ARRAY<...>, MAP<...>) more than {MAX_NESTING} "
+    "levels deep, the most Distributary reads: flatten the schema"
+)
+
+
+def _check_ddl_nesting(tokens: Sequence[Token]) -> None:
+    depth = 0
+    for token in tokens[len(_DDL_PREFIX.split()) :]:  # the prefix's own parenthesis is not counted
+        if token.token_type in (TokenType.L_PAREN, TokenType.LT):
+            depth += 1
+            if depth > MAX_NESTING:
+                col = token.col - len(_DDL_PREFIX) if token.line == 1 else token.col
+                raise SqlError(f"{_DDL_TOO_DEEP} (line {token.line}, column {max(1, col)})")
+        elif token.token_type in (TokenType.R_PAREN, TokenType.GT):
+            depth = max(0, depth - 1)
+
+
 @functools.lru_cache(maxsize=4096)  # a namespace's graph parses every Log's schema each build
 def _parsed_ddl(ddl: str) -> tuple[Column, ...]:
+    text = f"{_DDL_PREFIX}{ddl})"
     try:
-        table = sqlglot.parse_one(f"{_DDL_PREFIX}{ddl})", read=DIALECT)
+        tokens = Dialect.get_or_raise(DIALECT).tokenize(text)
+        _check_ddl_nesting(tokens)
+        statements = Dialect.get_or_raise(DIALECT).parser().parse(tokens, text)
     except SqlglotError as exc:
         raise SqlError(f"is not a Spark DDL schema: {_ddl_error(exc)}") from None
+    except RecursionError:  # nesting the count above does not see
+        raise SqlError(_DDL_TOO_DEEP) from None
+    table = statements[0] if len(statements) == 1 else None  # `a INT); SELECT 1 (` is two
     schema = table.this if isinstance(table, exp.Create) else None
     if not isinstance(schema, exp.Schema):
         raise SqlError("is not a Spark DDL schema: write columns as 'name TYPE, name TYPE'")
@@ -373,7 +398,7 @@ def _analyze(sql: str, tables: Mapping[str, Sequence[Column]]) -> QueryAnalysis:
     inputs = _Inputs(tables)
     _check_output_names(query)
     read = _read_tables(query, inputs)
-    tree: exp.Expr = _type_time_windows(query.copy())
+    tree: exp.Expr = _name_values_columns(_type_time_windows(query.copy()))
     _check_qualified_columns(tree, inputs)
     schema = inputs.schema()
     try:
@@ -396,6 +421,22 @@ def _analyze(sql: str, tables: Mapping[str, Sequence[Column]]) -> QueryAnalysis:
                 f"outputs two columns named {column.name!r}: rename one with `AS other_name`"
             )
     return QueryAnalysis(tuple(read), tuple(columns), complete)
+
+
+def _name_values_columns(tree: exp.Expr) -> exp.Expr:
+    """Name the columns of an inline table (`VALUES (1, 2)`) as Spark does, `col1`, `col2`...,
+    where the query names none: sqlglot would call them otherwise, and a query that reads them
+    by Spark's names would look like one reading columns that do not exist."""
+    for values in list(tree.find_all(exp.Values)):
+        alias = values.args.get("alias")
+        if alias is not None and alias.columns:
+            continue
+        rows = values.expressions
+        width = len(rows[0].expressions) if rows and isinstance(rows[0], exp.Tuple) else 1
+        columns = [exp.to_identifier(f"col{i}") for i in range(1, width + 1)]
+        name = alias.this if alias is not None else exp.to_identifier("values")
+        values.set("alias", exp.TableAlias(this=name, columns=columns))
+    return tree
 
 
 class _Inputs:

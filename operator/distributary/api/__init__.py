@@ -34,7 +34,9 @@ __all__ = [
     "Resource",
     "ResourceError",
     "StreamJob",
+    "label_part",
     "parse_resource",
+    "quoted",
 ]
 
 
@@ -114,17 +116,45 @@ def _problem(error: Any) -> str:
     elif error["type"] == "missing":
         message = "required field is missing"
     elif error["type"] == "string_pattern_mismatch":
-        message = f"{error['input']!r} has the wrong form ({message})"
+        message = f"{quoted(error['input'])} has the wrong form ({message})"
     return f"{path}: {message}" if path else message
+
+
+# A label part longer than this is cut: a Kubernetes name has at most 253 characters, so a name
+# a little too long still shows whole.
+_LABEL_PART = 320
+
+
+def label_part(value: Any) -> str:
+    """A kind, namespace or name as a message shows it, before it is known to be valid: as
+    written when it is printable text without spaces, else quoted with escapes (a line break
+    never splits the message), and cut short well past the longest name Kubernetes allows."""
+    plain = isinstance(value, str) and value.isprintable() and " " not in value
+    text = value if plain else repr(value)
+    return text if len(text) <= _LABEL_PART else f"{text[:_LABEL_PART]}... ({len(text)} characters)"
+
+
+# A value quoted in a message is cut past this many characters: enough to recognise it by.
+_QUOTED = 80
+
+
+def quoted(value: Any) -> str:
+    """A value as a message quotes it: its repr (so a line break shows as an escape), cut short
+    past 80 characters, with its length."""
+    text = repr(value)
+    if len(text) <= _QUOTED:
+        return text
+    size = f"{len(value)} characters" if isinstance(value, str) else f"{len(text)} written out"
+    return f"{text[:_QUOTED]}... ({size})"
 
 
 def describe(document: dict[str, Any]) -> str:
     """How a resource is named in messages: `Kind/namespace/name`, or what is known of it."""
-    kind = document.get("kind", "?")
+    kind = label_part(document.get("kind", "?"))
     metadata = document.get("metadata") or {}
-    name = metadata.get("name", "?") if isinstance(metadata, dict) else "?"
+    name = label_part(metadata.get("name", "?")) if isinstance(metadata, dict) else "?"
     namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
-    return f"{kind}/{namespace}/{name}" if namespace else f"{kind}/{name}"
+    return f"{kind}/{label_part(namespace)}/{name}" if namespace else f"{kind}/{name}"
 
 
 def parse_resource(document: dict[str, Any]) -> Resource:
@@ -132,11 +162,11 @@ def parse_resource(document: dict[str, Any]) -> Resource:
     label = describe(document)
     api_version = document.get("apiVersion")
     if api_version != GROUP_VERSION:
-        raise ResourceError(label, [f"apiVersion: {api_version!r} is not {GROUP_VERSION!r}"])
+        raise ResourceError(label, [f"apiVersion: {quoted(api_version)} is not {GROUP_VERSION!r}"])
     kind = KINDS.get(str(document.get("kind")))
     if kind is None:
         raise ResourceError(
-            label, [f"kind: {document.get('kind')!r} is not one of {', '.join(KINDS)}"]
+            label, [f"kind: {quoted(document.get('kind'))} is not one of {', '.join(KINDS)}"]
         )
     try:
         resource = kind.model.model_validate(document)

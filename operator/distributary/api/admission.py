@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from distributary.api import KINDS
+from distributary.api import KINDS, quoted
 from distributary.api.common import API_GROUP, GROUP_VERSION, KUBE_NAME_PATTERN
 from distributary.api.crd import Schema, crd
 
@@ -107,12 +107,12 @@ def place(document: Mapping[str, Any]) -> Placement:
         return Placement(True, f"apiVersion: is missing: write apiVersion: {GROUP_VERSION}")
     if not isinstance(api_version, str):
         return Placement(
-            True, f"apiVersion: {api_version!r} is not a string: write {GROUP_VERSION}"
+            True, f"apiVersion: {quoted(api_version)} is not a string: write {GROUP_VERSION}"
         )
     if kind is None or kind == "":
         return Placement(True, f"kind: is missing: write kind: with one of {kinds}")
     if not isinstance(kind, str):
-        return Placement(True, f"kind: {kind!r} is not a string: write one of {kinds}")
+        return Placement(True, f"kind: {quoted(kind)} is not a string: write one of {kinds}")
     group = api_version.rpartition("/")[0] if "/" in api_version else api_version
     ours = _looks_like_our_group(group) or kind in KINDS
     if not ours:
@@ -120,13 +120,14 @@ def place(document: Mapping[str, Any]) -> Placement:
     if api_version != GROUP_VERSION:
         return Placement(
             True,
-            f"apiVersion: {api_version!r} is not served by Distributary: write {GROUP_VERSION}",
+            f"apiVersion: {quoted(api_version)} is not served by Distributary: "
+            f"write {GROUP_VERSION}",
         )
     if kind not in KINDS:
         near = difflib.get_close_matches(str(kind), list(KINDS), n=1)
         hint = f" (did you mean {near[0]!r}?)" if near else ""
         return Placement(
-            True, f"kind: {kind!r} is not a Distributary kind{hint}: write one of {kinds}"
+            True, f"kind: {quoted(kind)} is not a Distributary kind{hint}: write one of {kinds}"
         )
     return Placement(True)
 
@@ -200,15 +201,15 @@ def _check(value: Any, node: Schema, path: str) -> Iterator[str]:
     if node.get("x-kubernetes-int-or-string"):
         if _type_of(value) not in ("integer", "string"):
             yield (
-                f"{where}: must be a whole number or a string, not {_type_of(value)} {value!r}: "
-                f"{_type_fix(value, 'string')}"
+                f"{where}: must be a whole number or a string, not {_type_of(value)} "
+                f"{quoted(value)}: {_type_fix(value, 'string')}"
             )
             return
     elif "type" in node and not _fits(value, node["type"]):
         wanted = node["type"]
         yield (
             f"{where}: must be {_TYPE_NAMES.get(wanted, wanted)}, not {_type_of(value)} "
-            f"{value!r}: {_type_fix(value, wanted)}"
+            f"{quoted(value)}: {_type_fix(value, wanted)}"
         )
         return
     yield from _scalar_problems(value, node, where)
@@ -223,7 +224,7 @@ def _scalar_problems(value: Any, node: Schema, where: str) -> Iterator[str]:
         _type_of(value) == _type_of(option) and value == option for option in node["enum"]
     ):
         options = ", ".join(str(o) for o in node["enum"])
-        yield f"{where}: {value!r} is not allowed: write one of {options}"
+        yield f"{where}: {quoted(value)} is not allowed: write one of {options}"
     if isinstance(value, str):
         yield from _string_problems(value, node, where)
     elif _type_of(value) in ("integer", "number"):
@@ -237,15 +238,16 @@ def _scalar_problems(value: Any, node: Schema, where: str) -> Iterator[str]:
 def _string_problems(value: str, node: Schema, where: str) -> Iterator[str]:
     if "minLength" in node and len(value) < node["minLength"]:
         yield (
-            f"{where}: {value!r} is shorter than {node['minLength']} character(s): give it a value"
+            f"{where}: {quoted(value)} is shorter than {node['minLength']} character(s): "
+            "give it a value"
         )
     if "maxLength" in node and len(value) > node["maxLength"]:
         yield f"{where}: is longer than {node['maxLength']} characters: shorten it"
     if "pattern" in node and re.search(node["pattern"], value) is None:
-        yield f"{where}: {value!r} has the wrong form: it must match {node['pattern']}"
+        yield f"{where}: {quoted(value)} has the wrong form: it must match {node['pattern']}"
     if node.get("format") == "date-time" and not _is_date_time(value):
         yield (
-            f"{where}: {value!r} is not an RFC 3339 date-time: write it as "
+            f"{where}: {quoted(value)} is not an RFC 3339 date-time: write it as "
             "2024-05-01T12:00:00Z (a date, T, a time and a zone)"
         )
 
@@ -312,8 +314,10 @@ def _duplicates(value: list[Any], node: Schema, path: str) -> Iterator[str]:
         else:
             identity = repr(item)
         if identity in seen:
-            what = ", ".join(f"{k}={item.get(k)!r}" for k in keys) if list_type == "map" else ""
-            shown = what or repr(item)
+            what = (
+                ", ".join(f"{k}={quoted(item.get(k))}" for k in keys) if list_type == "map" else ""
+            )
+            shown = what or quoted(item)
             yield (
                 f"{path}[{index}]: duplicates {path}[{seen[identity]}] ({shown}): "
                 "remove one or make them differ"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from distributary.sql import SqlError, parse_ddl
+from distributary.sql import MAX_NESTING, SqlError, parse_ddl
 
 
 def _refusal(ddl: str) -> str:
@@ -81,3 +81,28 @@ def test_a_schema_that_does_not_parse_or_lacks_a_type_is_refused(ddl: str, says:
 
 def test_a_parse_error_counts_its_column_in_the_schema_as_written() -> None:
     assert "(line 1, column 5)" in _refusal("a FOO")
+
+
+@pytest.mark.parametrize(
+    "ddl",
+    [
+        "a " + "(" * 200 + "STRING" + ")" * 200,
+        "a " + "STRUCT<b: " * 200 + "INT" + ">" * 200,
+        "a " + "ARRAY<" * 40 + "INT" + ">" * 40,
+    ],
+    ids=["parentheses", "structs", "arrays"],
+)
+def test_a_schema_nested_too_deeply_is_refused_naming_the_limit(ddl: str) -> None:
+    message = _refusal(ddl)
+    assert f"more than {MAX_NESTING} levels deep" in message
+    assert "flatten the schema" in message
+
+
+def test_a_schema_nested_to_the_limit_parses() -> None:
+    ddl = "a " + "STRUCT<b: " * MAX_NESTING + "INT" + ">" * MAX_NESTING
+    (column,) = parse_ddl(ddl)
+    assert column.type.count("STRUCT<") == MAX_NESTING
+
+
+def test_a_schema_that_closes_the_column_list_and_goes_on_is_refused() -> None:
+    assert "write columns as 'name TYPE, name TYPE'" in _refusal("a INT); SELECT (1")

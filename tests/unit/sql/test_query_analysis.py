@@ -222,3 +222,25 @@ def test_outputs_compares_names_as_spark_does() -> None:
 )
 def test_other_spark_sql_is_accepted(sql: str) -> None:
     assert analyze(sql).tables[0] == "clicks"
+
+
+@pytest.mark.parametrize(
+    ("sql", "reads", "names"),
+    [
+        ("SELECT col1 FROM VALUES (1)", (), ["col1"]),
+        ("SELECT col1, col2 FROM VALUES (1, 'a'), (2, 'b')", (), ["col1", "col2"]),
+        (
+            "SELECT c.userId, v.col2 AS label FROM clicks c JOIN VALUES ('u1', 'x') v "
+            "ON c.userId = v.col1",
+            ("clicks",),
+            ["userId", "label"],
+        ),
+        ("SELECT a FROM VALUES (1) AS t(a)", (), ["a"]),  # named by the query: kept
+    ],
+)
+def test_an_inline_tables_columns_are_named_as_spark_names_them(
+    sql: str, reads: tuple[str, ...], names: list[str]
+) -> None:
+    analysis = analyze(sql)
+    assert analysis.tables == reads
+    assert [c.name for c in analysis.columns] == names
