@@ -6,11 +6,16 @@ then as the operator reads them; every problem is printed on stderr, one line ea
 the resource, the field and the fix, before anything is planned or run. The
 commands that read pipeline files (plan, graph, run, wait) call `load_checked` so a person meets
 the same report whichever command they ran.
+
+`--spark` then asks Spark itself (`runner.analysis`): a local JVM takes seconds to start, so it is
+a flag, and it runs only on a pipeline the fast checks passed.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -54,15 +59,54 @@ def _summary(pipeline: Pipeline) -> str:
 
 @click.command()
 @PIPELINE_PATHS
-def validate(paths: tuple[Path, ...]) -> None:
+@click.option(
+    "--spark",
+    is_flag=True,
+    help="Then have Spark analyse each view's query as the runner builds it (needs Java; "
+    "starts a local Spark session, 10-20 s).",
+)
+def validate(paths: tuple[Path, ...], spark: bool) -> None:
     """Check pipeline files: every resource, reference, SQL query and schema.
 
     At least as strict as the API server: each document is checked against the CRDs' schema (types
     without coercion, formats, patterns, lengths, ranges), and a document that cannot be placed (a
     missing or misspelt apiVersion or kind) or a repeated YAML key is refused. Documents of other
-    APIs are skipped and counted. Exits 0 when the pipeline is valid; otherwise prints one line
-    per problem and exits 1.
+    APIs are skipped and counted. With --spark, each view's query is then analysed by Spark
+    itself, over empty streams with its inputs' schemas and in its output mode: unknown functions,
+    type errors and every operation Structured Streaming refuses. Exits 0 when the pipeline is
+    valid; otherwise prints one line per problem and exits 1.
     """
     pipeline = load_checked(paths)
+    if spark:
+        check_with_spark(pipeline)
     skipped = f"; {pipeline.skipped} other document(s) skipped" if pipeline.skipped else ""
-    click.echo(f"valid: {_summary(pipeline)}{skipped}")
+    analysed = "; Spark accepts every query" if spark and pipeline.views else ""
+    click.echo(f"valid: {_summary(pipeline)}{skipped}{analysed}")
+
+
+def check_with_spark(pipeline: Pipeline) -> None:
+    """Have Spark analyse every view of `pipeline` (which passed the static checks), printing
+    progress and then each problem on stderr; a UserError when Spark refuses any."""
+    if not pipeline.views:
+        return
+    # Imported here: pyspark takes a second to import, and only --spark needs it.
+    from distributary.runner.analysis import QueryCheck, SparkStartError, local_session
+
+    def say(text: str) -> None:
+        click.echo(f"spark: {text}", err=True)
+
+    count = len(pipeline.views)
+    say(f"starting local Spark to analyse {count} view{'s' if count != 1 else ''}...")
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="distributary-validate-") as folder:
+        try:
+            with local_session(Path(folder)) as session:
+                say(f"started in {time.monotonic() - started:.0f}s")
+                problems = QueryCheck(session, Path(folder)).problems(pipeline, progress=say)
+        except SparkStartError as exc:
+            raise UserError(f"--spark: {exc}") from None
+    for problem in problems:
+        click.echo(str(problem), err=True)
+    if problems:
+        total = len(problems)
+        raise UserError(f"{total} problem{'s' if total != 1 else ''} found by Spark")

@@ -83,7 +83,13 @@ def input_frame(
     reader = session.readStream.format("kafka")
     for key, value in kafka_source_options(spec, source).items():
         reader = reader.option(key, value)
-    rows = parsed(reader.load(), source)
+    return input_rows(reader.load(), source, index)
+
+
+def input_rows(raw: DataFrame, source: RunnerInput, index: int) -> DataFrame:
+    """What `input_frame` makes of an input's Kafka rows `raw` (any frame with Kafka's columns:
+    `analysis.py` gives it an empty stream, to have Spark check a query as the runner runs it)."""
+    rows = parsed(raw, source)
     counted = rows.observe(
         metric_name(source, index),
         fn.sum(fn.when(is_corrupt(), 1).otherwise(0)).alias(CORRUPT_METRIC),
@@ -112,6 +118,12 @@ def output_frame(result: DataFrame, spec: RunnerSpec) -> DataFrame:
         else fn.lit(None).cast("string")
     )
     return result.select(key.alias("key"), value.alias("value"))
+
+
+def output_mode(spec: RunnerSpec) -> str:
+    """Spark's output mode of a view: `update` for an upsert view (each changed row of a table),
+    `append` for an event stream."""
+    return "update" if spec.output is not None and spec.output.mode == "upsert" else "append"
 
 
 def trigger(writer: DataStreamWriter, value: str) -> DataStreamWriter:
@@ -145,7 +157,7 @@ def start_query(
     writer = (
         records.writeStream.queryName(f"{spec.namespace}.{spec.name}.r{spec.revision}")
         .option("checkpointLocation", spec.checkpoint_location)
-        .outputMode("update" if spec.output.mode == "upsert" else "append")
+        .outputMode(output_mode(spec))
     )
     if sink is not None:
         writer = writer.foreachBatch(sink)
