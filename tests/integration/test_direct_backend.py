@@ -3,13 +3,18 @@ and one refusal never blocks the rest of a spec."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from datetime import UTC, datetime
 
 import pytest
 
+from distributary.api.log import Log
 from distributary.backends.direct import DirectTopics
+from distributary.backends.topic_batches import DirectTopicBackend
 from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
 from distributary.local.broker import EmbeddedBroker
+from distributary.plan.log_status import log_status
 from distributary.plan.topics import (
     AddPartitions,
     AlterConfigs,
@@ -157,3 +162,38 @@ def test_many_topics_reconciled_at_once_each_get_their_own_outcome(
     assert f"topic '{refused}'" in str(failed)
     assert "spec.config" in str(failed)
     assert admin_client.describe_topic(refused) is None
+
+
+@pytest.mark.parametrize(
+    ("desired", "field", "words"),
+    [
+        # One broker: three replicas cannot be placed.
+        (DesiredTopic("", 1, 3, {}), "spec.replicas", "replication factor"),
+        # The broker's settings forbid it: tiered storage is off on this broker.
+        (
+            DesiredTopic("", 1, None, {"remote.storage.enable": "true"}),
+            'spec.config["remote.storage.enable"]',
+            "Tiered Storage",
+        ),
+    ],
+    ids=["replicas-over-brokers", "config-the-broker-forbids"],
+)
+def test_what_only_the_cluster_refuses_is_a_refusal_naming_the_field_not_unreachable(
+    admin: KafkaAdmin, desired: DesiredTopic, field: str, words: str
+) -> None:
+    """Kafka answered no: the Log is Stalled with Kafka's own words and the field to correct,
+    never "Kafka cannot be reached" (which is retried for ever)."""
+    name = unique("refused")
+    desired = DesiredTopic(name, desired.partitions, desired.replicas, desired.configs)
+    log = Log.model_validate({"metadata": {"name": name, "namespace": "ns"}, "spec": {}})
+    done = asyncio.run(DirectTopicBackend(admin).ensure(log, desired, {}))
+    assert done.unreachable is None
+    assert done.refused is not None
+    assert f"Set {field} to" in done.refused, done.refused
+    assert words in done.refused, done.refused
+    assert done.refused_again is None  # asked again only when the spec changes
+    assert admin.describe_topic(name) is None
+    status = log_status(done, None, datetime.now(UTC))
+    stalled = next(c for c in status["conditions"] if c["type"] == "Stalled")
+    assert (stalled["status"], stalled["reason"]) == ("True", "KafkaRefused")
+    assert field in stalled["message"]

@@ -22,7 +22,13 @@ from distributary.api.log import Log
 from distributary.backends.direct import DirectTopics, TopicOutcome
 from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
 from distributary.plan.log_status import LogReconcile
-from distributary.plan.topics import DesiredTopic
+from distributary.plan.pipeline import VIEW_LABEL
+from distributary.plan.topics import (
+    REFUSED_AGAIN,
+    DesiredTopic,
+    refusal_message,
+    refused_field,
+)
 
 T = TypeVar("T")
 Request = tuple[DesiredTopic, frozenset[str]]
@@ -121,6 +127,17 @@ class DirectTopicBackend:
         try:
             done = await self.batches.reconcile(desired, managed)
         except KafkaAdminError as exc:
+            if exc.refused:
+                spec = _spec_of(log)
+                message = refusal_message(desired, exc.code, exc.detail, spec)
+                # A refusal no field of the spec answers (ACLs, the cluster's settings) may
+                # be lifted outside it: asked again, slowly.
+                again = (
+                    REFUSED_AGAIN
+                    if refused_field(desired, exc.code, exc.detail, spec) == spec
+                    else None
+                )
+                return LogReconcile(generation, desired.name, refused=message, refused_again=again)
             return LogReconcile(generation, desired.name, unreachable=str(exc))
         return LogReconcile(
             generation,
@@ -133,3 +150,9 @@ class DirectTopicBackend:
     async def delete(self, log: Log | None, topic: str) -> None:
         """Delete the topic through the Admin API (one already gone is fine)."""
         await asyncio.to_thread(self.admin.delete_topic, topic)
+
+
+def _spec_of(log: Log) -> str:
+    """Where the topic settings of `log` are written: its spec, or for a view's output Log (which
+    the view writes) the view's `spec.output`."""
+    return "spec.output" if VIEW_LABEL in log.metadata.labels else "spec"

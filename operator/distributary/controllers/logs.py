@@ -113,12 +113,18 @@ async def _reconcile(body: kopf.Body, services: OperatorServices) -> None:
     else:
         result = await _apply(services, found, status.get("managedConfigs"))
     await recorder.finish(log_status(result, status, datetime.now(UTC)))
+    events = KubeEvents(services.kube, body)
+    if result.invalid is not None:
+        events.warn("InvalidSpec", result.invalid)
     if result.plan is not None:
-        events = KubeEvents(services.kube, body)
         for action in result.plan.actions:
             events.info(type(action).__name__, f"Topic {result.topic}: {action}")
         for refusal in result.plan.refusals:
             events.warn(refusal.reason, refusal.message)
+    if result.refused is not None:
+        events.warn("KafkaRefused", result.refused)
+        if result.refused_again is not None:
+            raise kopf.TemporaryError(result.refused, delay=result.refused_again)
     if result.unreachable is not None:
         raise kopf.TemporaryError(result.unreachable, delay=RETRY_SECONDS)
     if result.waiting is not None:  # another controller acts (Strimzi): look again soon

@@ -70,6 +70,13 @@ _ACTIVE_GROUP = {
     _E.UNKNOWN_MEMBER_ID, _E.REBALANCE_IN_PROGRESS, _E.ILLEGAL_GENERATION,
     _E.STALE_MEMBER_EPOCH, _E.FENCED_MEMBER_EPOCH,
 }  # fmt: skip
+# Answers that mean "no, and no again until the request or the cluster's rules change".
+_REFUSALS = {
+    _E.INVALID_REPLICATION_FACTOR, _E.INVALID_REPLICA_ASSIGNMENT, _E.INVALID_PARTITIONS,
+    _E.INVALID_CONFIG, _E.POLICY_VIOLATION, _E.TOPIC_EXCEPTION, _E.INVALID_REQUEST,
+    _E.TOPIC_AUTHORIZATION_FAILED, _E.CLUSTER_AUTHORIZATION_FAILED,
+    _E.GROUP_AUTHORIZATION_FAILED, _E.TOPIC_DELETION_DISABLED,
+}  # fmt: skip
 _FIXES = {
     _E.TOPIC_ALREADY_EXISTS: "topic {topic!r} already exists: observe it and plan changes to "
     "it instead",
@@ -83,11 +90,17 @@ _FIXES = {
 
 class KafkaAdminError(DistributaryError, RuntimeError):
     """Kafka refused or did not answer; the message names the topic or group and what to do.
-    `code` is Kafka's name for the error (e.g. `UNKNOWN_TOPIC_OR_PART`)."""
+    `code` is Kafka's name for the error (e.g. `UNKNOWN_TOPIC_OR_PART`), `detail` Kafka's own
+    words; `refused` says Kafka answered and said no (asking again gets the same answer), as
+    against not answering at all."""
 
-    def __init__(self, message: str, *, code: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, code: str | None = None, detail: str = "", refused: bool = False
+    ) -> None:
         super().__init__(message)
         self.code = code
+        self.detail = detail
+        self.refused = refused
 
 
 class _RefusedError(Exception):
@@ -609,7 +622,10 @@ class KafkaAdmin:
         else:
             fix = _FIXES.get(code, "Kafka answered {name}: {detail}")
             fix = fix.format(topic=topic, detail=detail, name=error.name())
-        return KafkaAdminError(f"{action} failed: {fix}", code=error.name())
+        refused = code in _REFUSALS
+        return KafkaAdminError(
+            f"{action} failed: {fix}", code=error.name(), detail=detail, refused=refused
+        )
 
 
 def _only(futures: Mapping[Any, Any], timeout: float) -> Any:

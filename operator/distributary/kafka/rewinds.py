@@ -3,6 +3,8 @@
 Both front ends rewind through `reconcile.applications.rewind_once`, the same way: read where the
 group is and what each partition retains, work out where the rewind puts it
 (`plan.positions.rewind_moves`), record that, then commit it while the group's consumer is stopped.
+A rewind to a place the log does not have is refused before any of that
+(`plan.position_refusals`): nothing is recorded and nothing moves.
 """
 
 from __future__ import annotations
@@ -12,25 +14,41 @@ from typing import Any
 from distributary.api.common import Position
 from distributary.kafka.admin import KafkaAdmin
 from distributary.plan.delivery import carried, read_marker
+from distributary.plan.position_refusals import PositionRefusedError, refused_position
 from distributary.plan.positions import moved_from, rewind_destinations, rewind_moves
-from distributary.plan.runner_spec import starting_position
+from distributary.plan.runner_spec import StartingPosition, starting_position
 
 
 def rewind_offsets(
-    admin: KafkaAdmin, group: str, topics: list[str], to: Position
+    admin: KafkaAdmin,
+    group: str,
+    topics: list[str],
+    to: Position,
+    *,
+    logs: dict[str, str] | None = None,
+    partial_history: bool | None = None,
+    field: str = "spec.rewind.to",
 ) -> list[dict[str, Any]]:
-    """Each partition of `topics`: the group's position now and where the rewind `to` puts it
-    (within what the partition retains), as `status.lastRewind.offsets` lists them."""
+    """Each partition of `topics`: the group's position now and where the rewind `to` puts it,
+    as `status.lastRewind.offsets` lists them. `PositionRefusedError` when `to` (the spec's
+    `field`) names a place the topics do not have (`plan.position_refusals`, with `logs`
+    naming each topic's Log and the spec's `partial_history` allowance): nothing is moved."""
     start = starting_position(to)
     by_time = (
         admin.offsets_for_time(topics, start.timestamp_ms)
         if start.kind == "timestamp" and start.timestamp_ms is not None
         else {}
     )
+    watermarks = admin.watermarks(topics)
+    refused = refused_position(
+        field, start, watermarks, logs or {}, by_time=by_time, partial_history=partial_history
+    )
+    if refused is not None:
+        raise PositionRefusedError(refused)
     return rewind_moves(
         start.kind,
         admin.committed(group),
-        admin.watermarks(topics),
+        watermarks,
         explicit=start.offsets,
         by_time=by_time,
     )
@@ -51,3 +69,27 @@ def move_group(
     marker = carried(read_marker(admin.committed_metadata(group)))
     admin.commit(group, rewind_destinations(moves), marker.text())
     return moved
+
+
+def refused_start(
+    admin: KafkaAdmin,
+    field: str,
+    start: StartingPosition,
+    topic: str,
+    log: str,
+    partial_history: bool | None = None,
+) -> str | None:
+    """Why a revision's first start cannot begin at `start` in `topic` (the spec's `field`, e.g.
+    `spec.inputs[0].startingPosition`), as `plan.position_refusals` says it; None when it can.
+    Kafka is asked only about positions it can refuse (offsets and times)."""
+    if start.kind not in ("offsets", "timestamp"):
+        return None
+    by_time = (
+        admin.offsets_for_time([topic], start.timestamp_ms)
+        if start.kind == "timestamp" and start.timestamp_ms is not None
+        else {}
+    )
+    watermarks = admin.watermarks([topic])
+    return refused_position(
+        field, start, watermarks, {topic: log}, by_time=by_time, partial_history=partial_history
+    )

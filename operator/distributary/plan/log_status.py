@@ -3,8 +3,9 @@
 The controller observes the topic, has the topic backend carry out the plan, reads the
 watermarks, and hands all of it here; what comes back is the complete status to write. Refused
 changes (fewer partitions, a replica change) make the Log Stalled with the refusal's message while
-the rest of the spec is applied, and a Kafka that cannot be reached makes it Reconciling, so a
-dashboard tells "fix your spec" from "wait".
+the rest of the spec is applied, and so does a topic Kafka refuses (more replicas than brokers, a
+config value the brokers' settings forbid: `KafkaRefused`, Kafka's words and the field); a Kafka
+that cannot be reached makes it Reconciling, so a dashboard tells "fix your spec" from "wait".
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ class LogReconcile:
     watermarks: Watermarks | None = None
     unreachable: str | None = None
     invalid: str | None = None
+    # Kafka answered no (`plan.topics.refusal_message`): Stalled until the field changes.
+    refused: str | None = None
+    refused_again: float | None = None  # seconds before asking again; None: when the spec changes
     # Accepted, and another controller (Strimzi's topic operator) has yet to act: Reconciling.
     waiting: Work | None = None
 
@@ -49,6 +53,8 @@ def record_problems(log: Log) -> str | None:
 def _observation(result: LogReconcile, first_sight: bool) -> Observation:
     if result.invalid is not None:
         return Observation(result.generation, problems=(Problem("InvalidSpec", result.invalid),))
+    if result.refused is not None:
+        return Observation(result.generation, problems=(Problem("KafkaRefused", result.refused),))
     if result.plan is None and result.waiting is not None:
         return Observation(result.generation, work=(result.waiting,))
     if result.plan is None:

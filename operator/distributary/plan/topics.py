@@ -276,3 +276,62 @@ def kafka_topic_manifest(
         },
         "spec": spec,
     }
+
+
+REFUSED_AGAIN = 300  # seconds before a refusal that names no field is asked again
+
+# The spec fields that stand for the topic configs a spec does not set under `config`.
+_CONFIG_FIELDS = {
+    "retention.ms": "retention.time",
+    "retention.bytes": "retention.bytes",
+    "cleanup.policy": "compaction",
+}
+
+
+def refused_field(desired: DesiredTopic, code: str | None, detail: str, spec: str = "spec") -> str:
+    """The field of the spec (`spec`: where the topic's settings live, e.g. `spec.output` for a
+    view) that Kafka's refusal `code` of `desired` concerns, as Kafka's words `detail` name it;
+    the whole `spec` when they name none."""
+    if code in ("INVALID_REPLICATION_FACTOR", "INVALID_REPLICA_ASSIGNMENT"):
+        return f"{spec}.replicas"
+    if code == "INVALID_PARTITIONS":
+        return f"{spec}.partitions"
+    if code == "TOPIC_EXCEPTION" and spec == "spec":  # a name this cluster does not allow
+        return "spec.topicName"
+    if code in ("INVALID_CONFIG", "POLICY_VIOLATION"):
+        # The key Kafka's words name; else the only key there is.
+        named = [key for key in desired.configs if key in detail] or (
+            list(desired.configs) if len(desired.configs) == 1 else []
+        )
+        if not named:
+            return f"{spec}.config" if spec == "spec" else spec
+        key = max(named, key=len)  # `retention.ms` is in `local.retention.ms` too
+        return (
+            f"{spec}.{_CONFIG_FIELDS[key]}" if key in _CONFIG_FIELDS else f'{spec}.config["{key}"]'
+        )
+    return spec
+
+
+def refusal_message(
+    desired: DesiredTopic, code: str | None, detail: str, spec: str = "spec"
+) -> str:
+    """A Kafka refusal of `desired` for people: the topic, Kafka's own words and the field to
+    correct (`refused_field`). Asking again gets the same answer, so the message says that the
+    operator waits for the field to change."""
+    words = detail.strip().rstrip(".") or code or "no reason given"
+    where = refused_field(desired, code, detail, spec)
+    fix = (
+        "at most the number of brokers, or unset for the broker's default"
+        if where.endswith(".replicas")
+        else "a value this Kafka accepts"
+    )
+    if where == spec:
+        return (
+            f"Kafka refused topic {desired.name} ({code}): {words}. Correct {spec} or what the "
+            f"cluster allows (its ACLs, its settings); the topic is tried again every "
+            f"{REFUSED_AGAIN // 60} minutes and when {spec} changes"
+        )
+    return (
+        f"Kafka refused topic {desired.name} ({code}): {words}. Set {where} to {fix}; the topic "
+        "is tried again when it changes"
+    )

@@ -12,8 +12,9 @@ restart and goes on counting. Which runtime runs it is the services' business
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -60,7 +61,9 @@ def come_back_for_restart(seen: RunObservation, now: datetime) -> None:
 class RewindTarget:
     """What a rewind moves: its revision and consumer group, the topics, how to stop the
     revision's application and to tell that it has stopped, and the revision's transactional id
-    when it commits its offsets in transactions (then it is fenced instead)."""
+    when it commits its offsets in transactions (then it is fenced instead). `logs` names each
+    topic's Log and `partial_history` is the spec's allowance to read what retention left
+    (None: the kind has none), for the refusal of a rewind to a place the logs do not have."""
 
     revision: int
     group: str
@@ -68,6 +71,8 @@ class RewindTarget:
     stop: Callable[[], object]
     stopped: Callable[[], bool]
     writer: str | None = None
+    logs: dict[str, str] = field(default_factory=dict)
+    partial_history: bool | None = None
 
 
 # How soon a rewind looks again whether the old driver is gone.
@@ -87,13 +92,25 @@ async def rewind_once(
     offsets before and after (the write-ahead record a restarted operator carries on), stop the
     revision, move its group. The group moves only once the old process can no longer commit
     to it: it is fenced (an exactly-once view), or it is gone (`TryAgain` until then). The
-    `lastRewind` to record, or None when it was done before."""
+    `lastRewind` to record, or None when it was done before.
+
+    A rewind to a place the logs do not have raises `PositionRefusedError` before anything is
+    recorded, stopped or moved; it is looked at again on every reconcile while the spec asks
+    for it (a time no record had reached is carried out once records reach it)."""
     last = dict(store.status.get("lastRewind") or {})
     if last.get("requestId") == request_id and last.get("phase") == "Done":
         return None
     if last.get("requestId") != request_id:
         offsets = await asyncio.to_thread(
-            rewind_offsets, services.admin, target.group, target.topics, to
+            functools.partial(
+                rewind_offsets,
+                services.admin,
+                target.group,
+                target.topics,
+                to,
+                logs=target.logs,
+                partial_history=target.partial_history,
+            )
         )
         record = rewind_record(request_id, target.revision, offsets, generation, now)
         await store.record_ahead(record)

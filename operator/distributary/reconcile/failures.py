@@ -11,7 +11,7 @@ the debug log only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -25,7 +25,7 @@ from distributary.plan.conditions import (
     Problem,
     conditions,
 )
-from distributary.reconcile.ports import TryAgain
+from distributary.reconcile.ports import Events, TryAgain
 
 RECONCILE_ERROR = "ReconcileError"
 FIRST_RETRY, LONGEST_RETRY = 10.0, 300.0  # seconds before a failed reconcile runs again
@@ -76,3 +76,12 @@ def failure_status(
     if written == list(previous.get("conditions") or []):
         return None
     return {"conditions": written}
+
+
+def announce(events: Events, previous: Mapping[str, Any], problems: Iterable[Problem]) -> None:
+    """A Warning event for each problem that the resource's conditions (`previous` status) do
+    not say yet: once when it appears, not at every reconcile that finds it again."""
+    said = " ".join(str(c.get("message") or "") for c in previous.get("conditions") or [])
+    for problem in problems:
+        if problem.message.strip()[:200] not in said:
+            events.warn(problem.reason, problem.message)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,13 +26,16 @@ from distributary.api import owner_of, parse_body
 from distributary.api.job import StreamJob
 from distributary.backends.base import Owner
 from distributary.kafka.admin import KafkaAdminError
+from distributary.kafka.rewinds import refused_start
 from distributary.plan.children import rewind_folder
 from distributary.plan.conditions import Problem
 from distributary.plan.job_plan import JobPlan, plan_job, with_job_rewind
 from distributary.plan.job_status import job_status
+from distributary.plan.position_refusals import PositionRefusedError
 from distributary.plan.positions import Offsets
 from distributary.plan.progress import progress_key
 from distributary.plan.restarts import history_of
+from distributary.plan.runner_spec import starting_position
 from distributary.plan.view_status import RunObservation
 from distributary.plan.write_ahead import job_start_record, replaced_rewind, rewind_message
 from distributary.reconcile.applications import (
@@ -40,6 +44,7 @@ from distributary.reconcile.applications import (
     rewind_once,
     run_application,
 )
+from distributary.reconcile.failures import announce
 from distributary.reconcile.ports import Events, Services, StatusStore, TryAgain, World
 
 RETRY_SECONDS = 15.0  # before a job whose dead-letter topic Kafka did not make runs again
@@ -54,7 +59,7 @@ def _plan(
     old: StreamJob | None,
 ) -> JobPlan:
     seen = world.lineage(body)
-    return plan_job(
+    plan = plan_job(
         seen.pipeline,
         seen.children,
         job,
@@ -63,6 +68,25 @@ def _plan(
         bootstrap_servers=services.bootstrap_servers,
         old=old,
     )
+    return _starting_guard(plan, job, services)
+
+
+def _starting_guard(plan: JobPlan, job: StreamJob, services: Services) -> JobPlan:
+    """`plan`, or, when the job's first revision would start at a position an input does not
+    have (`kafka.rewinds.refused_start`), a plan that starts nothing and says why."""
+    if not plan.starts or plan.launch is None or plan.retires is not None:
+        return plan
+    topics = {i.log: i.topic for i in plan.inputs}
+    for index, item in enumerate(job.spec.inputs):
+        field = f"spec.inputs[{index}].startingPosition"
+        start = starting_position(item.starting_position)
+        try:
+            refused = refused_start(services.admin, field, start, topics[item.log], item.log)
+        except KafkaAdminError as exc:
+            raise TryAgain(f"checking the starting positions: {exc}", RETRY_SECONDS) from exc
+        if refused is not None:
+            return JobPlan(plan.revision, problems=(Problem("StartingPositionRefused", refused),))
+    return plan
 
 
 def _owner(job: StreamJob) -> Owner:
@@ -93,21 +117,33 @@ async def _rewind(
         sorted({i.topic for i in plan.inputs if i.log in chosen}),
         lambda: services.runtime.stop(_owner(job), [plan.revision]),
         lambda: services.runtime.stopped(_owner(job), plan.revision),
+        logs={i.topic: i.log for i in plan.inputs},
     )
-    done = await rewind_once(services, store, target, rewind.request_id, rewind.to, now, generation)
+    try:
+        done = await rewind_once(
+            services, store, target, rewind.request_id, rewind.to, now, generation
+        )
+    except PositionRefusedError as exc:  # nothing moved: the job runs on as it was
+        return replace(plan, problems=(*plan.problems, Problem("RewindRefused", str(exc)))), None
     if done is None:
         return plan, None
     return with_job_rewind(plan, rewind_folder(rewind.request_id), "distributary-spark", job), done
 
 
-async def _make_dead_letter_topic(services: Services, plan: JobPlan, job: StreamJob) -> None:
-    """The job's dead-letter topic, through the topic backend (`plan.job_plan`)."""
+async def _make_dead_letter_topic(
+    services: Services, plan: JobPlan, job: StreamJob
+) -> Problem | None:
+    """The job's dead-letter topic, through the topic backend (`plan.job_plan`); the problem
+    when Kafka refused it (the job cannot run until its output Log changes)."""
     letters = plan.dead_letters
     if letters is None or plan.launch is None:
-        return
+        return None
     outcome = await services.topics.ensure(letters.log, letters.topic, owner_of(job))
+    if outcome.refused is not None:
+        return Problem("KafkaRefused", outcome.refused)
     if outcome.unreachable is not None:
         raise TryAgain(f"dead-letter topic: {outcome.unreachable}", RETRY_SECONDS)
+    return None
 
 
 async def _positions(services: Services, plan: JobPlan) -> tuple[Offsets | None, Offsets | None]:
@@ -141,7 +177,9 @@ async def _act(
         events.warn("RewindUndone", rewind_message(rewound))
     elif rewound is not None:
         events.info("Rewound", rewind_message(rewound))
-    await _make_dead_letter_topic(services, plan, job)
+    refused = await _make_dead_letter_topic(services, plan, job)
+    if refused is not None:
+        return replace(plan, problems=(*plan.problems, refused)), RunObservation(), rewound
     app = services.runtime.job_app(job, plan.revision, plan.launch, plan.application)
     history = history_of(store.status, app.name, generation)
     state, history = await run_application(services, app, history, datetime.now(UTC))
@@ -173,11 +211,13 @@ async def reconcile_job(
     if isinstance(found, str):
         plan = JobPlan(int(status.get("revision") or 1), problems=(Problem("InvalidSpec", found),))
         await store.finish(job_status(plan, RunObservation(), status, generation, now))
+        announce(events, status, plan.problems)
         return
     if services.checkpoint_problem is not None:  # nothing runs where checkpoints are lost
         problems = (services.checkpoint_problem,)
         plan = JobPlan(int(status.get("revision") or 1), problems=problems)
         await store.finish(job_status(plan, RunObservation(), status, generation, now))
+        announce(events, status, plan.problems)
         return
     old = parse_body(body, StreamJob, old_spec) if old_spec else None
     edited_from = old if isinstance(old, StreamJob) else None
@@ -192,4 +232,5 @@ async def reconcile_job(
     if rewound is not None:
         written["lastRewind"] = rewound
     await store.finish(written)
+    announce(events, status, plan.problems)
     come_back_for_restart(seen, datetime.now(UTC))

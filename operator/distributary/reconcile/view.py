@@ -33,10 +33,12 @@ from distributary.backends.base import Owner
 from distributary.graph import Ref
 from distributary.kafka.admin import KafkaAdminError
 from distributary.kafka.records import RecordsError
+from distributary.kafka.rewinds import refused_start
 from distributary.kube.resources import KubeError
 from distributary.plan.children import rewind_folder, with_checkpoint
 from distributary.plan.conditions import Problem
 from distributary.plan.lifecycle import LIVE, mark_deleted, mark_groups_deleted
+from distributary.plan.position_refusals import PositionRefusedError
 from distributary.plan.progress import progress_key
 from distributary.plan.restarts import history_of
 from distributary.plan.view_plan import ViewPlan, first_revision, history_guard, plan_view
@@ -55,6 +57,7 @@ from distributary.reconcile.applications import (
     rewind_once,
     run_application,
 )
+from distributary.reconcile.failures import announce
 from distributary.reconcile.ports import Events, Services, StatusStore, TryAgain, World
 
 RETRY_SECONDS = 15.0  # before a view that waits on Kafka (its topics, its history) runs again
@@ -94,17 +97,40 @@ def _plan(
         first_revision=first,
     )
     try:
-        return history_guard(planned(), planned, services.lost_history)
+        plan = history_guard(planned(), planned, services.lost_history)
     except (KafkaAdminError, RecordsError) as exc:  # not without knowing what history it has
         raise TryAgain(f"checking the inputs' history: {exc}", RETRY_SECONDS) from exc
+    return _starting_guard(plan, view, services)
+
+
+def _starting_guard(plan: ViewPlan, view: DerivedView, services: Services) -> ViewPlan:
+    """`plan`, or, when the view's first revision would start at a position an input does not
+    have (`kafka.rewinds.refused_start`), a plan that starts nothing and says why."""
+    runner, lifecycle = plan.runner, plan.lifecycle
+    if not plan.starts or runner is None or lifecycle is None or lifecycle.beside(runner.revision):
+        return plan  # a reprocessing revision reads from the start of its inputs
+    index = {str(item.alias): i for i, item in enumerate(view.spec.inputs)}
+    allowed = view.spec.upgrade.allow_partial_history
+    for source in runner.inputs:
+        field = f"spec.inputs[{index.get(str(source.alias), 0)}].startingPosition"
+        try:
+            refused = refused_start(
+                services.admin, field, source.starting_position, source.topic, source.log, allowed
+            )
+        except KafkaAdminError as exc:
+            raise TryAgain(f"checking the starting positions: {exc}", RETRY_SECONDS) from exc
+        if refused is not None:
+            return ViewPlan(plan.revision, problems=(Problem("StartingPositionRefused", refused),))
+    return plan
 
 
 def _owner(view: DerivedView) -> Owner:
     return Owner("DerivedView", view.metadata.namespace, view.metadata.name)
 
 
-async def _make_topics(services: Services, plan: ViewPlan, view: DerivedView) -> None:
-    """The revision's output and dead-letter topics, through the topic backend."""
+async def _make_topics(services: Services, plan: ViewPlan, view: DerivedView) -> Problem | None:
+    """The revision's output and dead-letter topics, through the topic backend; the problem
+    when Kafka refused one (the revision cannot run until the view's spec changes)."""
     assert plan.output_log is not None
     output = Log.model_validate(plan.output_log)
     owner = owner_of(view)
@@ -112,8 +138,12 @@ async def _make_topics(services: Services, plan: ViewPlan, view: DerivedView) ->
         *(services.topics.ensure(output, topic, owner) for topic in plan.topics)
     )
     for outcome in outcomes:
+        if outcome.refused is not None:
+            return Problem("KafkaRefused", outcome.refused)
+    for outcome in outcomes:
         if outcome.unreachable is not None:
             raise TryAgain(f"view topics: {outcome.unreachable}", RETRY_SECONDS)
+    return None
 
 
 async def _observe(services: Services, plan: ViewPlan) -> dict[str, Any]:
@@ -212,8 +242,15 @@ async def _rewind(
             if runner.output is not None and runner.output.delivery == "ExactlyOnce"
             else None
         ),
+        logs={s.topic: s.log for s in runner.inputs},
+        partial_history=view.spec.upgrade.allow_partial_history,
     )
-    done = await rewind_once(services, store, target, rewind.request_id, rewind.to, now, generation)
+    try:
+        done = await rewind_once(
+            services, store, target, rewind.request_id, rewind.to, now, generation
+        )
+    except PositionRefusedError as exc:  # nothing moved: the revision runs on as it was
+        return replace(plan, problems=(*plan.problems, Problem("RewindRefused", str(exc)))), None
     if done is None:
         return plan, None
     folder = rewind_folder(rewind.request_id)
@@ -298,7 +335,9 @@ async def _run(
     """Make the revision's topics, carry out a rewind, run the application and observe it."""
     if plan.runner is None or plan.output_log is None:
         return plan, RunObservation(), None
-    await _make_topics(services, plan, view)
+    refused = await _make_topics(services, plan, view)
+    if refused is not None:
+        return replace(plan, problems=(*plan.problems, refused)), RunObservation(), None
     plan, rewound = await _rewind(services, store, plan, view, now, generation)
     if rewound is not None and rewound.get("verified") == "Undone":
         events.warn("RewindUndone", rewind_message(rewound))
@@ -352,11 +391,13 @@ async def reconcile_view(
         problem = Problem("InvalidSpec", found)
         plan = ViewPlan(int(status.get("servingRevision") or 1), problems=(problem,))
         await store.finish(view_status(plan, RunObservation(), status, generation, now))
+        announce(events, status, plan.problems)
         return
     if services.checkpoint_problem is not None:  # nothing runs where checkpoints are lost
         problems = (services.checkpoint_problem,)
         plan = ViewPlan(int(status.get("servingRevision") or 1), problems=problems)
         await store.finish(view_status(plan, RunObservation(), status, generation, now))
+        announce(events, status, plan.problems)
         return
     old = parse_body(body, DerivedView, old_spec) if old_spec else None
     edited_from = old if isinstance(old, DerivedView) else None
@@ -379,4 +420,5 @@ async def reconcile_view(
                 "again with a new requestId.",
             )
     await store.finish(written)
+    announce(events, status, plan.problems)
     come_back_for_restart(seen, datetime.now(UTC))

@@ -24,8 +24,9 @@ from distributary.controllers import logs
 from distributary.controllers.handling import ReconcileError, handle
 from distributary.controllers.services import OperatorServices
 from distributary.controllers.settings import OperatorSettings
+from distributary.plan.conditions import Problem
 from distributary.plan.status_patch import merged
-from distributary.reconcile.failures import LONGEST_RETRY, retry_delay
+from distributary.reconcile.failures import LONGEST_RETRY, announce, retry_delay
 from distributary.reconcile.ports import Services
 
 
@@ -185,3 +186,29 @@ def test_a_log_whose_reconcile_fails_unexpectedly_says_so_and_is_retried(
     assert condition["reason"] == "ReconcileError"
     assert "Log shop/clicks" in condition["message"]
     assert [reason for reason, _ in warnings] == ["ReconcileError"]
+
+
+class Said:
+    """Events, as the reconcile tells them."""
+
+    def __init__(self) -> None:
+        self.warnings: list[tuple[str, str]] = []
+
+    def info(self, reason: str, message: str) -> None:
+        raise AssertionError("a problem is a warning")
+
+    def warn(self, reason: str, message: str) -> None:
+        self.warnings.append((reason, message))
+
+
+def test_a_problem_is_announced_once_when_it_appears_not_at_every_reconcile() -> None:
+    problems = [Problem("InvalidSpec", "spec.sql: column price is not among bg_orders' columns")]
+    events = Said()
+    announce(events, {}, problems)
+    assert events.warnings == [("InvalidSpec", problems[0].message)]
+    stalled = {"type": "Stalled", "status": "True", "message": problems[0].message + " More."}
+    announce(events, {"conditions": [stalled]}, problems)
+    assert len(events.warnings) == 1  # said already
+    other = Problem("KafkaRefused", "Kafka refused topic t: Set spec.output.replicas to ...")
+    announce(events, {"conditions": [stalled]}, [*problems, other])
+    assert events.warnings[1:] == [("KafkaRefused", other.message)]

@@ -8,6 +8,7 @@ import pytest
 
 from distributary.api.log import Log
 from distributary.plan.topics import (
+    REFUSED_AGAIN,
     AddPartitions,
     AlterConfigs,
     CreateTopic,
@@ -18,6 +19,8 @@ from distributary.plan.topics import (
     kafka_topic_manifest,
     kafka_topic_name,
     plan_topic,
+    refusal_message,
+    refused_field,
 )
 
 
@@ -291,3 +294,56 @@ def test_kafka_topic_manifest_for_a_revision_topic_keeps_the_logs_settings() -> 
         "partitions": 4,
         "config": {"cleanup.policy": "compact"},
     }
+
+
+REFUSED = DesiredTopic(
+    "orders",
+    3,
+    5,
+    {"retention.ms": "60000", "local.retention.ms": "1000", "cleanup.policy": "compact"},
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "words", "spec", "field"),
+    [
+        ("INVALID_REPLICATION_FACTOR", "only 1 broker(s) are registered", "spec", "spec.replicas"),
+        ("INVALID_REPLICATION_FACTOR", "only 1 broker(s)", "spec.output", "spec.output.replicas"),
+        ("INVALID_REPLICA_ASSIGNMENT", "broker 7 is not registered", "spec", "spec.replicas"),
+        ("INVALID_PARTITIONS", "Number of partitions must be larger", "spec", "spec.partitions"),
+        ("INVALID_CONFIG", "Invalid value 60000 for retention.ms", "spec", "spec.retention.time"),
+        (
+            "INVALID_CONFIG",
+            "local.retention.ms must be at most retention.ms",  # the longer name is meant
+            "spec",
+            'spec.config["local.retention.ms"]',
+        ),
+        ("POLICY_VIOLATION", "cleanup.policy compact is not allowed", "spec", "spec.compaction"),
+        ("INVALID_CONFIG", "Invalid config", "spec", "spec.config"),
+        ("INVALID_CONFIG", "Invalid config", "spec.output", "spec.output"),
+        ("TOPIC_AUTHORIZATION_FAILED", "Topic authorization failed", "spec", "spec"),
+        ("TOPIC_EXCEPTION", "Topic name is illegal", "spec", "spec.topicName"),
+    ],
+)
+def test_a_kafka_refusal_names_the_field_it_concerns(
+    code: str, words: str, spec: str, field: str
+) -> None:
+    assert refused_field(REFUSED, code, words, spec) == field
+
+
+def test_a_config_refusal_of_a_topic_with_one_config_names_that_key() -> None:
+    alone = DesiredTopic("t", 1, None, {"remote.storage.enable": "true"})
+    words = "Tiered Storage functionality is disabled in the broker."
+    assert refused_field(alone, "INVALID_CONFIG", words) == 'spec.config["remote.storage.enable"]'
+
+
+def test_a_refusal_message_gives_kafkas_words_the_field_and_when_it_is_tried_again() -> None:
+    message = refusal_message(REFUSED, "INVALID_REPLICATION_FACTOR", "only 1 broker(s).")
+    assert message == (
+        "Kafka refused topic orders (INVALID_REPLICATION_FACTOR): only 1 broker(s). Set "
+        "spec.replicas to at most the number of brokers, or unset for the broker's default; the "
+        "topic is tried again when it changes"
+    )
+    ungranted = refusal_message(REFUSED, "TOPIC_AUTHORIZATION_FAILED", "")
+    assert "TOPIC_AUTHORIZATION_FAILED" in ungranted
+    assert f"every {REFUSED_AGAIN // 60} minutes" in ungranted

@@ -100,6 +100,7 @@ class FakeWorld:
 class FakeTopics:
     journal: Journal
     unreachable: str | None = None
+    refused: str | None = None
 
     async def ensure(
         self,
@@ -109,7 +110,7 @@ class FakeTopics:
         managed: frozenset[str] = frozenset(),
     ) -> LogReconcile:
         self.journal.append(("topic", desired.name))
-        return LogReconcile(0, desired.name, unreachable=self.unreachable)
+        return LogReconcile(0, desired.name, unreachable=self.unreachable, refused=self.refused)
 
     async def delete(self, log: Log | None, topic: str) -> None:
         self.journal.append(("delete topic", topic))

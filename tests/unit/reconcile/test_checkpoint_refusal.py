@@ -36,7 +36,8 @@ def test_a_view_is_stalled_and_nothing_is_made_or_started() -> None:
     assert PROBLEM is not None
     p = parts([log("clicks")], [])
     refused(p, view())
-    assert [entry[0] for entry in p.journal] == ["finish"]  # the status, and nothing else
+    # The status and a warning saying so, and nothing else.
+    assert p.journal == [("finish", p.journal[0][1]), ("warning", "CheckpointNotDurable")]
     condition = stalled(p.store.status)
     assert (condition["status"], condition["reason"]) == ("True", "CheckpointNotDurable")
     assert condition["message"] == PROBLEM.message
@@ -47,6 +48,6 @@ def test_a_view_is_stalled_and_nothing_is_made_or_started() -> None:
 def test_a_job_is_stalled_and_nothing_starts() -> None:
     p = parts([log("clicks"), log("enriched")], [])
     refused(p, job())
-    assert [entry[0] for entry in p.journal] == ["finish"]
+    assert p.journal == [("finish", p.journal[0][1]), ("warning", "CheckpointNotDurable")]
     assert p.runtime.running == {}
     assert stalled(p.store.status)["reason"] == "CheckpointNotDurable"

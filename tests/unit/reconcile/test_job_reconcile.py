@@ -88,3 +88,13 @@ def test_a_job_waits_while_kafka_cannot_make_its_dead_letter_topic() -> None:
     with pytest.raises(TryAgain, match="dead-letter topic: no broker"):
         run(p, job())
     assert not [e for e in p.journal if e[0] == "start"]
+
+
+def test_a_dead_letter_topic_kafka_refuses_stalls_the_job_and_it_does_not_run() -> None:
+    p = parts([log("clicks"), log("enriched")], [])
+    p.topics.refused = "Kafka refused topic distributary.shop.enrich.dlq: Set spec.replicas to 1"
+    run(p, job())
+    assert not [e for e in p.journal if e[0] == "start"]
+    stalled = next(c for c in p.store.status["conditions"] if c["type"] == "Stalled")
+    assert (stalled["status"], stalled["reason"]) == ("True", "KafkaRefused")
+    assert "spec.replicas" in stalled["message"]

@@ -229,6 +229,24 @@ def test_unreachable_topics_are_tried_again_before_anything_runs() -> None:
     assert not [e for e in p.journal if e[0] == "start"]
 
 
+REFUSED = "Kafka refused topic v.r1 (INVALID_REPLICATION_FACTOR): only 1 broker(s)."
+
+
+def test_a_topic_kafka_refuses_stalls_the_view_once_with_a_warning_and_nothing_runs() -> None:
+    p = parts([log("clicks")], [])
+    p.topics.refused = REFUSED
+    run(p, view())
+    run(p, view())  # the observer's next round: no second warning
+    assert not [e for e in p.journal if e[0] == "start"]
+    assert [e for e in p.journal if e[0] == "warning"] == [("warning", "KafkaRefused")]
+    stalled = next(c for c in p.store.status["conditions"] if c["type"] == "Stalled")
+    assert (stalled["status"], stalled["reason"], stalled["message"]) == (
+        "True",
+        "KafkaRefused",
+        REFUSED,
+    )
+
+
 def test_a_refused_edit_leaves_the_output_log_as_it_is() -> None:
     """An append view edited into an upsert one whose reprocess is refused: the live topic's
     Log is not made compacted under the serving revision."""
