@@ -5,7 +5,8 @@ Each bad resource is one the API server accepts and only the operator or Kafka c
 Log asking for more replicas than there are brokers or for a config the broker's settings forbid,
 a Log whose key is not a column, views whose SQL reads an unknown column or none of its inputs
 or calls a function that runs code in the driver, a view whose input does not exist, a view
-whose output asks for more replicas than there are brokers. Every one ends with a condition that
+whose output asks for more replicas than there are brokers, views that start at a partition
+the input does not have or at a time no record has reached. Every one ends with a condition that
 names its field and a Warning event; every good one is Ready and its output right; the
 operator's log holds no traceback, and a Kafka refusal is not asked again and again.
 """
@@ -46,6 +47,13 @@ def view(name: str, sql: str, inputs: tuple[str, ...] = ("bg-orders",), **output
             "spark": {"trigger": "500ms"},
         },
     }
+
+
+def starting(name: str, position: dict[str, Any]) -> dict[str, Any]:
+    """A view that starts its input at `position`."""
+    body = view(name, "SELECT user, amount FROM bg_orders")
+    body["spec"]["inputs"][0]["startingPosition"] = position
+    return body
 
 
 GOOD = [
@@ -94,6 +102,18 @@ BAD: dict[str, tuple[str, dict[str, Any], str, str]] = {
         view("bg-view-replicas", "SELECT user FROM bg_orders", replicas=3),
         "spec.output.replicas",
         "replication",
+    ),
+    "bg-start-partition": (
+        "dview",
+        starting("bg-start-partition", {"from": "Offsets", "offsets": {"4": 0}}),
+        "spec.inputs[0].startingPosition.offsets",
+        "partition 4",
+    ),
+    "bg-start-future": (
+        "dview",
+        starting("bg-start-future", {"from": "Timestamp", "timestamp": "2099-01-01T00:00:00Z"}),
+        "spec.inputs[0].startingPosition.timestamp",
+        "reached",
     ),
 }
 
