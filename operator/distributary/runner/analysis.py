@@ -80,6 +80,8 @@ def local_session(folder: Path) -> Iterator[SparkSession]:
     builder = SparkSession.builder
     for key, value in SESSION_CONF.items():
         builder = builder.config(key, value)
+    # Spark makes its warehouse folder on start: in `folder`, not where the command runs.
+    builder = builder.config("spark.sql.warehouse.dir", str(folder / "warehouse"))
     try:
         with _output_to(log):
             spark = builder.getOrCreate()
