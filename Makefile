@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test unit integration lint demo crds docs clean helm chart-lint devcluster e2e-local
+.PHONY: install test unit integration lint demo crds docs clean helm chart-lint devcluster e2e-local locks
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,6 +52,19 @@ chart-lint:
 
 docs: $(STAMP)
 	$(BIN)/python -c 'from pathlib import Path; from distributary.api.reference import reference_markdown as r; Path("docs/reference.md").write_text(r())'
+
+# The images' Python dependencies, each pinned with its hashes, for the images' Python (3.11) on
+# linux x86_64: the operator's without the spark extra; the job image's with it, less pyspark and
+# py4j, which come with the image's own Spark (spark_images/Dockerfile).
+UV ?= $(BIN)/uv
+LOCK := $(UV) pip compile pyproject.toml --quiet --generate-hashes --python-version 3.11 \
+  --python-platform x86_64-manylinux_2_35 --custom-compile-command 'make locks'
+
+locks: $(STAMP)
+	@echo "Locking operator_image/requirements.lock and spark_images/requirements.lock ..."
+	$(LOCK) -o operator_image/requirements.lock
+	$(LOCK) --extra spark --no-emit-package pyspark --no-emit-package py4j \
+	  -o spark_images/requirements.lock
 
 DEMO_STATE := .distributary/demo
 CLICKS := examples/clickstream

@@ -53,6 +53,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- default (printf "distributary-spark:%s" .Chart.AppVersion) .Values.spark.jobImage }}
 {{- end }}
 
+{{/* The service account Spark drivers run as: the operator's default unless named. */}}
+{{- define "distributary.sparkServiceAccountName" -}}
+{{- default "distributary-spark" .Values.spark.driverServiceAccount.name }}
+{{- end }}
+
 {{/* The namespace the Strimzi topic operator watches: where KafkaTopics are made. */}}
 {{- define "distributary.strimziNamespace" -}}
 {{- default .Release.Namespace .Values.strimzi.namespace }}
@@ -121,8 +126,9 @@ a file:// root (an object store needs none); the chart's own name when it makes 
 {{- end -}}
 {{- end }}
 
-{{/* The namespaces the chart makes the checkpoint claim in, as a JSON list. */}}
-{{- define "distributary.checkpointNamespaces" -}}
+{{/* The namespaces the chart makes what pipelines need in (the checkpoint claim, the Spark
+drivers' service account), as a JSON list: the watched ones, or the release's when all are. */}}
+{{- define "distributary.pipelineNamespaces" -}}
 {{- if .Values.watchNamespaces -}}
 {{- toJson .Values.watchNamespaces -}}
 {{- else -}}

@@ -21,6 +21,7 @@ from distributary.plan.checkpoint_storage import CheckpointClaim
 from distributary.plan.children import holds
 from distributary.plan.runner_spec import RunnerSpec
 from distributary.plan.spark import (
+    DEFAULT_SERVICE_ACCOUNT,
     SPARK_APPLICATION_API_VERSION,
     Application,
     application_name,
@@ -28,6 +29,7 @@ from distributary.plan.spark import (
     label_value,
     spark_application,
     with_checkpoint_claim,
+    with_service_account,
 )
 from distributary.plan.spark_state import AppState, spark_application_state
 
@@ -36,12 +38,20 @@ KIND = "SparkApplication"
 
 class SparkOperatorRuntime:
     """Runs revisions as SparkApplications through `kube`; views' default job image `image`;
-    `claim`, when given, mounted into every driver and executor (where checkpoints go)."""
+    `claim`, when given, mounted into every driver and executor (where checkpoints go); every
+    driver runs as `service_account` of its namespace."""
 
-    def __init__(self, kube: Kube, image: str, claim: CheckpointClaim | None = None) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        image: str,
+        claim: CheckpointClaim | None = None,
+        service_account: str = DEFAULT_SERVICE_ACCOUNT,
+    ) -> None:
         self.kube = kube
         self.image = image
         self.claim = claim
+        self.service_account = service_account
 
     def view_app(self, view: DerivedView, runner: RunnerSpec) -> RevisionApp:
         """The view revision's SparkApplication, with the job image unless the spec names one."""
@@ -75,6 +85,7 @@ class SparkOperatorRuntime:
             wanted = manifest()
             if wanted is None:
                 return state()
+            wanted = with_service_account(wanted, self.service_account)
             if self.claim is not None:
                 wanted = with_checkpoint_claim(wanted, self.claim)
             current = read.pop("app", None)

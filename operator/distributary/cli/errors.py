@@ -10,6 +10,7 @@ flags that do not go together, a log the pipeline does not have).
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 import click
@@ -23,6 +24,19 @@ class UserError(DistributaryError, click.ClickException):
     def show(self, file: Any = None) -> None:
         """Print `error: MESSAGE` on stderr (click's default adds a usage hint that misleads)."""
         click.echo(f"error: {self.format_message()}", err=True)
+
+
+SPARK_EXTRA = "pip install 'distributary[spark]'"
+
+
+def require_pyspark(command: str) -> None:
+    """Stop `command`, which runs Spark, with one line naming the `spark` extra when pyspark is
+    not installed (the lean install, as in the operator's image), rather than an ImportError."""
+    if importlib.util.find_spec("pyspark") is None:
+        raise UserError(
+            f"distributary {command} needs Spark, and pyspark is not installed here: "
+            f"install the spark extra ({SPARK_EXTRA})"
+        )
 
 
 class ReportingGroup(click.Group):

@@ -23,7 +23,7 @@ import click
 from rich.console import Console
 from rich.live import Live
 
-from distributary.cli.errors import UserError
+from distributary.cli.errors import UserError, require_pyspark
 from distributary.cli.options import PIPELINE_PATHS
 from distributary.cli.produce import append_file
 from distributary.cli.validate import load_checked
@@ -137,6 +137,7 @@ def run(
 ) -> None:
     """Run a pipeline on this machine: Kafka (embedded unless given), topics, every view on
     local Spark, and a live table of positions and lag. Ctrl-C stops it; running again resumes."""
+    require_pyspark("run")
     pipeline = load_checked(paths, "run")
     pairs = _produce_pairs(produce)
     state_dir.mkdir(parents=True, exist_ok=True)

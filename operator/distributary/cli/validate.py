@@ -21,7 +21,7 @@ from pathlib import Path
 
 import click
 
-from distributary.cli.errors import UserError
+from distributary.cli.errors import UserError, require_pyspark
 from distributary.cli.options import PIPELINE_PATHS
 from distributary.graph import Pipeline, load_pipeline
 from distributary.sql import ALLOW_FUNCTIONS_ENV, allowed_functions
@@ -89,6 +89,7 @@ def check_with_spark(pipeline: Pipeline) -> None:
     progress and then each problem on stderr; a UserError when Spark refuses any."""
     if not pipeline.views:
         return
+    require_pyspark("validate --spark")
     # Imported here: pyspark takes a second to import, and only --spark needs it.
     from distributary.runner.analysis import QueryCheck, SparkStartError, local_session
 

@@ -37,7 +37,11 @@ from distributary.plan.restarts import (
     STABLE_AFTER,
     RestartPolicy,
 )
-from distributary.plan.spark import MANAGED_BY, SPARK_APPLICATION_API_VERSION
+from distributary.plan.spark import (
+    DEFAULT_SERVICE_ACCOUNT,
+    MANAGED_BY,
+    SPARK_APPLICATION_API_VERSION,
+)
 from distributary.plan.topics import DesiredTopic
 from distributary.sql import (
     ALLOW_FUNCTIONS_ENV,
@@ -159,6 +163,13 @@ def _allowed_functions(
     show_default=True,
     envvar="DISTRIBUTARY_IMAGE",
     help="The default job image of views (a spec's spark.image wins).",
+)
+@click.option(
+    "--spark-service-account",
+    default=DEFAULT_SERVICE_ACCOUNT,
+    show_default=True,
+    envvar="DISTRIBUTARY_SPARK_SERVICE_ACCOUNT",
+    help="The service account Spark drivers run as, in each view's or job's namespace.",
 )
 @click.option(
     "--checkpoint-root",
@@ -290,6 +301,7 @@ def operator(
     strimzi_cluster: str,
     spark_runtime: str,
     image: str,
+    spark_service_account: str,
     checkpoint_root: str,
     checkpoint_claim: str,
     checkpoint_mount_path: str,
@@ -317,6 +329,7 @@ def operator(
         strimzi_cluster=strimzi_cluster,
         spark_runtime="local" if spark_runtime == "local" else "spark-operator",
         image=image,
+        spark_service_account=spark_service_account,
         checkpoint_root=checkpoint_root,
         checkpoint_claim=(
             CheckpointClaim(checkpoint_claim, checkpoint_mount_path) if checkpoint_claim else None

@@ -51,7 +51,9 @@ def build(settings: OperatorSettings) -> OperatorServices:
     if settings.spark_runtime == "local":
         runtime = LocalSparkRuntime(LocalRuntime(settings.state_dir))
     else:
-        runtime = SparkOperatorRuntime(api, settings.image, settings.checkpoint_claim)
+        runtime = SparkOperatorRuntime(
+            api, settings.image, settings.checkpoint_claim, settings.spark_service_account
+        )
     client = dict(settings.kafka_client)
 
     def lost_history(topics: Mapping[str, str]) -> str | None:

@@ -24,6 +24,7 @@ from distributary.plan.pipeline import (
     TopicBackend,
 )
 from distributary.plan.restarts import RestartPolicy
+from distributary.plan.spark import DEFAULT_SERVICE_ACCOUNT
 
 # Kafka client settings the operator takes from its environment (e.g. a Secret in the chart).
 KAFKA_ENVIRONMENT = {
@@ -68,6 +69,9 @@ class OperatorSettings:
 
     image: str = DEFAULT_IMAGE
     """The job image of views whose spec names none."""
+
+    spark_service_account: str = DEFAULT_SERVICE_ACCOUNT
+    """The service account Spark drivers run as, in each view's or job's namespace."""
 
     checkpoint_root: str = DEFAULT_CHECKPOINT_ROOT
     """Where revisions checkpoint: storage every driver reaches."""

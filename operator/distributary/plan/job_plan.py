@@ -34,7 +34,12 @@ from distributary.plan.conditions import Problem, Work
 from distributary.plan.pipeline import job_revision_hash
 from distributary.plan.progress import PROGRESS_TOPIC
 from distributary.plan.runner_spec import consumer_group, dead_letter_topic, reading_topic
-from distributary.plan.spark import Application, job_launch, spark_application_of
+from distributary.plan.spark import (
+    DEFAULT_SERVICE_ACCOUNT,
+    Application,
+    job_launch,
+    spark_application_of,
+)
 from distributary.plan.topics import DesiredTopic, dead_letter_desired
 from distributary.plan.view_plan import serving_log
 
@@ -172,7 +177,7 @@ def plan_job(
     checkpoint_root: str,
     bootstrap_servers: str,
     old: StreamJob | None = None,
-    service_account: str = "distributary-spark",
+    service_account: str = DEFAULT_SERVICE_ACCOUNT,
 ) -> JobPlan:
     """The plan of `job` (checked in `pipeline`), given its previous status and, on an update,
     the spec it replaces."""

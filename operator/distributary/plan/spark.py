@@ -48,6 +48,8 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "distributary"}
 MAX_APPLICATION_NAME = 56
 CHECKPOINT_VOLUME = "distributary-checkpoints"
 SPARK_GROUP = 185  # the job image's spark user (and group)
+# The service account drivers run as when the operator is told none (the chart makes it).
+DEFAULT_SERVICE_ACCOUNT = "distributary-spark"
 
 
 @dataclass(frozen=True)
@@ -183,7 +185,7 @@ def spark_application(
     settings: SparkSettings,
     *,
     image: str,
-    service_account: str = "distributary-spark",
+    service_account: str = DEFAULT_SERVICE_ACCOUNT,
     owner: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The Kubeflow SparkApplication that runs the runner on `spec`. `image` is the operator's
@@ -202,6 +204,14 @@ def spark_application(
         env={},
     )
     return spark_application_of(app, settings, service_account, owner)
+
+
+def with_service_account(manifest: Mapping[str, Any], account: str) -> dict[str, Any]:
+    """The SparkApplication `manifest` with its driver running as `account`, the service
+    account of the cluster's drivers in the application's namespace."""
+    spec = dict(manifest["spec"])
+    spec["driver"] = {**spec["driver"], "serviceAccount": account}
+    return {**manifest, "spec": spec}
 
 
 def with_checkpoint_claim(manifest: Mapping[str, Any], claim: CheckpointClaim) -> dict[str, Any]:
@@ -358,7 +368,7 @@ def job_application(
     checkpoint_root: str,
     bootstrap_servers: str | None = None,
     progress_topic: str | None = None,
-    service_account: str = "distributary-spark",
+    service_account: str = DEFAULT_SERVICE_ACCOUNT,
     owner: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The SparkApplication that runs a StreamJob's revision (see `job_launch`)."""

@@ -36,6 +36,7 @@ from distributary.plan.positions import Offsets
 from distributary.plan.progress import progress_key
 from distributary.plan.restarts import history_of
 from distributary.plan.runner_spec import starting_position
+from distributary.plan.spark import DEFAULT_SERVICE_ACCOUNT
 from distributary.plan.view_status import RunObservation
 from distributary.plan.write_ahead import job_start_record, replaced_rewind, rewind_message
 from distributary.reconcile.applications import (
@@ -127,7 +128,9 @@ async def _rewind(
         return replace(plan, problems=(*plan.problems, Problem("RewindRefused", str(exc)))), None
     if done is None:
         return plan, None
-    return with_job_rewind(plan, rewind_folder(rewind.request_id), "distributary-spark", job), done
+    return with_job_rewind(
+        plan, rewind_folder(rewind.request_id), DEFAULT_SERVICE_ACCOUNT, job
+    ), done
 
 
 async def _make_dead_letter_topic(

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from tests.integration.kube.chart_rbac import RBAC_MODES, install_chart_rbac
 from tests.integration.kube.operator_harness import Cluster, Operator
 
 from distributary.devtools.controlplane import ControlPlane
@@ -79,14 +80,31 @@ def operator(
     request: pytest.FixtureRequest,
 ) -> Iterator[Operator]:
     """`distributary operator` on the module's namespace, with its `OPERATOR_FLAGS`; node-local
-    checkpoints allowed unless its `NODE_LOCAL_CHECKPOINTS` is False."""
+    checkpoints allowed unless its `NODE_LOCAL_CHECKPOINTS` is False; as the chart's ServiceAccount
+    with the chart's rights for watching this namespace (`chart_rbac`), or every namespace when
+    its `OPERATOR_RBAC` is "chart-cluster", or as cluster admin when it is "admin"."""
     flags = tuple(getattr(request.module, "OPERATOR_FLAGS", ()))
+    folder = tmp_path_factory.mktemp("operator")
+    rbac = getattr(request.module, "OPERATOR_RBAC", "chart")
+    account = None
+    if rbac != "admin":
+        assert rbac in RBAC_MODES, f"OPERATOR_RBAC: {rbac!r} is not one of {RBAC_MODES}"
+        account = install_chart_rbac(
+            cluster,
+            folder,
+            release=cluster.namespace,
+            flags=flags,
+            bootstrap_servers=broker.bootstrap_servers,
+            watch_all=rbac == "chart-cluster",
+        )
     running = Operator(
         cluster,
         broker.bootstrap_servers,
-        tmp_path_factory.mktemp("operator"),
+        folder,
         flags,
         node_local_checkpoints=getattr(request.module, "NODE_LOCAL_CHECKPOINTS", True),
+        kubeconfig=account.kubeconfig if account else None,
+        watch_all=bool(account and account.watch_all),
     )
     running.start()
     yield running

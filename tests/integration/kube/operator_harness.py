@@ -96,6 +96,11 @@ class Operator:
     node_local_checkpoints: bool = True
     """Allow checkpoints on the test machine's disk under the spark-operator runtime (the test
     control plane has one machine); False: the operator refuses them, as in a real cluster."""
+    kubeconfig: Path | None = None
+    """Who the operator acts as; None: the cluster's admin (`chart_rbac` gives the chart's
+    ServiceAccount instead)."""
+    watch_all: bool = False
+    """Watch every namespace instead of the cluster's own."""
     metrics_port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
@@ -113,7 +118,7 @@ class Operator:
         argv = [
             sys.executable, "-m", "distributary.cli", "operator",
             "--bootstrap-servers", self.bootstrap_servers,
-            "--namespace", self.cluster.namespace,
+            *(() if self.watch_all else ("--namespace", self.cluster.namespace)),
             "--observe-interval", "2",
             "--health-port", str(free_port()),
             "--metrics-port", str(self.metrics_port),
@@ -122,7 +127,7 @@ class Operator:
             *(["--allow-node-local-checkpoints"] if self.node_local_checkpoints else []),
             *self.extra,
         ]  # fmt: skip
-        env = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig)}
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig or self.cluster.kubeconfig)}
         with open(self.log_file, "wb") as out:
             self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
 

@@ -88,15 +88,18 @@ def test_every_stage_is_the_slim_python_image_of_that_version() -> None:
     assert bases == [expected, expected]  # the venv is copied between identical Pythons
 
 
-def test_the_project_is_installed_without_its_dev_extras() -> None:
+def test_the_project_is_installed_from_the_hash_lock_without_extras() -> None:
     build = text().split("\nFROM ")[1]
-    assert re.search(r'"\$venv/bin/pip" install /tmp/distributary$', build, re.MULTILINE)
-    assert "[dev]" not in text()
-    assert "--no-deps" not in build  # pyspark comes with the declared dependencies
-    dependencies = project()["project"]["dependencies"]
-    assert any(d.startswith("pyspark==") for d in dependencies), (
-        "pyspark is no longer a dependency: the image comment about it is stale"
+    assert "COPY operator_image/requirements.lock /tmp/requirements.lock" in build
+    assert re.search(
+        r'^"\$venv/bin/pip" install --require-hashes -r /tmp/requirements.lock$', build, re.M
     )
+    assert re.search(r'^"\$venv/bin/pip" install --no-deps /tmp/distributary$', build, re.M)
+    assert "[dev]" not in text()
+    assert "[spark]" not in text()
+    assert 'find_spec("pyspark") is None' in build
+    base = project()["project"]["dependencies"]
+    assert not any(d.startswith("pyspark") for d in base), "the base install brings pyspark"
 
 
 def test_entry_point_is_the_console_script_and_the_default_command_the_operator() -> None:
