@@ -161,3 +161,6 @@ def run(
     failed = failed_views(snapshot)
     if failed:  # the others ran on; the run says which did not
         raise UserError(f"view(s) {', '.join(failed)} failed: see {local.runner_log}")
+    refused = local.revisions.query_refused() if local.revisions is not None else {}
+    if refused:  # they do not run until an edit fixes spec.sql
+        raise UserError("; ".join(f"view {key}: {said}" for key, said in sorted(refused.items())))

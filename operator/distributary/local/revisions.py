@@ -35,6 +35,7 @@ from distributary.api.job import StreamJob
 from distributary.api.view import DerivedView
 from distributary.local.state import RunStateError
 from distributary.plan.lifecycle import CATCHING_UP
+from distributary.plan.spark_state import QUERY_REFUSED
 from distributary.plan.status_patch import changes, merged
 
 REVISIONS_FILE = "revisions.json"
@@ -132,15 +133,28 @@ class LocalRevisions:
         return dict((self.section(kind).get(key) or {}).get("status") or {})
 
     def catching_up(self) -> list[str]:
-        """The views with a revision catching up."""
+        """The views with a revision catching up (not one whose query Spark refused: it never
+        catches up)."""
+        refused = set(self.query_refused())
         return sorted(
             key
             for key, entry in self.views.items()
-            if any(
+            if key not in refused
+            and any(
                 r.get("phase") == CATCHING_UP
                 for r in (entry.get("status") or {}).get("revisions") or []
             )
         )
+
+    def query_refused(self) -> dict[str, str]:
+        """The views whose running revision's query Spark refused at start, with the message."""
+        found = {}
+        for key, entry in self.views.items():
+            for condition in (entry.get("status") or {}).get("conditions") or []:
+                stalled = condition.get("type") == "Stalled" and condition.get("status") == "True"
+                if stalled and condition.get("reason") == QUERY_REFUSED:
+                    found[key] = str(condition.get("message") or "")
+        return found
 
 
 def refused(status: Mapping[str, Any]) -> dict[str, str] | None:

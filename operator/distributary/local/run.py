@@ -56,6 +56,7 @@ from distributary.plan.pipeline import PipelinePlan, PlanSettings, plan_pipeline
 from distributary.plan.progress import PROGRESS_TOPIC
 from distributary.plan.restarts import APPLICATION_FAILING, RestartPolicy
 from distributary.plan.runner_spec import RunnerSpec
+from distributary.plan.spark_state import QUERY_REFUSED
 from distributary.plan.topics import DesiredTopic
 from distributary.plan.view_plan import reprocessing_outputs
 from distributary.reconcile.failures import (
@@ -454,7 +455,7 @@ class CaughtUp:
         still = time.monotonic() - self._since >= self.idle_seconds
         views = all(
             (v.state == "Running" and v.lag == 0 and self._windows_written(v))
-            or v.state == "Failed"
+            or v.state in ("Failed", QUERY_REFUSED)
             for v in snapshot.views
         )
         return still and views and all(j.lag == 0 for j in snapshot.jobs)

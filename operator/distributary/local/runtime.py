@@ -10,8 +10,10 @@ query can no longer commit. A revision fails alone: the runner keeps the others 
 publishes the failed one's state, which is read here from the progress records of the process
 that runs now. A failed revision is not run again until the reconcile starts it after its
 back-off (`plan.restarts`): until then a restart of the process, for another view or because it
-exited, leaves it out, and it is reported failed. StreamJobs run their own files, each as a
-process of its own (`LocalRuntime`).
+exited, leaves it out, and it is reported failed. A revision whose query Spark refused at start
+(QueryRefused) is left out of every later start of the process while its spec stays the same: the
+same query would be refused again, so it is not restarted at all. StreamJobs run their own
+files, each as a process of its own (`LocalRuntime`).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from distributary.local.broker import die_with_parent
 from distributary.plan.progress import progress_key
 from distributary.plan.runner_spec import RunnerSpec
 from distributary.plan.spark import Application, application_name
-from distributary.plan.spark_state import CHECKPOINT_LOST, AppState
+from distributary.plan.spark_state import CHECKPOINT_LOST, QUERY_REFUSED, AppState
 
 Key = tuple[str, str, int]  # namespace, view, revision
 STOP_GRACE = 60.0  # seconds the runner's queries get to finish their batch
@@ -60,6 +62,7 @@ class PipelineRuntime:
         self.wanted: dict[Key, RunnerSpec] = {}
         self.running: dict[Key, RunnerSpec] = {}
         self.failed: dict[Key, AppState] = {}  # failed revisions waiting for their restart
+        self.refused: dict[Key, tuple[RunnerSpec, AppState]] = {}  # Spark refused that spec
         self.process: subprocess.Popen[bytes] | None = None
         self.known = self._load_known()  # every live revision's spec, across runs
 
@@ -105,10 +108,15 @@ class PipelineRuntime:
             found = self.failed.get(key) or self.state_of(key)
             if found.ended:  # not run again until started after its back-off
                 self.failed[key] = found
+            if found.state == QUERY_REFUSED:  # not run again with this spec
+                self.refused[key] = (spec, found)
             return found
 
         def start() -> AppState:
             self.failed.pop(key, None)
+            refused = self.refused.get(key)
+            if refused is not None and refused[0] != spec:
+                self.refused.pop(key)  # a changed spec is worth a start
             self.wanted[key] = spec
             if self.known.get(key) != spec:
                 self.known[key] = spec
@@ -123,10 +131,16 @@ class PipelineRuntime:
 
     def state_of(self, key: Key) -> AppState:
         """The revision's state: RUNNING while the process runs it and it has not failed."""
+        refused = self.refused.get(key)
+        if refused is not None and refused[0] == self.wanted.get(key):
+            return refused[1]
         if key not in self.running or self.process is None:
             return AppState("SUBMITTED" if key in self.wanted else "ABSENT")
         spec = self.running[key]
         record = self.progress().get(progress_key(spec.kind, *key)) or {}
+        if record.get("runnerPid") == self.process.pid and record.get("state") == QUERY_REFUSED:
+            # Not restarted: Spark would refuse the same query again (`runner.main`).
+            return AppState(QUERY_REFUSED, message=str(record.get("error") or ""))
         if record.get("runnerPid") == self.process.pid and record.get("state") == "Failed":
             message = f"the query failed: {record.get('error') or 'no error given'}"
             return AppState("FAILED", ended=True, failed=True, message=message)
@@ -168,6 +182,7 @@ class PipelineRuntime:
         for key in keys:
             self.wanted.pop(key, None)
             self.failed.pop(key, None)
+            self.refused.pop(key, None)
         if any(self.known.pop(key, None) is not None for key in keys):
             self._save_known()
         stopped = [key[2] for key in keys if key in self.running]
@@ -195,8 +210,13 @@ class PipelineRuntime:
         return False
 
     def runnable(self, specs: Mapping[Key, RunnerSpec]) -> dict[Key, RunnerSpec]:
-        """`specs` but the failed revisions that wait for their restart."""
-        return {key: spec for key, spec in specs.items() if key not in self.failed}
+        """`specs` but the failed revisions that wait for their restart and those whose query
+        Spark refused."""
+        return {
+            key: spec
+            for key, spec in specs.items()
+            if key not in self.failed and (self.refused.get(key) or (None,))[0] != spec
+        }
 
     def flush(self) -> bool:
         """Restart the runner when what it should run changed; whether it did."""

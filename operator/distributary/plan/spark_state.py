@@ -16,6 +16,9 @@ from typing import Any
 
 ENDED = {"COMPLETED", "FAILED", "SUBMISSION_FAILED", "SUCCEEDING", "FAILING"}
 CHECKPOINT_LOST = "CheckpointLost"  # a runner's state for a revision that must not resume
+# A runner's state for a revision whose query Spark refused at start (an analysis error): the
+# same query is refused at every start, so it is not restarted; only an edit helps.
+QUERY_REFUSED = "QueryRefused"
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,10 @@ them (`status.deadLetters`: the serving revision's). Problems only the user can 
 missing input, an application that keeps failing, a refused change) make the view Stalled; waiting
 for an input's topic, an application that is starting or restarting makes it Reconciling. An
 application keeps failing when it failed several times within a window and has not run stably
-since (`plan.restarts`, which `status.sparkApplication` keeps the history for).
+since (`plan.restarts`, which `status.sparkApplication` keeps the history for). A query Spark
+refused at start (its runner reported QueryRefused for this revision's checkpoint) is a problem
+of its own, not a failure: it is not restarted (`query_refused`), and a revision serving beside it
+serves on.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from distributary.plan.restarts import (
     restarting_message,
     stalled,
 )
-from distributary.plan.spark_state import CHECKPOINT_LOST, AppState
+from distributary.plan.spark_state import CHECKPOINT_LOST, QUERY_REFUSED, AppState
 from distributary.plan.view_plan import ViewPlan
 
 
@@ -80,7 +83,7 @@ def application_findings(seen: RunObservation, now: datetime) -> tuple[list[Prob
     """What the application's state says: a problem while it keeps failing (until it runs
     stably again), work while it starts or waits for a restart."""
     app = seen.app
-    if app is None or app.state == CHECKPOINT_LOST:
+    if app is None or app.state in (CHECKPOINT_LOST, QUERY_REFUSED):
         return [], []
     if stalled(seen.history, now, seen.policy):
         message = failing_message(seen.history, app, now, seen.policy)
@@ -269,6 +272,33 @@ def lost_checkpoint(plan: ViewPlan, seen: RunObservation) -> bool:
     )
 
 
+def query_refused(plan: ViewPlan, record: Mapping[str, Any] | None) -> Problem | None:
+    """The problem (reason QueryRefused) when the running revision's runner reported that Spark
+    refused its query at start, a report about this very revision's checkpoint; None otherwise.
+    Such a revision is not restarted: Spark would refuse the same query again."""
+    record = record or {}
+    runner = plan.runner
+    if (
+        runner is None
+        or record.get("state") != QUERY_REFUSED
+        or record.get("checkpoint") != runner.checkpoint_location
+        or record.get("revision") not in (None, runner.revision)
+    ):
+        return None
+    said = str(record.get("error") or "spec.sql: Spark refuses the query")
+    if runner.revision != plan.revision:
+        after = (
+            f"revision {plan.revision} serves on unchanged; fix spec.sql and a new revision "
+            "starts beside it"
+        )
+    else:
+        after = "nothing runs it until spec.sql is fixed"
+    return Problem(
+        QUERY_REFUSED,
+        f"revision {runner.revision} does not start and is not restarted: {said}; {after}",
+    )
+
+
 def _risks(row: Mapping[str, Any], group: Offsets | None, seen: RunObservation) -> list[str]:
     """Where revision `row`'s position is at risk of losing records to retention."""
     if group is None or seen.starts is None or seen.ends is None:
@@ -322,6 +352,9 @@ def view_status(
             continue
         group = groups.get(int(row["revision"]))
         rows[index], positions, row_lag = _observed_row(row, group, seen, now)
+        if row["revision"] == running and query_refused(plan, seen.progress) is not None:
+            # It reads nothing: never caught up, so it never serves (`plan.lifecycle`).
+            rows[index] = {**rows[index], "lag": None, "caughtUpSince": None}
         risks += _risks(row, group, seen)
         if row["phase"] == SERVING:
             inputs, lag, rate = positions, row_lag, rows[index].get("inputRate")

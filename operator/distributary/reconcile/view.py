@@ -41,8 +41,9 @@ from distributary.plan.lifecycle import LIVE, mark_deleted, mark_groups_deleted
 from distributary.plan.position_refusals import PositionRefusedError
 from distributary.plan.progress import progress_key
 from distributary.plan.restarts import history_of
+from distributary.plan.spark_state import QUERY_REFUSED, AppState
 from distributary.plan.view_plan import ViewPlan, first_revision, history_guard, plan_view
-from distributary.plan.view_status import RunObservation, view_status
+from distributary.plan.view_status import RunObservation, query_refused, view_status
 from distributary.plan.write_ahead import (
     checked_rewind,
     cutover_record,
@@ -346,11 +347,16 @@ async def _run(
     assert plan.runner is not None
     app = services.runtime.view_app(view, plan.runner)
     history = history_of(store.status, app.name, generation)
-    state, history = await run_application(services, app, history, datetime.now(UTC))
-    observed = await _observe(services, plan)
     progress = services.progress.poll(timeout=0)
     meta = view.metadata
     key = progress_key("DerivedView", meta.namespace, meta.name, plan.runner.revision)
+    refused = query_refused(plan, progress.get(key))
+    if refused is None:
+        state, history = await run_application(services, app, history, datetime.now(UTC))
+    else:  # Spark refuses the same query at every start: not restarted
+        state = AppState(QUERY_REFUSED, message=refused.message)
+        plan = replace(plan, problems=(*plan.problems, refused))
+    observed = await _observe(services, plan)
     rows = plan.lifecycle.rows if plan.lifecycle is not None else ()
     keys = {
         r.revision: progress_key("DerivedView", meta.namespace, meta.name, r.revision) for r in rows

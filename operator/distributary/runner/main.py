@@ -17,6 +17,11 @@ A revision with no checkpoint yet starts from its group's committed offsets when
 some (a rewind, or a fresh checkpoint after a lost one), else from the spec's starting position;
 except a query that keeps state, which never resumes on empty state: it reports CheckpointLost
 and does not start, and the view rebuilds it as a new revision.
+
+A query Spark refuses when it starts (an analysis error: a type mismatch, an unknown function, an
+operation Structured Streaming does not run) is refused at every start, so the revision reports
+QueryRefused with Spark's words on one line (`refusals.refusal`) and is not restarted: the other
+revisions run on, and the view is Stalled until an edit fixes the SQL.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from pyspark.errors import PySparkException
+from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
@@ -56,10 +61,11 @@ from distributary.plan.runner_spec import (
     RunnerSpec,
     StartingPosition,
 )
-from distributary.plan.spark_state import CHECKPOINT_LOST
+from distributary.plan.spark_state import CHECKPOINT_LOST, QUERY_REFUSED
 from distributary.runner.dead_letters import send_dead_letters
 from distributary.runner.exactly_once import ExactlyOnceOutput
 from distributary.runner.query import revision_session, start_query
+from distributary.runner.refusals import refusal
 
 POLL_SECONDS = 0.5
 STOP_TIMEOUT = 30.0  # seconds a stop waits for the running micro-batch to finish
@@ -134,6 +140,18 @@ class Revision:
         _log(
             f"{self.label}: started, writing {self.spec.output.topic if self.spec.output else '-'}"
         )
+
+    def refuse(self, exc: AnalysisException) -> None:
+        """Record and publish that Spark refused the query at start (`QUERY_REFUSED`): it would
+        refuse it again at every start, so the revision does not run until an edit."""
+        if self.output is not None:
+            self.output.close()
+            self.output = None
+        aliases = [source.alias or source.log for source in self.spec.inputs]
+        mode = self.spec.output.mode if self.spec.output is not None else "append"
+        self.state, self.error = QUERY_REFUSED, f"spec.sql: {refusal(str(exc), aliases, mode)}"
+        _log(f"{self.label}: {self.error}")
+        self.publish()
 
     @property
     def exactly_once(self) -> bool:
@@ -384,6 +402,8 @@ def run(specs: list[RunnerSpec], stop: _Stop) -> int:
         for revision in revisions:
             try:
                 revision.start()
+            except AnalysisException as exc:
+                revision.refuse(exc)
             except (PySparkException, ValueError, TransactionError) as exc:
                 revision.state, revision.error = "Failed", _first_line(str(exc))
                 _log(f"{revision.label}: could not start: {revision.error}")
