@@ -6,6 +6,7 @@ with its data in pytest's temporary folder; nothing here stands in for Kafka.
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/integration" in str(item.path):
             item.add_marker(pytest.mark.integration)
+
+
+HELM_SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "helm.sh"
+
+
+@pytest.fixture(scope="session")
+def helm() -> str:
+    """The cached helm binary (`tools/helm.sh`), built on first use (progress on stderr)."""
+    result = subprocess.run(
+        [str(HELM_SCRIPT)], capture_output=True, text=True, check=False, timeout=1800
+    )
+    assert result.returncode == 0, f"tools/helm.sh failed:\n{result.stderr[-3000:]}"
+    return result.stdout.strip().splitlines()[-1]
 
 
 @pytest.fixture(scope="session")

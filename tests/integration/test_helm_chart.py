@@ -19,7 +19,6 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "distributary"
-HELM_SCRIPT = ROOT / "tools" / "helm.sh"
 RELEASE, NAMESPACE = "pipelines", "distributary-system"
 FULLNAME = f"{RELEASE}-distributary"
 SPARK_ACCOUNT = "distributary-spark"
@@ -58,16 +57,6 @@ CRD_RULES: frozenset[Rule] = frozenset(
 NAMESPACE_RULES: frozenset[Rule] = frozenset(
     {("", "namespaces", "list"), ("", "namespaces", "watch")}
 )
-
-
-@pytest.fixture(scope="module")
-def helm() -> str:
-    """The cached helm binary, built on first use (progress on stderr)."""
-    result = subprocess.run(
-        [str(HELM_SCRIPT)], capture_output=True, text=True, check=False, timeout=1800
-    )
-    assert result.returncode == 0, f"tools/helm.sh failed:\n{result.stderr[-3000:]}"
-    return result.stdout.strip().splitlines()[-1]
 
 
 def run_helm(helm: str, args: Iterable[str], values: Manifest, tmp_path: Path) -> Any:

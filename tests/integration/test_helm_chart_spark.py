@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import inspect
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 from tests.integration.test_helm_chart import (
     FULLNAME,
-    HELM_SCRIPT,
     NAMESPACE,
     SPARK_ACCOUNT,
     Manifest,
@@ -49,16 +47,6 @@ EVERY_SETTING: Manifest = {
         "tls": {"caSecret": {"name": "ca"}, "clientSecret": {"name": "alice-tls"}},
     },
 }
-
-
-@pytest.fixture(scope="module")
-def helm() -> str:
-    """The cached helm binary, built on first use (progress on stderr)."""
-    result = subprocess.run(
-        [str(HELM_SCRIPT)], capture_output=True, text=True, check=False, timeout=1800
-    )
-    assert result.returncode == 0, f"tools/helm.sh failed:\n{result.stderr[-3000:]}"
-    return result.stdout.strip().splitlines()[-1]
 
 
 def read_by_the_operator() -> set[str]:
