@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test unit integration lint demo crds docs clean helm chart-lint devcluster e2e-local locks
+.PHONY: install test unit integration lint demo crds docs clean helm chart-lint devcluster e2e-local e2e-kind locks
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,12 @@ devcluster: $(STAMP)
 # local Spark: applied with kubectl, Ready and caught up, summarised, torn down.
 e2e-local: $(STAMP)
 	$(BIN)/python e2e/local.py
+
+# The clickstream example end to end on a kind cluster, where Docker is (and kubectl and Go):
+# Strimzi's Kafka over SASL_SSL, the Spark operator, both images built and loaded, the chart; an
+# edit and its cutover; the outputs checked exactly; the cluster deleted. See e2e/kind/run.sh.
+e2e-kind: $(STAMP)
+	DISTRIBUTARY=$(BIN)/distributary e2e/kind/run.sh
 
 helm:
 	tools/helm.sh version --short
