@@ -8,6 +8,10 @@ appended, and the script waits until every Log and view is Ready and every view 
 then prints `kubectl get dlog,dview,sjob` and, as its last line, a one-line JSON summary. It
 tears everything down on the way out, also on failure or Ctrl-C. Exit status 0 means the
 pipeline converged.
+
+With `--secured` the broker serves clients only over SASL_SSL (SCRAM-SHA-512), with certificates
+made for the run, and the operator gets its credentials from its environment as the chart gives
+them (DISTRIBUTARY_KAFKA_*): its clients, its runners and the appended data all go through TLS.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -25,13 +30,15 @@ from pathlib import Path
 from typing import Any
 
 from distributary.backends.local_spark import LocalRuntime
+from distributary.devtools.certificates import make_certificates
 from distributary.devtools.controlplane import ControlPlane
-from distributary.local.broker import EmbeddedBroker, free_port
+from distributary.local.broker import BrokerSecurity, EmbeddedBroker, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "clickstream"
 DATA = EXAMPLE / "data" / "page-views.jsonl"
 NAMESPACE = "clickstream"
+KAFKA_USER = "distributary"
 
 
 def say(message: str) -> None:
@@ -120,9 +127,36 @@ def summary(kubeconfig: Path) -> dict[str, Any]:
     return {"namespace": NAMESPACE, "logs": logs, "views": views}
 
 
-def run(state: Path, timeout: float) -> dict[str, Any]:
+def secured_kafka(state: Path) -> tuple[EmbeddedBroker, dict[str, str], list[str]]:
+    """A broker with a SASL_SSL listener only for clients; the operator's environment and
+    the command line's options that reach it."""
+    made = make_certificates(state / "tls")
+    password = secrets.token_urlsafe(18)
+    security = BrokerSecurity(made.ca, made.broker, made.broker_key, {KAFKA_USER: password})
+    broker = EmbeddedBroker(state / "kafka", security=security)
+    environment = {
+        "DISTRIBUTARY_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+        "DISTRIBUTARY_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+        "DISTRIBUTARY_KAFKA_SASL_USERNAME": KAFKA_USER,
+        "DISTRIBUTARY_KAFKA_SASL_PASSWORD": password,
+        "DISTRIBUTARY_KAFKA_SSL_CA_LOCATION": str(made.ca),
+    }
+    properties = state / "client.properties"
+    properties.touch(mode=0o600)
+    properties.write_text(
+        "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="{KAFKA_USER}" password="{password}";\n'
+        f"ssl.truststore.type=PEM\nssl.truststore.location={made.ca}\n"
+    )
+    return broker, environment, ["--kafka-config", str(properties)]
+
+
+def run(state: Path, timeout: float, secured: bool = False) -> dict[str, Any]:
     plane = ControlPlane(state / "kube")
-    broker = EmbeddedBroker(state / "kafka")
+    broker, kafka_env, kafka_options = (
+        secured_kafka(state) if secured else (EmbeddedBroker(state / "kafka"), {}, [])
+    )
     operator: subprocess.Popen[bytes] | None = None
     local = state / "local"
     try:
@@ -146,7 +180,7 @@ def run(state: Path, timeout: float) -> dict[str, Any]:
             "--metrics-port", str(free_port()),
         ]  # fmt: skip
         with open(state / "operator.log", "wb") as out:
-            env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+            env = {**os.environ, "KUBECONFIG": str(kubeconfig), **kafka_env}
             operator = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
         say(f"kubectl apply -f {EXAMPLE.relative_to(ROOT)}")
         kubectl(kubeconfig, "apply", "-n", NAMESPACE, "-f", str(EXAMPLE))
@@ -164,13 +198,13 @@ def run(state: Path, timeout: float) -> dict[str, Any]:
             [
                 sys.executable, "-m", "distributary.cli", "produce", "page-views",
                 "--file", str(DATA), "--pipeline", str(EXAMPLE),
-                "--bootstrap-servers", broker.bootstrap_servers,
+                "--bootstrap-servers", broker.bootstrap_servers, *kafka_options,
             ],
             check=True,
         )  # fmt: skip
         wait_for("every resource Ready and caught up", lambda: not_settled(kubeconfig), timeout)
         print(kubectl(kubeconfig, "get", "dlog,dview,sjob", "-n", NAMESPACE), flush=True)
-        return summary(kubeconfig)
+        return {**summary(kubeconfig), "kafka": "SASL_SSL" if secured else "PLAINTEXT"}
     finally:
         say("tearing down ...")
         if operator is not None:
@@ -187,11 +221,14 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="e2e/local.py", description=__doc__.splitlines()[0])
     parser.add_argument("--state-dir", type=Path, help="keep everything here (default: a temp dir)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds to converge")
+    parser.add_argument(
+        "--secured", action="store_true", help="Kafka with a SASL_SSL listener only (SCRAM, TLS)"
+    )
     args = parser.parse_args(argv)
     state = args.state_dir or Path(tempfile.mkdtemp(prefix="distributary-e2e-"))
     state.mkdir(parents=True, exist_ok=True)
     try:
-        result = run(state.resolve(), args.timeout)
+        result = run(state.resolve(), args.timeout, args.secured)
     except (RuntimeError, subprocess.CalledProcessError) as exc:
         say(f"failed: {exc}; logs are in {state}")
         return 1

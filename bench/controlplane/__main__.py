@@ -9,10 +9,12 @@ start them. N Logs and M DerivedViews (view i reads Log i) are created at once b
 Logs first, and the clock runs from the first create until every one is Ready.
 
 Why it is shaped this way:
-- No Spark operator runs (it would need a kubelet), so the benchmark stands in for it as the
-  tests do: each SparkApplication the operator creates is set to RUNNING through the status
-  subresource, once. The operator's watch of SparkApplications sees it, as it would in a
-  cluster.
+- By default no Spark operator runs, and the benchmark stands in for it as most tests do: each
+  SparkApplication the operator creates is set to RUNNING through the status subresource, once.
+  The operator's watch of SparkApplications sees it, as it would in a cluster. With
+  `--real-spark-operator` the Spark operator's real controller (no webhook) submits each one
+  with spark-submit and kwok runs the driver pods (`distributary.devtools.sparkoperator`): the
+  figures then include a JVM per view and the controller's own API requests, as in a cluster.
 - Readiness is read from watches, not polls: a poll lists every object each time and would load
   the API server (and the 2 cores) more than the operator under test does.
 - API requests are the API server's own counter (`apiserver_request_total`) read before and
@@ -45,6 +47,8 @@ try:
     from kubernetes.watch.watch import iter_resp_lines
 
     from distributary.devtools.controlplane import ControlPlane, ControlPlaneError
+    from distributary.devtools.gobuild import GoBuildError
+    from distributary.devtools.sparkoperator import SparkOperatorBed
     from distributary.local.broker import BrokerError, EmbeddedBroker
 except ImportError:  # run directly by a Python without Distributary: use the project's venv
     _VENV = HERE.parent.parent / ".venv"
@@ -134,6 +138,11 @@ class Bench:
     def _stand_in(self, event: str, body: dict[str, Any]) -> None:
         state = ((body.get("status") or {}).get("applicationState") or {}).get("state")
         uid = body["metadata"]["uid"]
+        if self.args.real_spark_operator:  # the controller runs it: count it once RUNNING
+            if state == "RUNNING":
+                with self.lock:
+                    self.started_apps.add(uid)
+            return
         with self.lock:
             if event == "DELETED" or state or uid in self.started_apps:
                 return
@@ -322,11 +331,15 @@ def run(args: Any, state: Path) -> dict[str, Any]:
     """Start the parts, measure, stop the parts; the report."""
     plane = ControlPlane(state / "kube")
     broker = EmbeddedBroker(state / "kafka")
+    bed = SparkOperatorBed(plane, [NAMESPACE], state / "spark-operator")
     try:
         say(f"starting the control plane and the Kafka broker in {state}")
         plane.start()
         broker.start()
         parts.install_crds(plane)
+        if args.real_spark_operator:
+            say("starting the Spark operator's controller and kwok")
+            bed.start()
         custom = parts.kube_client(plane.kubeconfig, args.apply_threads)
         bench = Bench(args, plane, custom)
         operator = parts.Operator(
@@ -336,6 +349,7 @@ def run(args: Any, state: Path) -> dict[str, Any]:
         try:
             process = operator.start()
             others = parts.processes(plane, broker.state_dir / "broker.pid")
+            others += [parts.Process(name, pid) for name, pid in bed.pids()]
             return measure(bench, operator, process, others)
         except BaseException:
             say(f"the end of the operator's log:\n{operator.tail()}")
@@ -344,6 +358,7 @@ def run(args: Any, state: Path) -> dict[str, Any]:
             quietly("stopping the watches", bench.close)
             quietly("stopping the operator", operator.stop)
     finally:
+        quietly("stopping the Spark operator and kwok", bed.stop)
         quietly("stopping the broker", broker.stop)
         quietly("stopping the control plane", plane.stop)
 
@@ -364,7 +379,7 @@ def main(argv: list[str]) -> int:
         report = run(args, state)
         print(json.dumps(report), flush=True)
         return 0
-    except (ControlPlaneError, BrokerError, ApiException, RuntimeError) as exc:
+    except (ControlPlaneError, GoBuildError, BrokerError, ApiException, RuntimeError) as exc:
         say(f"failed: {exc}")
         return 1
     except KeyboardInterrupt:

@@ -46,6 +46,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--settle", type=float, help="seconds watched after all are Ready (observe interval + 5)"
     )
+    parser.add_argument(
+        "--real-spark-operator",
+        action="store_true",
+        help="run the views' SparkApplications with the Spark operator's real controller and "
+        "kwok (built from Go modules once) instead of setting them RUNNING by hand",
+    )
     parser.add_argument("--profile", help="write the operator's cProfile statistics to this file")
     parser.add_argument("--keep-state", action="store_true", help="keep the temporary folder")
     args = parser.parse_args(argv)
@@ -245,6 +251,7 @@ def report(
         "partitions": args.partitions,
         "observe_interval_s": args.observe_interval,
         "apply_threads": args.apply_threads,
+        "spark_operator": "real" if args.real_spark_operator else "stand-in",
         "apply_seconds": round(apply_seconds, 3),
         "logs_ready_seconds": ready.get("logs"),
         "output_logs_ready_seconds": ready.get("output_logs"),

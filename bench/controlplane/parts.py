@@ -1,5 +1,5 @@
 """The real parts bench/controlplane runs on, started as the integration tests start them: the
-project's CRDs and the Spark operator's SparkApplication CRD on a real API server, and
+project's CRDs and the Spark operator's own (from the Go module cache) on a real API server, and
 `distributary operator` as a process of its own; and what /proc says of each process.
 """
 
@@ -26,12 +26,12 @@ from kubernetes import client, config
 
 from distributary.artifacts import KAFKA_VERSION
 from distributary.devtools.controlplane import KUBERNETES_VERSION, ControlPlane
+from distributary.devtools.sparkoperator import crd_files
 from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
 from distributary.local.broker import free_port
 from distributary.plan.progress import PROGRESS_TOPIC
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-SPARK_CRD = ROOT / "tests" / "data" / "spark-operator" / "sparkapplication-crd.yaml"
 IMAGE = "registry.example/distributary-spark:bench"
 
 
@@ -255,11 +255,11 @@ def wait_until(
 
 
 def install_crds(plane: ControlPlane) -> None:
-    """The project's CRDs and the Spark operator's SparkApplication, established; the namespace."""
+    """The project's CRDs and the Spark operator's, established; the namespace."""
     kubectl = ["kubectl", "--kubeconfig", str(plane.kubeconfig)]
     for command in (
         ["apply", "--server-side", "-f", str(ROOT / "crds")],
-        ["apply", "--server-side", "-f", str(SPARK_CRD)],
+        *(["apply", "--server-side", "-f", str(path)] for path in crd_files()),
         ["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"],
         ["create", "namespace", NAMESPACE],
     ):

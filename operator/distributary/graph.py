@@ -38,6 +38,7 @@ from distributary.api.admission import (
     schema_problems,
     yaml_documents,
 )
+from distributary.api.names import topic_names
 from distributary.event_time import event_time_problems, log_columns
 from distributary.query_rules import query_problems
 from distributary.sql import (
@@ -500,14 +501,14 @@ class _Builder:
     def _check_topics(self) -> None:
         """Two Logs whose topics Kafka would take for one: the same name, a view's revision
         topic (`<topic>.r<N>`), or names that differ only in '.' against '_' (Kafka refuses the
-        second: they collide in its metrics). Checked within a namespace, as pipelines are."""
+        second: they collide in its metrics). Checked across namespaces: a topic belongs to one
+        Log in the whole Kafka cluster (`plan.claims`), whatever the operator's topic naming
+        (`api.names.TopicNames`) makes of each Log's name."""
         claimed: list[tuple[Ref, str, bool]] = []
         for ref, log in sorted(self.pipeline.logs.items()):
             derived = ref not in self.declared_logs
             mine = _topic_pattern(log.topic, derived)
             for other, topic, other_derived in claimed:
-                if other.namespace != ref.namespace:
-                    continue
                 theirs = _topic_pattern(topic, other_derived)
                 if _same_topic(mine, topic, other_derived) or _same_topic(
                     theirs, log.topic, derived
@@ -653,7 +654,9 @@ def _derive(view: DerivedView, inputs: list[Log], analysis: QueryAnalysis | None
     )
     partitions = output.partitions or max((log.spec.partitions for log in inputs), default=None)
     spec: dict[str, Any] = {
-        "topicName": view.output_log,
+        # Named as the operator names Logs' topics (`api.names.TopicNames`): the revisions'
+        # topics are `<this>.r<N>`, per namespace when the naming says so.
+        "topicName": topic_names().topic(view.metadata.namespace, view.output_log),
         "replicas": output.replicas,
         "retention": output.retention,
         "compaction": upsert,

@@ -270,6 +270,9 @@ def test_defaults_render_the_cli_contract(helm: str, tmp_path: Path) -> None:
         "DISTRIBUTARY_FAILURE_WINDOW": "1800",
         "DISTRIBUTARY_FAILURES_BEFORE_STALLED": "5",
         "DISTRIBUTARY_LOG_LEVEL": "info",
+        "DISTRIBUTARY_TOPIC_NAMES": "{name}",
+        "DISTRIBUTARY_PROGRESS_TOPIC": "distributary.progress",
+        "DISTRIBUTARY_CLAIMS_TOPIC": "distributary.claims",
         "DISTRIBUTARY_KAFKA_SECURITY_PROTOCOL": "PLAINTEXT",
     }
 
@@ -314,6 +317,18 @@ def test_direct_local_and_namespaces_become_flags(helm: str, tmp_path: Path) -> 
         "DISTRIBUTARY_FAILURE_WINDOW": "600",
         "DISTRIBUTARY_FAILURES_BEFORE_STALLED": "3",
     }
+
+
+def test_shared_kafka_topic_settings_become_environment(helm: str, tmp_path: Path) -> None:
+    topics = {
+        "names": "{namespace}.{name}",
+        "progressTopic": "distributary.blue.progress",
+        "claimsTopic": "distributary.claims",
+    }
+    env = plain_env(render(helm, tmp_path, {"topics": topics}))
+    assert env["DISTRIBUTARY_TOPIC_NAMES"] == "{namespace}.{name}"
+    assert env["DISTRIBUTARY_PROGRESS_TOPIC"] == "distributary.blue.progress"
+    assert env["DISTRIBUTARY_CLAIMS_TOPIC"] == "distributary.claims"
 
 
 def test_kafka_credentials_come_from_secret_references(helm: str, tmp_path: Path) -> None:
@@ -522,6 +537,11 @@ SCHEMA_ERROR = "values don't meet the specifications of the schema"
         pytest.param(
             {"checkpoints": {"root": "/var/lib/checkpoints"}}, "/checkpoints/root", id="root"
         ),
+        pytest.param({"topics": {"names": "{namespace}"}}, "/topics/names", id="topic-names"),
+        pytest.param(
+            {"topics": {"progressTopic": "progress"}}, "/topics/progressTopic", id="progress"
+        ),
+        pytest.param({"topics": {"claimsTopic": "claims"}}, "/topics/claimsTopic", id="claims"),
     ],
 )
 def test_schema_refuses_bad_values(helm: str, tmp_path: Path, values: Manifest, field: str) -> None:

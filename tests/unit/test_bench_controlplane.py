@@ -141,13 +141,15 @@ def test_reconcile_summary_from_the_operators_metrics() -> None:
 
 def test_report_divides_by_what_was_applied_and_leaves_the_benchmark_out() -> None:
     args = argparse.Namespace(
-        quick=False, logs=1000, views=300, partitions=1, observe_interval=30.0, apply_threads=8
-    )
+        quick=False, logs=1000, views=300, partitions=1, observe_interval=30.0, apply_threads=8,
+        real_spark_operator=False,
+    )  # fmt: skip
     ready = {"logs": 20.0, "output_logs": 40.0, "views": 65.0}
     requests = {"logs POST": 1000, "logs/status PATCH": 1300, "derivedviews POST": 300}
     own = {"logs POST": 1000, "derivedviews POST": 300}
     report = figures.report(args, ready, 3.5, requests, own)
     assert report["status"] == "ok"
+    assert report["spark_operator"] == "stand-in"
     assert report["all_ready_seconds"] == 65.0
     assert report["objects_per_second"] == 20.0
     assert report["api_requests_per_object"] == 2.0

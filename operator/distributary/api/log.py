@@ -27,13 +27,16 @@ from distributary.api.common import (
     validations,
 )
 from distributary.api.names import (
+    CLAIMS_SUFFIX,
     DEAD_LETTER_SUFFIX,
     INTERNAL_TOPIC_PREFIX,
     MAX_TOPIC_NAME,
+    PROGRESS_SUFFIX,
     PROGRESS_TOPIC,
     PROJECT_TOPIC_PREFIX,
     reserved_topic,
     shown,
+    topic_names,
     topic_problem,
 )
 from distributary.api.topic_configs import config_value_problem
@@ -187,6 +190,13 @@ class LogSpec(ApiModel):
                 f"self.endsWith('{DEAD_LETTER_SUFFIX}'))",
                 f"topicName may not be {PROGRESS_TOPIC} or distributary.<namespace>.<name>.dlq: "
                 "Distributary writes those topics itself; choose another name",
+            ),
+            cel(
+                f"!(self.startsWith('{PROJECT_TOPIC_PREFIX}') && "
+                f"(self.endsWith('{PROGRESS_SUFFIX}') || self.endsWith('{CLAIMS_SUFFIX}')))",
+                "topicName may not be distributary.<installation>.progress or "
+                "distributary.<installation>.claims: Distributary keeps its progress and who owns "
+                "each topic there; choose another name",
             ),
         ),
     )
@@ -355,8 +365,11 @@ class Log(ApiModel):
 
     @property
     def topic(self) -> str:
-        """The topic this Log names: `spec.topicName`, else the resource's name."""
-        return self.spec.topic_name or self.metadata.name
+        """The topic this Log names: `spec.topicName`, else its name as the operator's topic
+        naming makes it (`api.names.use_topic_names`; by default the resource's name)."""
+        if self.spec.topic_name:
+            return self.spec.topic_name
+        return topic_names().topic(self.metadata.namespace, self.metadata.name)
 
 
 def log_manifest(name: str, namespace: str, spec: LogSpec, **metadata: Any) -> dict[str, Any]:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+import string
+from dataclasses import dataclass
 from typing import Final
 
 MAX_TOPIC_NAME: Final = 249
@@ -24,9 +26,14 @@ MAX_DNS_SUBDOMAIN: Final = 253
 REVISION_SUFFIX_ROOM: Final = len(".r") + 8
 MAX_OUTPUT_TOPIC: Final = MAX_TOPIC_NAME - REVISION_SUFFIX_ROOM
 
-# Topics the project writes itself: every revision's progress, and each view's or job's dead
-# letters, `distributary.<namespace>.<name>.dlq`.
+# Topics the project writes itself: every revision's progress, who owns each topic (the claims,
+# `plan.claims`), and each view's or job's dead letters, `distributary.<namespace>.<name>.dlq`.
+# An installation may name its progress and claims topics `distributary.<anything>.progress` and
+# `distributary.<anything>.claims`: every such name is reserved too.
 PROGRESS_TOPIC: Final = "distributary.progress"
+CLAIMS_TOPIC: Final = "distributary.claims"
+PROGRESS_SUFFIX: Final = ".progress"
+CLAIMS_SUFFIX: Final = ".claims"
 PROJECT_TOPIC_PREFIX: Final = "distributary."
 DEAD_LETTER_SUFFIX: Final = ".dlq"
 # Kafka's own topics (`__consumer_offsets`, `__transaction_state`, ...) all begin with this.
@@ -94,10 +101,30 @@ def reserved_topic(topic: str) -> str | None:
             "names a Kafka internal topic (names beginning with '__', such as "
             "__consumer_offsets, are Kafka's own)"
         )
-    if topic == PROGRESS_TOPIC:
-        return "names Distributary's progress topic"
+    if topic == PROGRESS_TOPIC or _project_topic(topic, PROGRESS_SUFFIX):
+        return "names a Distributary progress topic (distributary[.<installation>].progress)"
+    if topic == CLAIMS_TOPIC or _project_topic(topic, CLAIMS_SUFFIX):
+        return "names a Distributary claims topic (distributary[.<installation>].claims)"
     if topic.startswith(PROJECT_TOPIC_PREFIX) and topic.endswith(DEAD_LETTER_SUFFIX):
         return "names a Distributary dead-letter topic (distributary.<namespace>.<name>.dlq)"
+    return None
+
+
+def _project_topic(topic: str, suffix: str) -> bool:
+    return topic.startswith(PROJECT_TOPIC_PREFIX) and topic.endswith(suffix)
+
+
+def internal_topic_problem(topic: str, suffix: str) -> str | None:
+    """What is wrong with `topic` as an installation's internal topic (its progress topic,
+    `suffix` `.progress`, or its claims topic, `.claims`), or None. It must be a topic name of
+    the form `distributary.<something>` ending in `suffix`, so no Log can ever name it."""
+    if not is_topic_name(topic):
+        return f"{topic!r} is not a Kafka topic name (1 to 249 of letters, digits, '.', '_', '-')"
+    if not _project_topic(topic, suffix):
+        return (
+            f"{topic!r} must begin with {PROJECT_TOPIC_PREFIX!r} and end with {suffix!r} (e.g. "
+            f"distributary.blue{suffix}), names no Log may take"
+        )
     return None
 
 
@@ -108,6 +135,85 @@ def topic_problem(topic: str, limit: int = MAX_TOPIC_NAME) -> str | None:
     if not is_topic_name(topic):
         return "is not a Kafka topic name (1 to 249 of letters, digits, '.', '_' and '-')"
     return reserved_topic(topic)
+
+
+DEFAULT_TOPIC_NAMES: Final = "{name}"
+TOPIC_NAME_FIELDS: Final = ("namespace", "name")
+
+
+@dataclass(frozen=True)
+class TopicNames:
+    """How a Log without `spec.topicName` names its topic, from its namespace and name: the
+    operator's `--topic-names` (e.g. `{namespace}.{name}` on a Kafka cluster shared by teams).
+    A result longer than Kafka allows is shortened with a digest of the whole."""
+
+    template: str = DEFAULT_TOPIC_NAMES
+
+    def topic(self, namespace: str, name: str) -> str:
+        """The topic of Log `namespace/name`."""
+        if self.template == DEFAULT_TOPIC_NAMES:
+            return name
+        return shortened(self.template.format(namespace=namespace, name=name), MAX_TOPIC_NAME)
+
+
+def topic_names_problem(template: str) -> str | None:
+    """What is wrong with `template` as the operator's topic naming, or None: it must name the
+    Log (`{name}`), use no other field than `{namespace}` and `{name}`, and add only characters
+    Kafka allows in a topic name."""
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        return f"{template!r} is not a template: {exc}"
+    fields = [field for _, field, _, _ in parts if field is not None]
+    if "name" not in fields:
+        return f"{template!r} must contain {{name}} (e.g. '{{namespace}}.{{name}}')"
+    for literal, field, spec, conversion in parts:
+        if field is not None and (field not in TOPIC_NAME_FIELDS or spec or conversion):
+            return f"{template!r}: {{{field}}} is not one of {{namespace}} or {{name}}"
+        if literal and TOPIC_NAME_RE.fullmatch(literal) is None:
+            return (
+                f"{template!r}: {literal!r} is not allowed in a topic name (letters, digits, '.', "
+                "'_' and '-')"
+            )
+    sample = template.format(namespace="team", name="orders")
+    reserved = reserved_topic(sample)
+    return f"{template!r} {reserved}" if reserved else None
+
+
+_naming = [TopicNames()]  # chosen once, at the start of a process (`use_topic_names`)
+
+
+def use_topic_names(template: str) -> TopicNames:
+    """Name every Log without `spec.topicName` by `template` from now on, in this process (the
+    operator, or `distributary plan` and `validate`, at their start: like the topic backend, one
+    choice per process, so every planner agrees on every topic). Raises ValueError."""
+    problem = topic_names_problem(template)
+    if problem is not None:
+        raise ValueError(problem)
+    _naming[0] = TopicNames(template)
+    return _naming[0]
+
+
+def topic_names() -> TopicNames:
+    """The topic naming in force (`use_topic_names`)."""
+    return _naming[0]
+
+
+_progress = [PROGRESS_TOPIC]  # this installation's progress topic (`use_progress_topic`)
+
+
+def use_progress_topic(topic: str) -> None:
+    """Have every revision planned from now on, in this process, publish its progress to
+    `topic` (the operator's `--progress-topic`, chosen at its start). Raises ValueError."""
+    problem = internal_topic_problem(topic, PROGRESS_SUFFIX)
+    if problem is not None:
+        raise ValueError(problem)
+    _progress[0] = topic
+
+
+def progress_topic_in_force() -> str:
+    """The progress topic revisions publish to (`use_progress_topic`)."""
+    return _progress[0]
 
 
 def shown(name: str) -> str:

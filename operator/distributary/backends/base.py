@@ -65,10 +65,16 @@ class TopicBackend(Protocol):
         Kafka (or API server) that does not answer is `unreachable`, a refusal is in the plan."""
         ...
 
-    async def delete(self, log: Log | None, topic: str) -> None:
+    async def delete(self, log: Log | None, topic: str) -> str | None:
         """Delete `topic` of `log` (its `deletionPolicy: Delete` asked for it); `log` is None
         when its spec no longer parses. A topic already gone is fine, another Log's topic is
-        never touched. Raises `KafkaAdminError` or `KubeError` when it cannot be done now."""
+        never touched. None when deleted, else why the topic was kept (another Log's, or one
+        the Log adopted). Raises `KafkaAdminError` or `KubeError` when it cannot be done now."""
+        ...
+
+    async def release(self, namespace: str, name: str) -> list[str]:
+        """Give up every claim of the deleted Log `namespace/name` (`plan.claims`), so another
+        Log may have its topics; the topics released. Raises `KafkaAdminError`."""
         ...
 
 

@@ -25,7 +25,7 @@ from distributary.api.job import StreamJob
 from distributary.api.view import DerivedView
 from distributary.artifacts import SPARK_KAFKA_CONNECTOR, jars
 from distributary.backends.base import Owner, RevisionApp
-from distributary.plan.runner_spec import RunnerSpec
+from distributary.plan.runner_spec import RunnerSpec, as_run_by
 from distributary.plan.spark import Application, application_name
 from distributary.plan.spark_state import AppState
 
@@ -116,7 +116,7 @@ class LocalRuntime:
 
     def ensure(self, spec: RunnerSpec) -> AppState:
         """Start the revision's runner unless it runs with this very spec; its state."""
-        wanted = self.local_spec(spec).model_dump_json(indent=1)
+        wanted = as_run_by(self.local_spec(spec), spec).model_dump_json(indent=1)
         return self._ensure(self.application(spec), wanted, "distributary.runner")
 
     def ensure_job(self, launch: Application) -> AppState:
@@ -153,6 +153,15 @@ class LocalRuntime:
         self._children[app.folder] = child
         app.pid_file.write_text(f"{child.pid}\n")
         return AppState("SUBMITTED")
+
+    def again(self, app: LocalApplication, module: str) -> AppState:
+        """Start the revision's process again on the spec it last ran, unless it runs; its
+        state (as it is when it never ran here)."""
+        try:
+            wanted = app.spec_file.read_text()
+        except OSError:
+            return self.state_of(app)
+        return self._ensure(app, wanted, module)
 
     def state(self, spec: RunnerSpec) -> AppState:
         """RUNNING while the view revision's process lives; else how it ended."""
@@ -232,8 +241,8 @@ class LocalSparkRuntime:
         folder = self.local.job(namespace, job.metadata.name, revision)
 
         def start() -> AppState:
-            if launch is None:
-                return self.local.state_of(folder)
+            if launch is None:  # a refused change: the revision runs on as it last ran
+                return self.local.again(folder, "distributary.runner.job")
             return self.local.ensure_job(launch)
 
         name = application_name(job.metadata.name, revision, "StreamJob")

@@ -9,7 +9,7 @@ only when the application last read lacks part of it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from distributary.api import owner_of
@@ -19,6 +19,7 @@ from distributary.backends.base import Owner, RevisionApp
 from distributary.kube.resources import Kube
 from distributary.plan.checkpoint_storage import CheckpointClaim
 from distributary.plan.children import holds
+from distributary.plan.kafka_secrets import KafkaSecretMounts, with_kafka_secrets
 from distributary.plan.runner_spec import RunnerSpec
 from distributary.plan.spark import (
     DEFAULT_SERVICE_ACCOUNT,
@@ -36,6 +37,21 @@ from distributary.plan.spark_state import AppState, spark_application_state
 KIND = "SparkApplication"
 
 
+def as_applied(app: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The manifest that made the SparkApplication `app` as read (its spec, names, labels and
+    owner; not what the API server and the Spark operator added), to apply it again."""
+    if app is None:
+        return None
+    meta = app["metadata"]
+    kept = ("name", "namespace", "labels", "annotations", "ownerReferences")
+    return {
+        "apiVersion": app["apiVersion"],
+        "kind": app["kind"],
+        "metadata": {k: meta[k] for k in kept if k in meta},
+        "spec": app["spec"],
+    }
+
+
 class SparkOperatorRuntime:
     """Runs revisions as SparkApplications through `kube`; views' default job image `image`;
     `claim`, when given, mounted into every driver and executor (where checkpoints go); every
@@ -47,11 +63,13 @@ class SparkOperatorRuntime:
         image: str,
         claim: CheckpointClaim | None = None,
         service_account: str = DEFAULT_SERVICE_ACCOUNT,
+        kafka_secrets: KafkaSecretMounts | None = None,
     ) -> None:
         self.kube = kube
         self.image = image
         self.claim = claim
         self.service_account = service_account
+        self.kafka_secrets = kafka_secrets  # Secrets the drivers' Kafka credentials come from
 
     def view_app(self, view: DerivedView, runner: RunnerSpec) -> RevisionApp:
         """The view revision's SparkApplication, with the job image unless the spec names one."""
@@ -82,12 +100,15 @@ class SparkOperatorRuntime:
             return spark_application_state(read["app"])
 
         def start() -> AppState:
-            wanted = manifest()
+            # None: a refused edit; an application that ended runs on as it was applied.
+            wanted = manifest() or as_applied(read.get("removed"))
             if wanted is None:
                 return state()
             wanted = with_service_account(wanted, self.service_account)
             if self.claim is not None:
                 wanted = with_checkpoint_claim(wanted, self.claim)
+            if self.kafka_secrets is not None:
+                wanted = with_kafka_secrets(wanted, self.kafka_secrets)
             current = read.pop("app", None)
             if current is not None and holds(current, wanted):
                 return spark_application_state(current)
@@ -95,7 +116,9 @@ class SparkOperatorRuntime:
             return spark_application_state(self.kube.apply(wanted))
 
         def remove() -> None:
-            read.pop("app", None)
+            removed = read.pop("app", None)
+            if removed is not None:
+                read["removed"] = removed
             self.kube.delete(SPARK_APPLICATION_API_VERSION, KIND, namespace, name)
 
         return RevisionApp(namespace, name, state, start, remove)

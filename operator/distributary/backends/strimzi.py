@@ -168,3 +168,7 @@ class StrimziTopicBackend:
             await asyncio.to_thread(self.admin.delete_topic, topic)
             return
         await asyncio.to_thread(self.topics.delete, log, desired_topic(log, topic=topic))
+
+    async def release(self, namespace: str, name: str) -> list[str]:
+        """No claims are kept here (`backends.claimed` keeps them): nothing to release."""
+        return []

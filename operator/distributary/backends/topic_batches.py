@@ -148,8 +148,13 @@ class DirectTopicBackend:
         )
 
     async def delete(self, log: Log | None, topic: str) -> None:
-        """Delete the topic through the Admin API (one already gone is fine)."""
+        """Delete the topic through the Admin API (one already gone is fine); whose it is was
+        decided before (`backends.claimed`)."""
         await asyncio.to_thread(self.admin.delete_topic, topic)
+
+    async def release(self, namespace: str, name: str) -> list[str]:
+        """No claims are kept here (`backends.claimed` keeps them): nothing to release."""
+        return []
 
 
 def _spec_of(log: Log) -> str:

@@ -20,9 +20,11 @@ from distributary.api.log import Log
 from distributary.cli.errors import UserError
 from distributary.graph import Pipeline, Ref, load_pipeline
 from distributary.kafka.cluster import cluster_ready
+from distributary.kafka.connection import check_connection
 from distributary.kafka.records import MissingTopicError
 from distributary.local.broker import EmbeddedBroker
 from distributary.local.state import RunState
+from distributary.plan.kafka_connection import KafkaSecurity
 
 
 def pipeline_for(paths: Sequence[Path], state: RunState | None) -> Pipeline:
@@ -80,11 +82,22 @@ def _no_broker(state: RunState | None, state_dir: Path) -> UserError:
 
 @contextlib.contextmanager
 def run_broker(
-    given: str | None, state: RunState | None, state_dir: Path, *, may_start: bool
+    given: str | None,
+    state: RunState | None,
+    state_dir: Path,
+    *,
+    may_start: bool,
+    security: KafkaSecurity | None = None,
 ) -> Iterator[str]:
-    """The bootstrap servers to use; with `may_start`, the stopped run's embedded broker."""
+    """The bootstrap servers to use; with `may_start`, the stopped run's embedded broker.
+    With `security` (a secured Kafka), a refused password or certificate is said at once."""
     if given:
+        if security is not None:
+            check_connection(given, security)
         yield given
+    elif state is not None and security is not None:
+        check_connection(state.bootstrap_servers, security)
+        yield state.bootstrap_servers
     elif state is not None and (state.alive() or cluster_ready(state.bootstrap_servers)):
         yield state.bootstrap_servers
     elif may_start and (state_dir / "kafka" / "data" / "meta.properties").exists():

@@ -13,7 +13,10 @@ from typing import Any, TypeVar
 
 import click
 
+from distributary.api.names import DEFAULT_TOPIC_NAMES, use_topic_names
+from distributary.kafka.connection import read_properties_file
 from distributary.local.state import DEFAULT_STATE_DIR
+from distributary.plan.kafka_connection import KafkaSecurity
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -23,9 +26,53 @@ PIPELINE_PATHS = click.argument(
 """The pipeline's YAML files or folders (validate, plan, graph, run)."""
 
 
+def _use_topic_names(_context: click.Context, _param: click.Parameter, template: str) -> str:
+    try:
+        use_topic_names(template)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return template
+
+
+TOPIC_NAMES = click.option(
+    "--topic-names",
+    default=DEFAULT_TOPIC_NAMES,
+    show_default=True,
+    envvar="DISTRIBUTARY_TOPIC_NAMES",
+    expose_value=False,
+    callback=_use_topic_names,
+    help="How Logs without spec.topicName name their topics, as the operator's --topic-names "
+    "does: {name}, or e.g. '{namespace}.{name}' on a Kafka cluster shared by teams.",
+)
+"""The operator's topic naming, for previews that agree with it (plan, validate)."""
+
+
+KAFKA_CONFIG = click.option(
+    "--kafka-config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="A Kafka client properties file, as kafka-console-producer --command-config takes: "
+    "security.protocol, sasl.mechanism, sasl.jaas.config, ssl.truststore.* and ssl.keystore.* "
+    "(PEM). Its bootstrap.servers is used unless --bootstrap-servers is given.",
+)
+"""How to reach a secured Kafka (run, produce, tail, wait)."""
+
+
+def kafka_connection(
+    kafka_config: Path | None, bootstrap_servers: str | None
+) -> tuple[str | None, KafkaSecurity | None]:
+    """The bootstrap servers (given, else the properties file's) and the connection model of
+    --kafka-config (None without one: plaintext)."""
+    if kafka_config is None:
+        return bootstrap_servers, None
+    security, named = read_properties_file(kafka_config)
+    return bootstrap_servers or named, security
+
+
 def run_state_options(func: F) -> F:
-    """--state-dir, --bootstrap-servers and --pipeline: where a command that reads or writes a
-    log finds the log, its serving topic and the broker (produce, tail)."""
+    """--state-dir, --bootstrap-servers, --kafka-config and --pipeline: where a command that
+    reads or writes a log finds the log, its serving topic and the broker (produce, tail)."""
     options = [
         click.option(
             "--state-dir",
@@ -40,6 +87,7 @@ def run_state_options(func: F) -> F:
             metavar="HOST:PORT",
             help="The Kafka cluster; default: the one the running `distributary run` uses.",
         ),
+        KAFKA_CONFIG,
         click.option(
             "--pipeline",
             "pipeline_paths",

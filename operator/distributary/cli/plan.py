@@ -16,7 +16,7 @@ import click
 import yaml
 
 from distributary.cli.errors import UserError
-from distributary.cli.options import PIPELINE_PATHS
+from distributary.cli.options import PIPELINE_PATHS, TOPIC_NAMES
 from distributary.cli.plan_against import (
     ClusterTarget,
     comparison_options,
@@ -154,6 +154,7 @@ def plan_options(func: F) -> F:
             default=None,
             help="Kafka bootstrap servers to write into the runner specs.",
         ),
+        TOPIC_NAMES,
     ]
     for option in reversed(options):
         func = option(func)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -25,8 +25,9 @@ from distributary.cli.named_log import (
     run_broker,
     serving_topic,
 )
-from distributary.cli.options import run_state_options
+from distributary.cli.options import kafka_connection, run_state_options
 from distributary.graph import Pipeline, Ref
+from distributary.kafka.connection import client_settings
 from distributary.kafka.records import MissingTopicError
 from distributary.kafka.records import produce as produce_records
 from distributary.local.state import find_run_state
@@ -107,14 +108,22 @@ def _checked_file(file: Path, schema: RecordSchema, skip_invalid: bool) -> Itera
     return (schema.encode(c.record) for c in again if c.record is not None)
 
 
-def append_file(pipeline: Pipeline, log: str, file: Path, servers: str, topic: str | None) -> str:
+def append_file(
+    pipeline: Pipeline,
+    log: str,
+    file: Path,
+    servers: str,
+    topic: str | None,
+    client: Mapping[str, str] | None = None,
+) -> str:
     """Check `file` against LOG's schema and append it to the log (`topic`, else the Log's
-    own); the summary line. Used by `distributary run --produce`."""
+    own) with the librdkafka settings `client`; the summary line. Used by `distributary run
+    --produce`."""
     ref, found = find_log(pipeline, log, None)
     _refuse_derived(pipeline, ref)
     records = _checked_file(file, _schema(ref, found), skip_invalid=False)
     target = topic or found.topic
-    sent = produce_records(servers, target, records, progress=_progress(ref.name))
+    sent = produce_records(servers, target, records, progress=_progress(ref.name), client=client)
     return f"sent {sent.records} record(s) of {file} to {ref.name} (topic {sent.topic})"
 
 
@@ -161,6 +170,7 @@ def produce(
     skip_invalid: bool,
     state_dir: Path,
     bootstrap_servers: str | None,
+    kafka_config: Path | None,
     pipeline_paths: tuple[Path, ...],
 ) -> None:
     """Append records to LOG, checked against its schema: from a file, or made up.
@@ -180,7 +190,10 @@ def produce(
     else:
         records = _generated(schema, ref.name, generate or 0, seed)
     topic = serving_topic(ref, found, state)
-    with run_broker(bootstrap_servers, state, state_dir, may_start=False) as servers:
+    bootstrap_servers, security = kafka_connection(kafka_config, bootstrap_servers)
+    with run_broker(
+        bootstrap_servers, state, state_dir, may_start=False, security=security
+    ) as servers:
         try:
             sent = produce_records(
                 servers,
@@ -189,6 +202,7 @@ def produce(
                 rate=rate,
                 progress=_progress(ref.name),
                 progress_every=PROGRESS_EVERY,
+                client=client_settings(security),
             )
         except MissingTopicError as exc:
             raise missing_topic(exc, ref.name, derived=False) from None

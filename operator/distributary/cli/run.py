@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.live import Live
 
 from distributary.cli.errors import UserError, require_pyspark
-from distributary.cli.options import PIPELINE_PATHS
+from distributary.cli.options import KAFKA_CONFIG, PIPELINE_PATHS, kafka_connection
 from distributary.cli.produce import append_file
 from distributary.cli.validate import load_checked
 from distributary.local.run import LocalRun, failed_views, watch
@@ -90,7 +90,8 @@ def _run(run: LocalRun, produce: list[tuple[str, Path]], until_caught_up: bool) 
             if run.plan
             else None
         )
-        click.echo(append_file(run.pipeline, log, file, bootstrap, topic), err=True)
+        client = run.services.admin.client if run.services is not None else None
+        click.echo(append_file(run.pipeline, log, file, bootstrap, topic, client), err=True)
     run.start_runner()
     signals = _Signals()
     console = Console(stderr=True)
@@ -105,6 +106,7 @@ def _run(run: LocalRun, produce: list[tuple[str, Path]], until_caught_up: bool) 
 @click.command()
 @PIPELINE_PATHS
 @click.option("--bootstrap-servers", help="Use this Kafka instead of starting the embedded one.")
+@KAFKA_CONFIG
 @click.option(
     "--state-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -130,6 +132,7 @@ def _run(run: LocalRun, produce: list[tuple[str, Path]], until_caught_up: bool) 
 def run(
     paths: tuple[Path, ...],
     bootstrap_servers: str | None,
+    kafka_config: Path | None,
     state_dir: Path,
     until_caught_up: bool,
     produce: tuple[str, ...],
@@ -140,12 +143,20 @@ def run(
     require_pyspark("run")
     pipeline = load_checked(paths, "run")
     pairs = _produce_pairs(produce)
+    bootstrap_servers, security = kafka_connection(kafka_config, bootstrap_servers)
+    if security is not None and not bootstrap_servers:
+        raise UserError(
+            f"--kafka-config {kafka_config} is for a Kafka of your own: give its "
+            "--bootstrap-servers (or bootstrap.servers in the file); the embedded broker is "
+            "plaintext"
+        )
     state_dir.mkdir(parents=True, exist_ok=True)
     local = LocalRun(
         pipeline,
         tuple(p.resolve() for p in paths),
         state_dir,
         bootstrap_servers=bootstrap_servers,
+        kafka_security=security,
         cores=cores,
         say=lambda text: click.echo(text, err=True),
     )

@@ -24,8 +24,9 @@ from distributary.cli.named_log import (
     run_broker,
     serving_topic,
 )
-from distributary.cli.options import run_state_options
+from distributary.cli.options import kafka_connection, run_state_options
 from distributary.graph import Pipeline
+from distributary.kafka.connection import client_settings
 from distributary.kafka.records import MissingTopicError, Record, TopicReader
 from distributary.local.state import RunState, find_run_state
 
@@ -147,6 +148,7 @@ def tail(
     follow: bool,
     state_dir: Path,
     bootstrap_servers: str | None,
+    kafka_config: Path | None,
     pipeline_paths: tuple[Path, ...],
 ) -> None:
     """Print the last records of each LOG, one per line: PARTITION/OFFSET KEY VALUE.
@@ -159,9 +161,12 @@ def tail(
     state = find_run_state(state_dir)
     loaded: list[Pipeline] = []
     targets = [_tail_topic(given, pipeline_paths, state, loaded) for given in logs]
+    bootstrap_servers, security = kafka_connection(kafka_config, bootstrap_servers)
     with (
-        run_broker(bootstrap_servers, state, state_dir, may_start=True) as servers,
-        TopicReader(servers) as reader,
+        run_broker(
+            bootstrap_servers, state, state_dir, may_start=True, security=security
+        ) as servers,
+        TopicReader(servers, client=client_settings(security)) as reader,
     ):
         positions = _show_tail(reader, targets, count)
         if follow:

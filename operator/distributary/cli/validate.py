@@ -22,7 +22,7 @@ from pathlib import Path
 import click
 
 from distributary.cli.errors import UserError, require_pyspark
-from distributary.cli.options import PIPELINE_PATHS
+from distributary.cli.options import PIPELINE_PATHS, TOPIC_NAMES
 from distributary.graph import Pipeline, load_pipeline
 from distributary.sql import ALLOW_FUNCTIONS_ENV, allowed_functions
 
@@ -59,6 +59,7 @@ def _summary(pipeline: Pipeline) -> str:
 
 @click.command()
 @PIPELINE_PATHS
+@TOPIC_NAMES
 @click.option(
     "--spark",
     is_flag=True,

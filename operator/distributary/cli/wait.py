@@ -22,11 +22,14 @@ import click
 
 from distributary.cli.errors import UserError
 from distributary.cli.named_log import run_broker
+from distributary.cli.options import KAFKA_CONFIG, kafka_connection
 from distributary.cli.validate import load_checked
 from distributary.kafka.admin import KafkaAdmin
+from distributary.kafka.connection import client_settings
 from distributary.kube.resources import Kube
 from distributary.local.revisions import LocalRevisions
 from distributary.local.state import RunState, read_run_state
+from distributary.plan.kafka_connection import KafkaSecurity
 from distributary.plan.pipeline import PlanSettings, plan_pipeline
 from distributary.plan.positions import parse_cover, uncovered
 
@@ -54,7 +57,12 @@ def _cluster_probe(kube: Kube, namespace: str, name: str) -> Probe:
 
 
 def _local_probe(
-    state: RunState, state_dir: Path, servers: str, name: str, namespace: str
+    state: RunState,
+    state_dir: Path,
+    servers: str,
+    name: str,
+    namespace: str,
+    client: Mapping[str, str] | None = None,
 ) -> Probe:
     pipeline = load_checked([Path(p) for p in state.paths])
     plan = plan_pipeline(pipeline, PlanSettings(backend="direct"))
@@ -65,7 +73,7 @@ def _local_probe(
         names = ", ".join(sorted(v.view.name for v in plan.views)) or "none"
         raise UserError(f"no view {name!r} in the run's pipeline (views: {names})")
     first = planned.runner
-    admin = KafkaAdmin(servers)
+    admin = KafkaAdmin(servers, client=client)
 
     def serving() -> tuple[str, dict[str, str], bool]:
         """The serving revision's group and input topics (by log), as the run's status says
@@ -162,6 +170,7 @@ def wait_for_view(
     default=None,
     help="The cluster's kubeconfig ($KUBECONFIG; in a pod, its service account).",
 )
+@KAFKA_CONFIG
 def wait(
     view: str,
     covers: tuple[str, ...],
@@ -170,6 +179,7 @@ def wait(
     namespace: str,
     state_dir: Path | None,
     kubeconfig: Path | None,
+    kafka_config: Path | None,
 ) -> None:
     """Wait until VIEW has read the given records (--covers) or everything (--caught-up).
 
@@ -177,11 +187,17 @@ def wait(
     parsed = [parse_cover(c) for c in covers]
     if not parsed and not caught_up:
         raise UserError("say what to wait for: --covers LOG:PARTITION:OFFSET or --caught-up")
+    if kafka_config is not None and state_dir is None:
+        raise UserError(
+            "--kafka-config is for a `distributary run` on a secured Kafka: give its --state-dir "
+            "too (against a cluster, the view's status is read from the API server)"
+        )
     if state_dir is None:
         probe = _cluster_probe(Kube(kubeconfig), namespace, view)
         detail = wait_for_view(probe, parsed, caught_up, timeout, _say)
     else:
-        detail = _wait_local(state_dir, view, namespace, parsed, caught_up, timeout)
+        _, security = kafka_connection(kafka_config, None)
+        detail = _wait_local(state_dir, view, namespace, parsed, caught_up, timeout, security)
     click.echo(f"{view}: done ({detail})")
 
 
@@ -192,11 +208,13 @@ def _wait_local(
     covers: list[tuple[str, int, int]],
     caught_up: bool,
     timeout: float,
+    security: KafkaSecurity | None = None,
 ) -> str:
     state = read_run_state(state_dir)
     alive = state.alive()
-    with run_broker(None, state, state_dir, may_start=True) as servers:
-        probe = _local_probe(state, state_dir, servers, view, namespace)
+    with run_broker(None, state, state_dir, may_start=True, security=security) as servers:
+        client = client_settings(security)
+        probe = _local_probe(state, state_dir, servers, view, namespace, client)
         # A run that has stopped reads nothing more: its positions are final.
         return wait_for_view(probe, covers, caught_up, timeout if alive else 0.0, _say)
 

@@ -14,6 +14,12 @@ output Log takes every topic the view wrote with it (`plan.log_deletion`): each 
 the view's dead letters, since it is what garbage collection leaves of the view. A job's
 dead-letter topic goes with the Log it belongs to (the job's first output), found through the
 index of jobs.
+
+A topic belongs to one Log across the Kafka cluster (`plan.claims`, kept by `backends.claimed`):
+a Log whose topic another Log owns is Stalled (`TopicTaken`, naming the owner), makes and changes
+nothing, and looks again every `RETRY_SECONDS` until the owner's claim is released. Deleting a
+Log releases its claims; `Delete` deletes only topics the Log owns and made, and an event says
+which were kept and why.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import kopf
 
 from distributary.api import ResourceError, owner_of, parse_body, parse_resource
 from distributary.api.job import StreamJob
-from distributary.api.log import Log
+from distributary.api.log import Log, LogStatus
 from distributary.controllers import metrics
 from distributary.controllers.events import KubeEvents
 from distributary.controllers.handling import ReconcileError, one_at_a_time, recorded_failure
@@ -41,7 +47,7 @@ from distributary.plan.log_status import LogReconcile, log_status, record_proble
 from distributary.plan.pipeline import revision_topic
 from distributary.plan.spark import owner_reference
 from distributary.plan.topics import DesiredTopic, desired_topic
-from distributary.plan.view_plan import SERVING_ANNOTATION, is_child_log
+from distributary.plan.view_plan import SERVING_ANNOTATION, VIEW_LABEL, is_child_log
 from distributary.reconcile.ports import StatusConflictError
 
 PLURAL = "logs"
@@ -64,7 +70,12 @@ def _log(body: kopf.Body) -> Log | str:
         resource = parse_resource(document)
     except ResourceError as exc:
         return str(exc)
-    return resource if isinstance(resource, Log) else "not a Log"
+    if not isinstance(resource, Log):
+        return "not a Log"
+    # The topic its status names: the Log held it before (a claim it made, or one from before
+    # claims were kept, which counts as made by it: `plan.claims.claim_created`).
+    held = (body.get("status") or {}).get("topicName")
+    return resource.model_copy(update={"status": LogStatus(topic_name=held)}) if held else resource
 
 
 def _desired(log: Log) -> DesiredTopic:
@@ -72,6 +83,10 @@ def _desired(log: Log) -> DesiredTopic:
     serving = log.metadata.annotations.get(SERVING_ANNOTATION)
     if serving and serving.isdigit():
         return desired_topic(log, topic=revision_topic(log, int(serving)))
+    held = log.status.topic_name if log.status is not None else None
+    if held and log.spec.topic_name is None and VIEW_LABEL not in log.metadata.labels:
+        # A Log's topic never changes: one made before the topic naming changed keeps its own.
+        return desired_topic(log, topic=held)
     return desired_topic(log)
 
 
@@ -121,6 +136,9 @@ async def _reconcile(body: kopf.Body, services: OperatorServices) -> None:
             events.info(type(action).__name__, f"Topic {result.topic}: {action}")
         for refusal in result.plan.refusals:
             events.warn(refusal.reason, refusal.message)
+    if result.taken is not None:
+        events.warn("TopicTaken", result.taken)
+        raise kopf.TemporaryError(result.taken, delay=RETRY_SECONDS)  # until it is released
     if result.refused is not None:
         events.warn("KafkaRefused", result.refused)
         if result.refused_again is not None:
@@ -132,9 +150,21 @@ async def _reconcile(body: kopf.Body, services: OperatorServices) -> None:
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
-async def forget(body: kopf.Body, **_: Any) -> None:
-    """Drop a deleted Log's metrics (no finalizer: this never delays a deletion)."""
-    metrics.forget_log(str(body.meta.get("namespace")), str(body.meta.get("name")))
+async def forget(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Drop a deleted Log's metrics and, unless `delete_topic` does it after deleting its
+    topics, release its claims (no finalizer: this never delays a deletion)."""
+    namespace, name = str(body.meta.get("namespace")), str(body.meta.get("name"))
+    metrics.forget_log(namespace, name)
+    if (body.get("spec") or {}).get("deletionPolicy") != "Delete":
+        await _release(memo.services, namespace, name)
+
+
+async def _release(services: OperatorServices, namespace: str, name: str) -> None:
+    try:
+        await services.topics.release(namespace, name)
+    except KafkaAdminError as exc:
+        message = f"claims of Log {namespace}/{name} not released yet: {exc}"
+        raise kopf.TemporaryError(message, delay=RETRY_SECONDS) from exc
 
 
 @kopf.on.delete(
@@ -166,21 +196,33 @@ async def delete_topic(
         topics = (str(status.get("topicName") or spec.get("topicName") or body.meta["name"]),)
     given_up = runtime.total_seconds() >= DELETE_TIMEOUT
     left: dict[str, Exception] = {}
+    kept: list[str] = []
     async with _view_at_rest(found):
         for topic in topics:  # each deletion is idempotent: a retry starts again from the first
             try:
-                await services.topics.delete(found if isinstance(found, Log) else None, topic)
+                why = await services.topics.delete(found if isinstance(found, Log) else None, topic)
             except (KafkaAdminError, KubeError) as exc:
                 if not given_up:
                     message = f"topic {topic} not deleted yet: {exc}"
                     raise kopf.TemporaryError(message, delay=RETRY_SECONDS) from exc
                 left[topic] = exc  # past the deadline: still try the others
+                continue
+            if why is not None:
+                kept.append(topic)
+                events.warn("TopicKept", why)
+    try:  # its claims: on the topics deleted or kept, and any others it still holds
+        await _release(services, str(body.meta.get("namespace")), str(body.meta.get("name")))
+    except kopf.TemporaryError:
+        if not given_up:
+            raise
     if left:
         # Let the Log go rather than block its namespace's deletion forever; say so loudly.
         reasons = "; ".join(f"{topic}: {exc}" for topic, exc in left.items())
         events.warn("TopicLeftBehind", f"{_named(list(left))} not deleted: {reasons}")
         return
-    events.info("TopicDeleted", f"{_named(topics)} deleted (deletionPolicy: Delete).")
+    deleted = [topic for topic in topics if topic not in kept]
+    if deleted:
+        events.info("TopicDeleted", f"{_named(deleted)} deleted (deletionPolicy: Delete).")
 
 
 def _view_at_rest(found: Log | str) -> contextlib.AbstractAsyncContextManager[Any]:

@@ -16,11 +16,22 @@ import aiohttp
 import click
 import kopf
 
+from distributary.api.names import (
+    CLAIMS_SUFFIX,
+    CLAIMS_TOPIC,
+    DEFAULT_TOPIC_NAMES,
+    PROGRESS_SUFFIX,
+    internal_topic_problem,
+    topic_names_problem,
+    use_progress_topic,
+    use_topic_names,
+)
 from distributary.backends.direct import DirectTopics
 from distributary.controllers import metrics
 from distributary.controllers.observer import application_changed, observe_forever
 from distributary.controllers.services import build
 from distributary.controllers.settings import DEFAULT_STATE_DIR, OperatorSettings
+from distributary.kafka.connection import KafkaConnectionError, check_connection
 from distributary.plan.checkpoint_storage import DEFAULT_MOUNT_PATH, CheckpointClaim
 from distributary.plan.pipeline import (
     DEFAULT_CHECKPOINT_ROOT,
@@ -59,7 +70,29 @@ CONTROLLERS = (
 API_CONNECTIONS = 32  # kopf's connections to the API server besides its watch streams
 WORKER_THREADS = 24
 M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)
-PROGRESS = DesiredTopic(PROGRESS_TOPIC, 1, None, {"cleanup.policy": "compact"})
+
+
+def internal_topic(name: str) -> DesiredTopic:
+    """An installation's progress or claims topic: one partition (one order), compacted (the
+    latest record per key is what counts)."""
+    return DesiredTopic(name, 1, None, {"cleanup.policy": "compact"})
+
+
+def _topic_names(_context: click.Context, _param: click.Parameter, text: str) -> str:
+    problem = topic_names_problem(text)
+    if problem is not None:
+        raise click.BadParameter(problem)
+    return text
+
+
+def _internal_topic(suffix: str) -> Any:
+    def check(_context: click.Context, _param: click.Parameter, text: str) -> str:
+        problem = internal_topic_problem(text, suffix)
+        if problem is not None:
+            raise click.BadParameter(problem)
+        return text
+
+    return check
 
 
 def capped_session(info: kopf.ConnectionInfo | None, limit: int) -> kopf.AiohttpSession | None:
@@ -88,6 +121,18 @@ def capped_session(info: kopf.ConnectionInfo | None, limit: int) -> kopf.Aiohttp
         priority=info.priority,
         expiration=info.expiration,
     )
+
+
+def _refuse_refused_credentials(settings: OperatorSettings) -> None:
+    """Stop at start, with what to fix, when Kafka refuses the operator's credentials or
+    certificates: nothing can work until they are fixed, and a pod that exits says so where a
+    person looks. A Kafka that does not answer yet is only reported: it may be starting."""
+    try:
+        check_connection(settings.bootstrap_servers, settings.kafka_security, timeout=10.0)
+    except KafkaConnectionError as exc:
+        if exc.refused:
+            raise click.ClickException(f"distributary operator: {exc}") from None
+        click.echo(f"distributary operator: warning: {exc}; reconciling anyway", err=True)
 
 
 def fewer_malloc_arenas(arenas: int = 2) -> bool:
@@ -288,6 +333,34 @@ def _allowed_functions(
     help="Port of the Prometheus endpoint /metrics; 0 turns it off.",
 )
 @click.option(
+    "--topic-names",
+    default=DEFAULT_TOPIC_NAMES,
+    show_default=True,
+    envvar="DISTRIBUTARY_TOPIC_NAMES",
+    callback=_topic_names,
+    help="How Logs without spec.topicName name their topics: {name}, or e.g. "
+    "'{namespace}.{name}' on a Kafka cluster shared by teams (views' revision topics follow). "
+    "Choose it before the first Log: changing it moves Logs made later to other topics.",
+)
+@click.option(
+    "--progress-topic",
+    default=PROGRESS_TOPIC,
+    show_default=True,
+    envvar="DISTRIBUTARY_PROGRESS_TOPIC",
+    callback=_internal_topic(PROGRESS_SUFFIX),
+    help="This installation's progress topic (distributary.<installation>.progress): "
+    "installations sharing a Kafka cluster each need their own.",
+)
+@click.option(
+    "--claims-topic",
+    default=CLAIMS_TOPIC,
+    show_default=True,
+    envvar="DISTRIBUTARY_CLAIMS_TOPIC",
+    callback=_internal_topic(CLAIMS_SUFFIX),
+    help="Where which Log owns each topic is kept (distributary[.<name>].claims): installations "
+    "sharing a Kafka cluster share it, so a topic stays one Log's across them.",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="info",
@@ -317,6 +390,9 @@ def operator(
     failures_before_stalled: int,
     health_port: int,
     metrics_port: int,
+    topic_names: str,
+    progress_topic: str,
+    claims_topic: str,
     log_level: str,
 ) -> None:
     """Run the Distributary operator: reconcile Logs, DerivedViews and StreamJobs."""
@@ -346,7 +422,13 @@ def operator(
             failures_before_stalled=failures_before_stalled,
         ),
         namespaces=namespaces,
+        topic_names=topic_names,
+        progress_topic=progress_topic,
+        claims_topic=claims_topic,
     )
+    # Every planner names Logs' topics and revisions' progress topic alike from here on.
+    use_topic_names(settings.topic_names)
+    use_progress_topic(settings.progress_topic)
     # The one place the topic backend and the Spark runtime are chosen (`services.build`).
     services = build(settings)
     if services.checkpoint_problem is not None:
@@ -363,8 +445,11 @@ def operator(
         asyncio.get_running_loop().set_default_executor(
             concurrent.futures.ThreadPoolExecutor(WORKER_THREADS, thread_name_prefix="distributary")
         )
-        # Where runners publish progress; made once, compacted (one record per revision).
-        await asyncio.to_thread(DirectTopics(memo.services.admin).apply, PROGRESS)
+        # Where runners publish progress (one record per revision), and who owns each topic
+        # (`plan.claims`); made once, compacted.
+        internal = DirectTopics(memo.services.admin)
+        for name in (services.settings.progress_topic, services.settings.claims_topic):
+            await asyncio.to_thread(internal.apply, internal_topic(name))
         # Assigned here, off the event loop: reconciles then only take what it has fetched.
         await asyncio.to_thread(memo.services.progress.poll, 1.0)
         memo.observer = asyncio.create_task(observe_forever(memo.services))
@@ -393,7 +478,11 @@ def operator(
     if metrics_port:
         metrics.serve(metrics_port)
     watched = f"namespaces {', '.join(namespaces)}" if namespaces else "all namespaces"
-    click.echo(f"distributary operator: {watched}; Kafka {bootstrap_servers}", err=True)
+    security = settings.kafka_security.describe() if settings.kafka_security else "PLAINTEXT"
+    click.echo(
+        f"distributary operator: {watched}; Kafka {bootstrap_servers} ({security})", err=True
+    )
+    _refuse_refused_credentials(settings)
     asyncio.run(
         kopf.operator(
             clusterwide=not namespaces,

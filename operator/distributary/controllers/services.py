@@ -12,17 +12,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from distributary.backends.base import SparkRuntime, TopicBackend
+from distributary.backends.claimed import ClaimedTopicBackend
 from distributary.backends.local_spark import LocalRuntime, LocalSparkRuntime
 from distributary.backends.spark_operator import SparkOperatorRuntime
 from distributary.backends.strimzi import StrimziTopicBackend, StrimziTopics
 from distributary.backends.topic_batches import DirectTopicBackend
 from distributary.controllers.settings import OperatorSettings
 from distributary.kafka.admin import KafkaAdmin
+from distributary.kafka.claims import ClaimsLog
+from distributary.kafka.connection import client_settings
 from distributary.kafka.history import lost_input_history
 from distributary.kafka.progress import ProgressReader
 from distributary.kube.resources import Kube
 from distributary.plan.checkpoint_storage import checkpoint_problem
-from distributary.plan.progress import PROGRESS_TOPIC
+from distributary.plan.kafka_connection import KafkaSecurity
+from distributary.plan.kafka_secrets import for_pods
 from distributary.reconcile.ports import Services
 
 
@@ -37,9 +41,19 @@ class OperatorServices(Services):
     """The last state seen of each SparkApplication (namespace, name), to act on changes."""
 
 
+def runners_security(settings: OperatorSettings) -> KafkaSecurity | None:
+    """The connection model runners and jobs get: the operator's, with the references their
+    pods have when the spark-operator runtime mounts the Kafka Secrets into them."""
+    security, mounts = settings.kafka_security, settings.kafka_secrets
+    if security is None or mounts is None or settings.spark_runtime != "spark-operator":
+        return security
+    return for_pods(security, mounts)
+
+
 def build(settings: OperatorSettings) -> OperatorServices:
     """The services for `settings`: the one place the backend and runtime are chosen."""
-    admin = KafkaAdmin(settings.bootstrap_servers, client=dict(settings.kafka_client))
+    client = client_settings(settings.kafka_security)
+    admin = KafkaAdmin(settings.bootstrap_servers, client=client)
     api = Kube(settings.kubeconfig)
     topics: TopicBackend
     if settings.topic_backend == "strimzi":
@@ -47,14 +61,20 @@ def build(settings: OperatorSettings) -> OperatorServices:
         topics = StrimziTopicBackend(strimzi, admin)
     else:
         topics = DirectTopicBackend(admin)
+    # Either backend touches only topics their Log owns (`plan.claims`).
+    claims = ClaimsLog(settings.bootstrap_servers, settings.claims_topic, client)
+    topics = ClaimedTopicBackend(topics, claims, admin)
     runtime: SparkRuntime
     if settings.spark_runtime == "local":
         runtime = LocalSparkRuntime(LocalRuntime(settings.state_dir))
     else:
         runtime = SparkOperatorRuntime(
-            api, settings.image, settings.checkpoint_claim, settings.spark_service_account
+            api,
+            settings.image,
+            settings.checkpoint_claim,
+            settings.spark_service_account,
+            kafka_secrets=settings.kafka_secrets,
         )
-    client = dict(settings.kafka_client)
 
     def lost_history(topics: Mapping[str, str]) -> str | None:
         return lost_input_history(admin, topics, client)
@@ -71,7 +91,8 @@ def build(settings: OperatorSettings) -> OperatorServices:
         ),
         bootstrap_servers=settings.bootstrap_servers,
         admin=admin,
-        progress=ProgressReader(settings.bootstrap_servers, PROGRESS_TOPIC),
+        progress=ProgressReader(settings.bootstrap_servers, settings.progress_topic, client),
+        kafka_security=runners_security(settings),
         topics=topics,
         runtime=runtime,
         lost_history=lost_history,

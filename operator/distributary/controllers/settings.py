@@ -14,7 +14,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from distributary.api.names import CLAIMS_TOPIC, DEFAULT_TOPIC_NAMES, PROGRESS_TOPIC
 from distributary.plan.checkpoint_storage import CheckpointClaim
+from distributary.plan.kafka_connection import (
+    ENVIRONMENT,
+    PASSWORD_FILE_VARIABLE,
+    PASSWORD_VARIABLE,
+    KafkaSecurity,
+    security_from_environment,
+)
+from distributary.plan.kafka_secrets import SECRET_ENVIRONMENT, KafkaSecretMounts
 from distributary.plan.pipeline import (
     DEFAULT_CHECKPOINT_ROOT,
     DEFAULT_IMAGE,
@@ -26,22 +35,15 @@ from distributary.plan.pipeline import (
 from distributary.plan.restarts import RestartPolicy
 from distributary.plan.spark import DEFAULT_SERVICE_ACCOUNT
 
-# Kafka client settings the operator takes from its environment (e.g. a Secret in the chart).
-KAFKA_ENVIRONMENT = {
-    "DISTRIBUTARY_KAFKA_SECURITY_PROTOCOL": "security.protocol",
-    "DISTRIBUTARY_KAFKA_SASL_MECHANISM": "sasl.mechanism",
-    "DISTRIBUTARY_KAFKA_SASL_USERNAME": "sasl.username",
-    "DISTRIBUTARY_KAFKA_SASL_PASSWORD": "sasl.password",
-    "DISTRIBUTARY_KAFKA_SSL_CA_LOCATION": "ssl.ca.location",
-    "DISTRIBUTARY_KAFKA_SSL_CERTIFICATE_LOCATION": "ssl.certificate.location",
-    "DISTRIBUTARY_KAFKA_SSL_KEY_LOCATION": "ssl.key.location",
-}
+# The variables the operator's Kafka connection comes from (e.g. a Secret in the chart): see
+# `plan.kafka_connection.security_from_environment`.
+KAFKA_ENVIRONMENT = (
+    *ENVIRONMENT,
+    PASSWORD_VARIABLE,
+    PASSWORD_FILE_VARIABLE,
+    *SECRET_ENVIRONMENT,
+)
 DEFAULT_STATE_DIR = Path("/var/lib/distributary/local")
-
-
-def kafka_client_config(environ: Mapping[str, str]) -> dict[str, str]:
-    """Kafka client settings from the DISTRIBUTARY_KAFKA_* variables of `environ` that are set."""
-    return {key: environ[name] for name, key in KAFKA_ENVIRONMENT.items() if environ.get(name)}
 
 
 @dataclass(frozen=True)
@@ -51,9 +53,13 @@ class OperatorSettings:
     bootstrap_servers: str
     """Kafka's bootstrap servers, host:port[,host:port...]."""
 
-    kafka_client: Mapping[str, str] = field(default_factory=dict)
-    """Extra Kafka client settings (security protocol, SASL, TLS files) for every client the
-    operator opens."""
+    kafka_security: KafkaSecurity | None = None
+    """How every client the operator opens, and every runner and job it starts, authenticates
+    to Kafka and trusts it (references to secrets, never a secret); None: plaintext."""
+
+    kafka_secrets: KafkaSecretMounts | None = None
+    """The Secrets (in each pipeline namespace) that give Spark drivers and executors their
+    Kafka credentials under the spark-operator runtime; None: none are mounted."""
 
     topic_backend: TopicBackend = DEFAULT_TOPIC_BACKEND
     """Where topics are made: `direct` (Kafka's Admin API) or `strimzi` (KafkaTopics)."""
@@ -63,6 +69,18 @@ class OperatorSettings:
 
     strimzi_namespace: str | None = None
     """Where KafkaTopics go (where Strimzi's topic operator watches); None: each Log's own."""
+
+    progress_topic: str = PROGRESS_TOPIC
+    """Where this installation's runners publish progress; installations sharing a Kafka
+    cluster each need their own (`distributary.<installation>.progress`)."""
+
+    claims_topic: str = CLAIMS_TOPIC
+    """Where who owns each topic is kept (`plan.claims`); installations sharing a Kafka cluster
+    share it, so a topic stays one Log's across them."""
+
+    topic_names: str = DEFAULT_TOPIC_NAMES
+    """How Logs without `spec.topicName` name their topics (`api.names.TopicNames`): `{name}`,
+    or e.g. `{namespace}.{name}` on a Kafka cluster shared by teams."""
 
     spark_runtime: SparkRuntime = "spark-operator"
     """What runs revisions: `spark-operator` (SparkApplications) or `local` (processes)."""
@@ -112,7 +130,8 @@ class OperatorSettings:
         kubeconfig kopf uses too, Strimzi's namespace and the Kafka client's security."""
         env = os.environ if environ is None else environ
         return cls(
-            kafka_client=kafka_client_config(env),
+            kafka_security=security_from_environment(env),
+            kafka_secrets=KafkaSecretMounts.from_environment(env),
             strimzi_namespace=env.get("DISTRIBUTARY_STRIMZI_NAMESPACE") or None,
             kubeconfig=env.get("KUBECONFIG") or None,
             **values,  # type: ignore[arg-type]

@@ -19,12 +19,7 @@ import argparse
 import atexit
 import base64
 import contextlib
-import fcntl
-import hashlib
 import importlib.util
-import os
-import platform
-import re
 import secrets
 import shutil
 import signal
@@ -32,24 +27,27 @@ import socket
 import ssl
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType, TracebackType
 
 import yaml
 
-from distributary.artifacts import cache_root
+from distributary.devtools.gobuild import (
+    PROGRESS_EVERY,
+    GoBuildError,
+    GoPrograms,
+    checkout_module,
+    say,
+)
+from distributary.devtools.gobuild import elapsed as _elapsed
 from distributary.errors import DistributaryError
 
 KUBERNETES_VERSION = "v1.34.4"  # equal to k8s.io/kubernetes in controlplane/go.mod
 CONTROLLERS = "garbage-collector-controller,namespace-controller"
 SERVICE_CIDR = "10.0.0.0/24"
 DEFAULT_STATE_DIR = Path(".distributary/devcluster")
-PROGRESS_EVERY = 20.0  # seconds between progress lines
-_BARE_PACKAGE = re.compile(r"^[\w.~/-]+$")  # what `go build -v` prints per package compiled
 
 
 def _ldflags() -> str:
@@ -70,122 +68,42 @@ class ControlPlaneError(DistributaryError, RuntimeError):
 
 
 def _say(message: str) -> None:
-    print(f"control plane: {message}", file=sys.stderr, flush=True)
-
-
-def _elapsed(since: float) -> str:
-    seconds = int(time.monotonic() - since)
-    return f"{seconds // 60}m{seconds % 60:02d}s"
+    say("control plane", message)
 
 
 def go_sources() -> Path:
     """`controlplane/` of the checkout this package runs from (an editable install)."""
-    src = Path(__file__).resolve().parents[3] / "controlplane"
-    if not (src / "go.mod").is_file():
-        raise ControlPlaneError(
-            f"the control plane's Go sources are not at {src}: run from a Distributary checkout "
-            "installed with `pip install -e .` (make install)"
-        )
-    return src
+    try:
+        return checkout_module("controlplane")
+    except GoBuildError as error:
+        raise ControlPlaneError(str(error)) from None
 
 
-def _source_files(src: Path) -> list[Path]:
-    return sorted([src / "go.mod", src / "go.sum", *src.glob("cmd/**/*.go")])
+def programs(src: Path) -> GoPrograms:
+    """kube-apiserver and kube-controller-manager, as built from `src`."""
+    return GoPrograms(
+        part="control plane",
+        cache="kube",
+        src=src,
+        release=KUBERNETES_VERSION,
+        binaries=("kube-apiserver", "kube-controller-manager"),
+        go_build=GO_BUILD,
+        needs="Go 1.24 or newer",
+    )
 
 
 def binaries_dir(src: Path) -> Path:
     """Where the binaries built from `src` are cached, keyed by version, machine, sources, flags."""
-    digest = hashlib.sha256(" ".join(GO_BUILD).encode())
-    for path in _source_files(src):
-        digest.update(path.relative_to(src).as_posix().encode() + b"\0" + path.read_bytes())
-    key = f"{KUBERNETES_VERSION}-{platform.machine()}-{digest.hexdigest()[:12]}"
-    return cache_root() / "kube" / key
+    return programs(src).target()
 
 
 def build(*, quiet: bool = False) -> Path:
-    """The folder holding kube-apiserver and kube-controller-manager, building them on first use."""
-    src = go_sources()
-    target = binaries_dir(src)
-    if (target / ".complete").exists():
-        return target
-    go = shutil.which("go")
-    if go is None:
-        raise ControlPlaneError(
-            f"Go is needed once to build kube-apiserver and kube-controller-manager (Kubernetes "
-            f"{KUBERNETES_VERSION}) into {target}: install Go 1.24 or newer (https://go.dev/dl/) "
-            "so that `go` is on PATH, and run again"
-        )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with _exclusive(target.parent / f".{target.name}.lock", quiet):
-        if not (target / ".complete").exists():
-            _build_into(go, src, target, quiet)
-    return target
-
-
-@contextlib.contextmanager
-def _exclusive(lock: Path, quiet: bool) -> Iterator[None]:
-    with open(lock, "w") as handle:  # two test sessions may start at once: one builds
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if not quiet:
-                _say("waiting for another process that is building the same binaries ...")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
-
-
-def _build_into(go: str, src: Path, target: Path, quiet: bool) -> None:
-    started = time.monotonic()
-    if not quiet:
-        _say(
-            f"building kube-apiserver and kube-controller-manager (Kubernetes {KUBERNETES_VERSION})"
-            f" into {target}, once: the first build downloads about 700 MB of Go modules and "
-            "compiles for several minutes"
-        )
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}-") as work:
-        tree, out = Path(work) / "src", Path(work) / "bin"
-        for path in _source_files(src):
-            copy = tree / path.relative_to(src)
-            copy.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, copy)
-        # A copy outside the checkout: -mod=mod may complete go.sum without touching the repo.
-        env = {**os.environ, "GOFLAGS": "-mod=mod", "GOWORK": "off", "CGO_ENABLED": "0"}
-        listing = _go(go, ["list", "-deps", "./cmd/..."], tree, env, "downloading modules", quiet)
-        total = len(listing.splitlines())
-        command = [*GO_BUILD, "-o", f"{out}/", "./cmd/..."]
-        _go(go, command, tree, env, f"compiling about {total} packages", quiet)
-        for name in ("kube-apiserver", "kube-controller-manager"):
-            if not (out / name).is_file():
-                raise ControlPlaneError(f"`go build` produced no {name} in {out}")
-        (out / ".complete").write_text(f"{KUBERNETES_VERSION}\n")
-        shutil.rmtree(target, ignore_errors=True)
-        out.rename(target)
-    if not quiet:
-        _say(f"built in {_elapsed(started)}")
-
-
-def _go(go: str, args: list[str], cwd: Path, env: dict[str, str], doing: str, quiet: bool) -> str:
-    """Run `go args` in `cwd`, printing a progress line every PROGRESS_EVERY seconds; its stdout."""
-    started, last = time.monotonic(), time.monotonic()
-    out, err = cwd.parent / f"go-{args[0]}.out", cwd.parent / f"go-{args[0]}.err"
-    with open(out, "w") as stdout, open(err, "w") as stderr:
-        process = subprocess.Popen([go, *args], cwd=cwd, env=env, stdout=stdout, stderr=stderr)
+    """The folder holding kube-apiserver and kube-controller-manager, building them on first use
+    (the first build downloads about 700 MB of Go modules and compiles for several minutes)."""
     try:
-        while process.poll() is None:
-            time.sleep(1)
-            if not quiet and time.monotonic() - last >= PROGRESS_EVERY:
-                last = time.monotonic()
-                done = len(err.read_text(errors="replace").splitlines())  # a line per package
-                _say(f"{doing}: {_elapsed(started)}, {done} done so far")
-    except BaseException:
-        process.kill()
-        process.wait()
-        raise
-    if process.returncode != 0:
-        lines = err.read_text(errors="replace").splitlines()
-        tail = "\n".join([line for line in lines if not _BARE_PACKAGE.match(line)][-25:])
-        raise ControlPlaneError(f"`go {' '.join(args)}` failed in {cwd}:\n{tail}")
-    return out.read_text()
+        return programs(go_sources()).build(quiet=quiet)
+    except GoBuildError as error:
+        raise ControlPlaneError(str(error)) from None
 
 
 _LEAF_CERTS = {  # name: (subject, extensions)

@@ -1,13 +1,15 @@
 """Reaching a Kafka cluster: client configuration, a readiness probe, bounded waits.
 
-Every client Distributary makes starts from `client_config`, so connection settings (and later
-TLS and SASL) are decided in one place. confluent-kafka answers admin requests with futures that
-wait forever unless told otherwise; `result_within` is how every adapter waits on them.
+Every client Distributary makes starts from `client_config`; TLS and SASL settings reach it as a
+`client` mapping rendered by `kafka.connection` from the one connection model. confluent-kafka
+answers admin requests with futures that wait forever unless told otherwise; `result_within` is
+how every adapter waits on them.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -23,9 +25,12 @@ def client_config(
     return {"bootstrap.servers": bootstrap_servers, "log_level": 2, **extra}
 
 
-def cluster_ready(bootstrap_servers: str, timeout: float = 2.0) -> bool:
-    """Whether a broker answers a metadata request within `timeout` seconds."""
-    admin = AdminClient(client_config(bootstrap_servers))
+def cluster_ready(
+    bootstrap_servers: str, timeout: float = 2.0, client: Mapping[str, str] | None = None
+) -> bool:
+    """Whether a broker answers a metadata request within `timeout` seconds; `client` adds
+    librdkafka settings (TLS, SASL)."""
+    admin = AdminClient(client_config(bootstrap_servers, **(client or {})))
     try:
         metadata = admin.list_topics(timeout=timeout)
     except KafkaException:

@@ -21,9 +21,12 @@ from distributary.kafka.cluster import client_config
 class ProgressPublisher:
     """Publishes progress records; a missing topic costs a warning once, never the query."""
 
-    def __init__(self, bootstrap_servers: str, topic: str) -> None:
+    def __init__(
+        self, bootstrap_servers: str, topic: str, client: Mapping[str, str] | None = None
+    ) -> None:
         self.topic = topic
-        self._producer = Producer(client_config(bootstrap_servers, **{"linger.ms": 50}))
+        settings: dict[str, str | int | float | bool] = {**(client or {}), "linger.ms": 50}
+        self._producer = Producer(client_config(bootstrap_servers, **settings))
         self._warned = False
 
     def _delivered(self, error: KafkaError | None, _message: Any) -> None:
@@ -56,10 +59,13 @@ class ProgressPublisher:
 class ProgressReader:
     """Keeps the latest progress record of every revision, reading the topic from its start."""
 
-    def __init__(self, bootstrap_servers: str, topic: str) -> None:
+    def __init__(
+        self, bootstrap_servers: str, topic: str, client: Mapping[str, str] | None = None
+    ) -> None:
         self.topic = topic
         self.latest: dict[str, dict[str, Any]] = {}
         settings: dict[str, str | int | float | bool] = {
+            **(client or {}),
             "group.id": "distributary.progress",
             "enable.auto.commit": False,
         }

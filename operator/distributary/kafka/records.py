@@ -91,6 +91,7 @@ def produce(
     progress: Progress | None = None,
     progress_every: float = 5.0,
     timeout: float = 30.0,
+    client: Mapping[str, str] | None = None,
 ) -> Produced:
     """Append records to `topic`, at most `rate` per second, and wait until Kafka has them all.
 
@@ -98,6 +99,7 @@ def produce(
     `MissingTopicError` when the topic does not exist, `RecordsError` when Kafka refuses a record.
     """
     settings: dict[str, str | int | float | bool] = {
+        **(client or {}),
         "partitioner": "murmur2_random",
         "linger.ms": 20,
         "enable.idempotence": True,

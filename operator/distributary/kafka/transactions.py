@@ -82,13 +82,19 @@ class TransactionalWriter:
     together."""
 
     def __init__(
-        self, bootstrap: str, transactional_id: str, group: str, timeout: float = 60.0
+        self,
+        bootstrap: str,
+        transactional_id: str,
+        group: str,
+        timeout: float = 60.0,
+        client: Mapping[str, str] | None = None,
     ) -> None:
         self.transactional_id = transactional_id
         self.timeout = timeout
-        self._producer = Producer(_producer_config(bootstrap, transactional_id))
+        self._producer = Producer(_producer_config(bootstrap, transactional_id, client))
         # The group's identity for the transactional offset commit; this consumer never joins.
         settings: dict[str, str | int | float | bool] = {
+            **(client or {}),
             "group.id": group,
             "enable.auto.commit": False,
         }

@@ -5,6 +5,13 @@ Apache Kafka process started from cached Maven jars: combined broker and control
 listeners on free ports, data under a state folder that survives restarts (the cluster id and the
 ports are kept there, so a second start finds its data). It is stopped with SIGTERM, Kafka's
 controlled shutdown, and killed only if that hangs.
+
+Given `BrokerSecurity` it serves clients only over TLS, as a secured production cluster does: a
+SASL_SSL listener (SCRAM-SHA-512) and an SSL listener that requires client certificates (mutual
+TLS), with no plaintext listener for clients (the KRaft controller's stays internal, on loopback).
+The brokers talk to each other over the SSL listener with the broker's own certificate, and the
+SCRAM users are created through it once the broker serves, so no password is ever on a command
+line or in server.properties.
 """
 
 from __future__ import annotations
@@ -23,12 +30,15 @@ import sys
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
 from distributary.artifacts import KAFKA_BROKER, jars
 from distributary.errors import DistributaryError
 from distributary.kafka.cluster import cluster_ready
+from distributary.kafka.connection import add_scram_user, client_settings
+from distributary.plan.kafka_connection import KafkaSecurity
 
 MIN_JAVA = 17
 PR_SET_PDEATHSIG = 1  # prctl(2)
@@ -108,23 +118,64 @@ logger.server.level = INFO
 """
 
 
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+
+
+@dataclass(frozen=True)
+class BrokerSecurity:
+    """What a secured embedded broker serves with: PEM files of the CA that signs its and its
+    clients' certificates, its certificate (naming 127.0.0.1) and its unencrypted PKCS#8 key,
+    and the SCRAM-SHA-512 users of its SASL_SSL listener (name -> password)."""
+
+    ca: Path
+    certificate: Path
+    key: Path
+    scram_users: Mapping[str, str] = field(default_factory=dict)
+
+
 class EmbeddedBroker:
-    """A single-node KRaft Kafka broker whose data lives under `state_dir`."""
+    """A single-node KRaft Kafka broker whose data lives under `state_dir`; plaintext, or
+    with `security` a SASL_SSL and an mTLS listener only."""
 
     def __init__(
-        self, state_dir: Path, *, heap: str = "512m", settings: Mapping[str, str] | None = None
+        self,
+        state_dir: Path,
+        *,
+        heap: str = "512m",
+        settings: Mapping[str, str] | None = None,
+        security: BrokerSecurity | None = None,
     ) -> None:
         self.state_dir = state_dir.resolve()
         self.heap = heap
         self.settings = dict(settings or {})  # server.properties beside (or over) the defaults
+        self.security = security
         self.port = 0
         self.controller_port = 0
+        self.ssl_port = 0  # the mTLS listener's, when secured
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
     def bootstrap_servers(self) -> str:
-        """`host:port` for clients."""
+        """`host:port` for clients (secured: the SASL_SSL listener's)."""
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def ssl_bootstrap_servers(self) -> str:
+        """`host:port` of the mTLS listener (secured brokers only)."""
+        return f"127.0.0.1:{self.ssl_port}"
+
+    @property
+    def own_security(self) -> KafkaSecurity | None:
+        """How the broker's own probe connects (to the mTLS listener, with the broker's
+        certificate); None for a plaintext broker."""
+        if self.security is None:
+            return None
+        return KafkaSecurity(
+            protocol="SSL",
+            ssl_ca_location=str(self.security.ca),
+            ssl_certificate_location=str(self.security.certificate),
+            ssl_key_location=str(self.security.key),
+        )
 
     @property
     def log_file(self) -> Path:
@@ -133,15 +184,57 @@ class EmbeddedBroker:
 
     def _choose_ports(self) -> None:
         saved = self.state_dir / "ports"
+        wanted = 3 if self.security is not None else 2
         if saved.exists():
-            port, controller = (int(p) for p in saved.read_text().split())
-            if _port_free(port) and _port_free(controller):
-                self.port, self.controller_port = port, controller
+            ports = [int(p) for p in saved.read_text().split()]
+            if len(ports) >= wanted and all(_port_free(p) for p in ports[:wanted]):
+                self.port, self.controller_port = ports[0], ports[1]
+                self.ssl_port = ports[2] if wanted == 3 else 0
                 return
-        self.port, self.controller_port = free_port(), free_port()
-        while self.controller_port == self.port:
-            self.controller_port = free_port()
-        saved.write_text(f"{self.port} {self.controller_port}\n")
+        chosen: list[int] = []
+        while len(chosen) < wanted:
+            port = free_port()
+            if port not in chosen:
+                chosen.append(port)
+        self.port, self.controller_port = chosen[0], chosen[1]
+        self.ssl_port = chosen[2] if wanted == 3 else 0
+        saved.write_text(" ".join(str(p) for p in chosen) + "\n")
+
+    def _listeners(self) -> list[str]:
+        """server.properties lines of the listeners: plaintext, or SASL_SSL and mTLS."""
+        controller = f"CONTROLLER://127.0.0.1:{self.controller_port}"
+        if self.security is None:
+            return [
+                f"listeners=PLAINTEXT://127.0.0.1:{self.port},{controller}",
+                f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                "inter.broker.listener.name=PLAINTEXT",
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            ]
+        sasl, ssl = f"SASL_SSL://127.0.0.1:{self.port}", f"SSL://127.0.0.1:{self.ssl_port}"
+        return [
+            f"listeners={sasl},{ssl},{controller}",
+            f"advertised.listeners={sasl},{ssl}",
+            "inter.broker.listener.name=SSL",
+            "listener.security.protocol.map=SASL_SSL:SASL_SSL,SSL:SSL,CONTROLLER:PLAINTEXT",
+            f"sasl.enabled.mechanisms={SCRAM_MECHANISM}",
+            f"listener.name.sasl_ssl.{SCRAM_MECHANISM.lower()}.sasl.jaas.config="
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            "listener.name.ssl.ssl.client.auth=required",
+            "ssl.keystore.type=PEM",
+            f"ssl.keystore.location={self._keystore()}",
+            "ssl.truststore.type=PEM",
+            f"ssl.truststore.location={self.security.ca}",
+        ]
+
+    def _keystore(self) -> Path:
+        """The broker's key and certificate in one PEM file, as Java's PEM key store wants."""
+        assert self.security is not None
+        keystore = self.state_dir / "broker-keystore.pem"
+        fd = os.open(keystore, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(self.security.key.read_text().rstrip() + "\n")
+            out.write(self.security.certificate.read_text().rstrip() + "\n")
+        return keystore
 
     def _write_config(self) -> Path:
         data = self.state_dir / "data"
@@ -152,12 +245,8 @@ class EmbeddedBroker:
                     "process.roles=broker,controller",
                     "node.id=1",
                     f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
-                    f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:"
-                    f"{self.controller_port}",
-                    f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                    *self._listeners(),
                     "controller.listener.names=CONTROLLER",
-                    "inter.broker.listener.name=PLAINTEXT",
-                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
                     f"log.dirs={data}",
                     "num.partitions=1",
                     "auto.create.topics.enable=false",
@@ -235,6 +324,11 @@ class EmbeddedBroker:
         (self.state_dir / "broker.pid").write_text(f"{self._process.pid}\n")
         atexit.register(self.stop)
         self._wait_until_serving(timeout)
+        if self.security is not None:
+            for user, password in self.security.scram_users.items():
+                add_scram_user(
+                    self.ssl_bootstrap_servers, self.own_security, user, password, SCRAM_MECHANISM
+                )
         return self
 
     def _check_not_running(self) -> None:
@@ -267,8 +361,13 @@ class EmbeddedBroker:
         raise BrokerError(f"Kafka did not start within {timeout:.0f}s; see {self.log_file}")
 
     def _serving(self) -> bool:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 0.5):
-            return cluster_ready(self.bootstrap_servers)
+        port = self.ssl_port if self.security is not None else self.port
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
+            if self.security is None:
+                return cluster_ready(self.bootstrap_servers)
+            return cluster_ready(
+                self.ssl_bootstrap_servers, client=client_settings(self.own_security)
+            )
         return False
 
     def stop(self, timeout: float = 30.0) -> None:

@@ -43,6 +43,7 @@ from distributary.backends.topic_batches import DirectTopicBackend
 from distributary.errors import DistributaryError
 from distributary.graph import Pipeline, Ref
 from distributary.kafka.admin import KafkaAdmin
+from distributary.kafka.connection import check_connection, client_settings
 from distributary.kafka.history import lost_input_history
 from distributary.kafka.progress import ProgressReader
 from distributary.local.broker import EmbeddedBroker
@@ -51,6 +52,7 @@ from distributary.local.runtime import PipelineRuntime
 from distributary.local.state import RunState, ServedLog, write_run_state
 from distributary.local.status import Snapshot, ViewNote, ViewRow, observe, problem_line
 from distributary.plan.conditions import Problem
+from distributary.plan.kafka_connection import KafkaSecurity
 from distributary.plan.lifecycle import read_topics
 from distributary.plan.pipeline import PipelinePlan, PlanSettings, plan_pipeline
 from distributary.plan.progress import PROGRESS_TOPIC
@@ -140,6 +142,7 @@ class LocalRun:
     paths: Sequence[Path]
     state_dir: Path
     bootstrap_servers: str | None = None
+    kafka_security: KafkaSecurity | None = None  # how to reach the given Kafka; None: plaintext
     cores: int = 2
     say: Callable[[str], None] = lambda text: print(text, file=sys.stderr, flush=True)
     spark_conf: Mapping[str, str] = field(default_factory=dict)  # more settings, every revision
@@ -180,6 +183,8 @@ class LocalRun:
         folder's statuses are read first, so a corrupt revisions.json is reported at once."""
         self.revisions = LocalRevisions.load(self.state_dir)
         if self.bootstrap_servers:
+            # A refused password or certificate is said now, not as a timeout later.
+            check_connection(self.bootstrap_servers, self.kafka_security)
             return self.bootstrap_servers
         self.say(f"Starting the embedded Kafka broker in {self.state_dir / 'kafka'} ...")
         self.broker = EmbeddedBroker(self.state_dir / "kafka").start()
@@ -194,12 +199,18 @@ class LocalRun:
         if self.revisions is None:  # not read by start_kafka
             self.revisions = LocalRevisions.load(self.state_dir)
         checkpoints = (self.state_dir / "checkpoints").resolve().as_uri()
-        settings = PlanSettings("direct", checkpoint_root=checkpoints, bootstrap_servers=bootstrap)
+        settings = PlanSettings(
+            "direct",
+            checkpoint_root=checkpoints,
+            bootstrap_servers=bootstrap,
+            kafka_security=self.kafka_security,
+        )
         self.plan = plan_pipeline(self.pipeline, settings)
-        admin = KafkaAdmin(bootstrap)
+        client = client_settings(self.kafka_security)
+        admin = KafkaAdmin(bootstrap, client=client)
         self._make_topics(DirectTopics(admin))
         self.files = PipelineFiles(self.pipeline, self.revisions, self._served())
-        progress = ProgressReader(bootstrap, PROGRESS_TOPIC)
+        progress = ProgressReader(bootstrap, PROGRESS_TOPIC, client)
         jobs = LocalSparkRuntime(LocalRuntime(self.state_dir / "jobs", self.cores))
         self.runtime = PipelineRuntime(
             self.state_dir, jobs, self._local, lambda: progress.latest, lambda t: self.say(t)
@@ -211,8 +222,9 @@ class LocalRun:
             progress=progress,
             topics=DirectTopicBackend(admin),
             runtime=self.runtime,
-            lost_history=lambda topics: lost_input_history(admin, topics),
+            lost_history=lambda topics: lost_input_history(admin, topics, client),
             restart_policy=self.restart_policy,
+            kafka_security=self.kafka_security,
         )
         self.reconcile()
 

@@ -12,8 +12,9 @@ that runs now. A failed revision is not run again until the reconcile starts it 
 back-off (`plan.restarts`): until then a restart of the process, for another view or because it
 exited, leaves it out, and it is reported failed. A revision whose query Spark refused at start
 (QueryRefused) is left out of every later start of the process while its spec stays the same: the
-same query would be refused again, so it is not restarted at all. StreamJobs run their own
-files, each as a process of its own (`LocalRuntime`).
+same query would be refused again, so it is not restarted at all; the spec the process ran is the
+one refused, so an edit that keeps the revision but changes its spec is started again. StreamJobs
+run their own files, each as a process of its own (`LocalRuntime`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from distributary.backends.base import Owner, RevisionApp
 from distributary.backends.local_spark import LocalSparkRuntime
 from distributary.local.broker import die_with_parent
 from distributary.plan.progress import progress_key
-from distributary.plan.runner_spec import RunnerSpec
+from distributary.plan.runner_spec import RunnerSpec, as_run_by
 from distributary.plan.spark import Application, application_name
 from distributary.plan.spark_state import CHECKPOINT_LOST, QUERY_REFUSED, AppState
 
@@ -102,14 +103,12 @@ class PipelineRuntime:
     def view_app(self, view: DerivedView, runner: RunnerSpec) -> RevisionApp:
         """The view revision's query in the runner process."""
         key = (view.metadata.namespace, view.metadata.name, runner.revision)
-        spec = self.localize(runner)
+        spec = as_run_by(self.localize(runner), runner)
 
         def state() -> AppState:
             found = self.failed.get(key) or self.state_of(key)
             if found.ended:  # not run again until started after its back-off
                 self.failed[key] = found
-            if found.state == QUERY_REFUSED:  # not run again with this spec
-                self.refused[key] = (spec, found)
             return found
 
         def start() -> AppState:
@@ -139,8 +138,11 @@ class PipelineRuntime:
         spec = self.running[key]
         record = self.progress().get(progress_key(spec.kind, *key)) or {}
         if record.get("runnerPid") == self.process.pid and record.get("state") == QUERY_REFUSED:
-            # Not restarted: Spark would refuse the same query again (`runner.main`).
-            return AppState(QUERY_REFUSED, message=str(record.get("error") or ""))
+            # Not run again with the spec the process ran: Spark would refuse the same query
+            # again (`runner.main`). An edit of the revision's spec is started (`view_app`).
+            said = AppState(QUERY_REFUSED, message=str(record.get("error") or ""))
+            self.refused[key] = (spec, said)
+            return said
         if record.get("runnerPid") == self.process.pid and record.get("state") == "Failed":
             message = f"the query failed: {record.get('error') or 'no error given'}"
             return AppState("FAILED", ended=True, failed=True, message=message)

@@ -27,12 +27,13 @@ from typing import Any
 from distributary.api import owner_of
 from distributary.api.job import StreamJob
 from distributary.api.log import Log, LogStatus
+from distributary.api.names import progress_topic_in_force
 from distributary.graph import Pipeline, Ref
 from distributary.plan.children import rewind_folder
 from distributary.plan.classify import Classification, classify_job_change
 from distributary.plan.conditions import Problem, Work
+from distributary.plan.kafka_connection import KafkaSecurity
 from distributary.plan.pipeline import job_revision_hash
-from distributary.plan.progress import PROGRESS_TOPIC
 from distributary.plan.runner_spec import consumer_group, dead_letter_topic, reading_topic
 from distributary.plan.spark import (
     DEFAULT_SERVICE_ACCOUNT,
@@ -151,6 +152,25 @@ def _change(
     return Classification("Reprocess", ("the job's definition changed: a new revision starts",))
 
 
+def refused_revision(plan: JobPlan, previous: Mapping[str, Any], problem: Problem) -> JobPlan:
+    """The plan when the revision `plan` would start is refused (`problem`): the running one
+    `plan.retires` stays as status records it, observed and nothing of it changed, and nothing
+    starts or stops. A job's first revision (nothing runs yet) gets a plan of the problem only."""
+    if plan.retires is None:
+        return JobPlan(plan.revision, problems=(*plan.problems, problem))
+    before = dict(previous)
+    known, group = before.get("specHash"), before.get("consumerGroup")
+    rows = [row for row in before.get("inputs") or [] if row.get("log") and row.get("topic")]
+    return JobPlan(
+        plan.retires,
+        problems=(*plan.problems, problem),
+        spec_hash=str(known) if known else None,
+        consumer_group=str(group) if group else None,
+        inputs=tuple(JobInputTopic(str(row["log"]), str(row["topic"])) for row in rows),
+        change=plan.change,
+    )
+
+
 CHECKPOINT_VARIABLE = "DISTRIBUTARY_CHECKPOINT_LOCATION"
 
 
@@ -176,6 +196,7 @@ def plan_job(
     *,
     checkpoint_root: str,
     bootstrap_servers: str,
+    kafka_security: KafkaSecurity | None = None,
     old: StreamJob | None = None,
     service_account: str = DEFAULT_SERVICE_ACCOUNT,
 ) -> JobPlan:
@@ -221,7 +242,8 @@ def plan_job(
         spec_hash=spec_hash,
         checkpoint_root=checkpoint_root,
         bootstrap_servers=bootstrap_servers,
-        progress_topic=PROGRESS_TOPIC,
+        kafka_security=kafka_security,
+        progress_topic=progress_topic_in_force(),
     )
     rewound = before.get("lastRewind") or {}
     if rewound.get("revision") == revision and rewound.get("phase") == "Done":

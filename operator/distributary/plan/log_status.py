@@ -5,7 +5,9 @@ watermarks, and hands all of it here; what comes back is the complete status to 
 changes (fewer partitions, a replica change) make the Log Stalled with the refusal's message while
 the rest of the spec is applied, and so does a topic Kafka refuses (more replicas than brokers, a
 config value the brokers' settings forbid: `KafkaRefused`, Kafka's words and the field); a Kafka
-that cannot be reached makes it Reconciling, so a dashboard tells "fix your spec" from "wait".
+that cannot be reached makes it Reconciling, so a dashboard tells "fix your spec" from "wait". A
+topic another Log owns (`plan.claims`) makes it Stalled with `TopicTaken`, and its status names
+no topic: it has none.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ class LogReconcile:
     refused_again: float | None = None  # seconds before asking again; None: when the spec changes
     # Accepted, and another controller (Strimzi's topic operator) has yet to act: Reconciling.
     waiting: Work | None = None
+    # The topic is another Log's (`plan.claims`): Stalled, TopicTaken, nothing made or changed.
+    taken: str | None = None
 
 
 def record_problems(log: Log) -> str | None:
@@ -53,6 +57,8 @@ def record_problems(log: Log) -> str | None:
 def _observation(result: LogReconcile, first_sight: bool) -> Observation:
     if result.invalid is not None:
         return Observation(result.generation, problems=(Problem("InvalidSpec", result.invalid),))
+    if result.taken is not None:
+        return Observation(result.generation, problems=(Problem("TopicTaken", result.taken),))
     if result.refused is not None:
         return Observation(result.generation, problems=(Problem("KafkaRefused", result.refused),))
     if result.plan is None and result.waiting is not None:
@@ -81,7 +87,6 @@ def log_status(
     observation = _observation(result, first_sight=False)
     status: dict[str, Any] = {
         "observedGeneration": result.generation,
-        "topicName": result.topic,
         "conditions": [
             c.model_dump(by_alias=True, exclude_none=True)
             for c in conditions(observation, old_conditions, now)
@@ -89,6 +94,8 @@ def log_status(
         # Who reads the Log is the observer's to say; until it has, nobody is known to.
         "subscribers": list(before.get("subscribers") or []),
     }
+    if result.taken is None:  # another Log's topic is never named as this one's
+        status["topicName"] = result.topic
     if result.plan is not None:
         status["managedConfigs"] = sorted(result.plan.managed_configs)
     if result.partitions is not None:

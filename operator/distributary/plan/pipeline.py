@@ -18,6 +18,7 @@ from distributary.api.log import Log, LogStatus, log_manifest
 from distributary.api.names import MAX_TOPIC_NAME, label_value, shortened
 from distributary.graph import Pipeline, Ref
 from distributary.plan.classify import revision_hash, view_definition
+from distributary.plan.kafka_connection import KafkaSecurity
 from distributary.plan.runner_spec import RunnerSpec, view_runner_spec
 from distributary.plan.spark import job_application, spark_application
 from distributary.plan.topics import DesiredTopic, desired_topic, kafka_topic_manifest
@@ -128,6 +129,7 @@ class PlanSettings:
     image: str = DEFAULT_IMAGE
     checkpoint_root: str = DEFAULT_CHECKPOINT_ROOT
     bootstrap_servers: str | None = None
+    kafka_security: KafkaSecurity | None = None
 
 
 def _serving(pipeline: Pipeline, log: Log) -> Log:
@@ -155,6 +157,7 @@ def _plan_view(pipeline: Pipeline, ref: Ref, settings: PlanSettings) -> PlannedV
         output_topic=revision_topic(output, 1),
         checkpoint_root=settings.checkpoint_root,
         bootstrap_servers=settings.bootstrap_servers,
+        kafka_security=settings.kafka_security,
     )
     application = spark_application(
         runner, view.spec.spark, image=settings.image, owner=owner_of(view)
@@ -207,6 +210,7 @@ def plan_pipeline(pipeline: Pipeline, settings: PlanSettings | None = None) -> P
                 spec_hash=spec_hash,
                 checkpoint_root=settings.checkpoint_root,
                 bootstrap_servers=settings.bootstrap_servers,
+                kafka_security=settings.kafka_security,
                 owner=owner_of(job),
             )
             jobs.append(PlannedJob(ref, 1, spec_hash, application))

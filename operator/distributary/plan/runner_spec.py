@@ -9,13 +9,20 @@ and a restarted operator finds what it started.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from distributary.api.common import Position, SparkSettings, duration_ms
 from distributary.api.log import Log
@@ -25,11 +32,12 @@ from distributary.api.names import (
     MAX_TOPIC_NAME,
     PROJECT_TOPIC_PREFIX,
     REVISION_SUFFIX_ROOM,
+    progress_topic_in_force,
     shortened,
 )
 from distributary.api.view import DerivedView, Watermark
 from distributary.plan.classify import stateful_parts
-from distributary.plan.progress import PROGRESS_TOPIC
+from distributary.plan.kafka_connection import KafkaSecurity
 
 SPEC_JSON_ARG = "--spec-json"  # the runner's argument for the spec inline, as JSON
 SPEC_FILE_ARG = "--spec"  # ...and for the spec in a file
@@ -109,13 +117,51 @@ class RunnerSpec(_Contract):
     stateful: bool = False  # its checkpoint holds state: no resuming without it
     fail_on_data_loss: bool = True
     bootstrap_servers: str | None = None
+    kafka_security: KafkaSecurity | None = None  # references to secrets, never a secret
     spark_conf: dict[str, str] = {}
-    progress_topic: str | None = PROGRESS_TOPIC
+    # The installation's progress topic (`api.names.use_progress_topic`); None: none.
+    progress_topic: str | None = Field(default_factory=progress_topic_in_force)
+    planned_hash: str | None = None  # set by a runtime that changed the spec (`as_run_by`)
+
+    @model_serializer(mode="wrap")
+    def _without_plaintext_security(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # A spec for a plaintext Kafka is written as before there was a connection model, so
+        # the SparkApplications of running views do not change when the operator is upgraded.
+        data = handler(self)
+        if self.kafka_security is None and isinstance(data, dict):
+            data.pop("kafka_security", None)
+        if self.planned_hash is None and isinstance(data, dict):
+            data.pop("planned_hash", None)  # likewise: only a runtime's own copy has one
+        return data
 
 
 # Records an exactly-once view reads per micro-batch at most, unless its spec says otherwise: the
 # batch's output is collected on the driver and written in one transaction.
 EXACTLY_ONCE_BATCH = 250_000
+
+
+RUNNER_SPEC_HASH = "runnerSpecHash"  # the progress record's field of `reported_hash`
+
+
+def runner_spec_hash(spec: RunnerSpec) -> str:
+    """Hash of a runner spec as the planner made it, so that a runner's report about one spec
+    of a revision (Spark refused its query) is told from a report about another."""
+    data = spec.model_copy(update={"planned_hash": None}).model_dump(mode="json")
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def as_run_by(runtime_copy: RunnerSpec, planned: RunnerSpec) -> RunnerSpec:
+    """`runtime_copy`, the spec `planned` with what a runtime adds for its machine (local
+    Spark's master, jars and settings), marked with the planned spec's hash: the one its
+    runner reports (`reported_hash`), which the reconcile compares with the plan's."""
+    return runtime_copy.model_copy(update={"planned_hash": runner_spec_hash(planned)})
+
+
+def reported_hash(spec: RunnerSpec) -> str:
+    """The hash a runner running `spec` reports: the planned spec's (`as_run_by`), or its own
+    when it runs the spec as planned (a SparkApplication's)."""
+    return spec.planned_hash or runner_spec_hash(spec)
 
 
 def consumer_group(namespace: str, name: str, revision: int) -> str:
@@ -235,6 +281,7 @@ def view_runner_spec(
     checkpoint_root: str,
     bootstrap_servers: str | None = None,
     starting_positions: Mapping[str, StartingPosition] | None = None,
+    kafka_security: KafkaSecurity | None = None,
 ) -> RunnerSpec:
     """The runner spec of one revision of `view`. `inputs` maps each alias to its Log;
     `starting_positions` overrides a spec's position per alias (e.g. a group's committed offsets
@@ -280,8 +327,14 @@ def view_runner_spec(
         stateful=keeps_state(spec.sql),
         fail_on_data_loss=not spec.upgrade.allow_partial_history,
         bootstrap_servers=bootstrap_servers,
+        kafka_security=_secured(kafka_security),
         spark_conf=merged_conf(shuffle, spec.spark),
     )
+
+
+def _secured(security: KafkaSecurity | None) -> KafkaSecurity | None:
+    """None for plaintext: a spec names a connection model only when there is one to name."""
+    return None if security is None or security.protocol == "PLAINTEXT" else security
 
 
 def keeps_state(sql: str) -> bool:

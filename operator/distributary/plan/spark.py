@@ -24,6 +24,7 @@ from distributary.api.log import Log
 from distributary.api.names import label_value as label_value
 from distributary.api.names import name_digest
 from distributary.plan.checkpoint_storage import CheckpointClaim
+from distributary.plan.kafka_connection import SECURITY_VARIABLE, KafkaSecurity
 from distributary.plan.runner_spec import (
     SPEC_FILE_ARG,
     SPEC_JSON_ARG,
@@ -133,7 +134,7 @@ def spark_application_of(
         label_key: label_value(app.name),
         "distributary.dev/revision": str(app.revision),
     }
-    env = [{"name": key, "value": value} for key, value in sorted(app.env.items())]
+    env = dict(sorted(app.env.items()))
     driver: dict[str, Any] = {
         "cores": settings.driver.cores,
         "memory": settings.driver.memory,
@@ -148,8 +149,10 @@ def spark_application_of(
         "labels": labels,
     }
     if env:
-        driver["env"] = env
-        executor["env"] = env
+        # envVars, not env: the Spark operator's controller hands envVars to spark-submit
+        # itself, while env reaches the pods only through its webhook, which may not run.
+        driver["envVars"] = env
+        executor["envVars"] = dict(env)
     metadata: dict[str, Any] = {
         "name": application_name(app.name, app.revision, app.kind),
         "namespace": app.namespace,
@@ -269,6 +272,7 @@ def job_environment(
     revision: int,
     checkpoint_root: str,
     bootstrap_servers: str | None = None,
+    kafka_security: KafkaSecurity | None = None,
     progress_topic: str | None = None,
 ) -> dict[str, str]:
     """The variables a job's driver and executors get: Distributary's (topics, checkpoint,
@@ -315,6 +319,9 @@ def job_environment(
     env["DISTRIBUTARY_NAME"] = meta.name
     if bootstrap_servers:
         env["DISTRIBUTARY_BOOTSTRAP_SERVERS"] = bootstrap_servers
+    if kafka_security is not None and kafka_security.protocol != "PLAINTEXT":
+        # References to the secrets only: the job resolves them where it runs.
+        env[SECURITY_VARIABLE] = kafka_security.model_dump_json(exclude_defaults=True)
     if progress_topic:
         env["DISTRIBUTARY_PROGRESS_TOPIC"] = progress_topic
     return dict(sorted(env.items()))
@@ -329,6 +336,7 @@ def job_launch(
     spec_hash: str,
     checkpoint_root: str,
     bootstrap_servers: str | None = None,
+    kafka_security: KafkaSecurity | None = None,
     progress_topic: str | None = None,
 ) -> Application:
     """What runs a StreamJob's revision: its own main file and arguments, with
@@ -340,6 +348,7 @@ def job_launch(
         revision=revision,
         checkpoint_root=checkpoint_root,
         bootstrap_servers=bootstrap_servers,
+        kafka_security=kafka_security,
         progress_topic=progress_topic,
     )
     partitions = [log_partitions(inputs[i.log]) for i in job.spec.inputs]
@@ -367,6 +376,7 @@ def job_application(
     spec_hash: str,
     checkpoint_root: str,
     bootstrap_servers: str | None = None,
+    kafka_security: KafkaSecurity | None = None,
     progress_topic: str | None = None,
     service_account: str = DEFAULT_SERVICE_ACCOUNT,
     owner: Mapping[str, str] | None = None,
@@ -380,6 +390,7 @@ def job_application(
         spec_hash=spec_hash,
         checkpoint_root=checkpoint_root,
         bootstrap_servers=bootstrap_servers,
+        kafka_security=kafka_security,
         progress_topic=progress_topic,
     )
     return spark_application_of(app, job.spec.spark, service_account, owner)

@@ -32,6 +32,7 @@ from distributary.plan.classify import (
     view_definition,
 )
 from distributary.plan.conditions import Problem, Work
+from distributary.plan.kafka_connection import KafkaSecurity
 from distributary.plan.lifecycle import (
     CATCHING_UP,
     LIVE,
@@ -358,6 +359,7 @@ def plan_view(
     *,
     checkpoint_root: str,
     bootstrap_servers: str,
+    kafka_security: KafkaSecurity | None = None,
     change: Classification | None = None,
     generation: int = 0,
     now: datetime | None = None,
@@ -453,6 +455,7 @@ def plan_view(
         checkpoint_root=checkpoint_root,
         bootstrap_servers=bootstrap_servers,
         starting_positions=fresh,
+        kafka_security=kafka_security,
     )
     if fresh is not None and runner.max_offsets_per_trigger is None:
         # Read in bounded batches, so that each commits and its progress shows as it goes.

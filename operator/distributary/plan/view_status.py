@@ -14,7 +14,7 @@ missing input, an application that keeps failing, a refused change) make the vie
 for an input's topic, an application that is starting or restarting makes it Reconciling. An
 application keeps failing when it failed several times within a window and has not run stably
 since (`plan.restarts`, which `status.sparkApplication` keeps the history for). A query Spark
-refused at start (its runner reported QueryRefused for this revision's checkpoint) is a problem
+refused at start (its runner reported QueryRefused for the very runner spec it runs) is a problem
 of its own, not a failure: it is not restarted (`query_refused`), and a revision serving beside it
 serves on.
 """
@@ -55,6 +55,7 @@ from distributary.plan.restarts import (
     restarting_message,
     stalled,
 )
+from distributary.plan.runner_spec import RUNNER_SPEC_HASH, runner_spec_hash
 from distributary.plan.spark_state import CHECKPOINT_LOST, QUERY_REFUSED, AppState
 from distributary.plan.view_plan import ViewPlan
 
@@ -274,14 +275,17 @@ def lost_checkpoint(plan: ViewPlan, seen: RunObservation) -> bool:
 
 def query_refused(plan: ViewPlan, record: Mapping[str, Any] | None) -> Problem | None:
     """The problem (reason QueryRefused) when the running revision's runner reported that Spark
-    refused its query at start, a report about this very revision's checkpoint; None otherwise.
-    Such a revision is not restarted: Spark would refuse the same query again."""
+    refused its query at start, a report about this very spec of the revision (the hash of its
+    runner spec, `runner_spec_hash`, which covers its checkpoint); None otherwise. Such a
+    revision is not restarted: Spark would refuse the same query again. An edit that keeps the
+    revision but changes what runs (its SQL in place, an input's schema, a setting) is tried
+    again, and so is a report that names no spec."""
     record = record or {}
     runner = plan.runner
     if (
         runner is None
         or record.get("state") != QUERY_REFUSED
-        or record.get("checkpoint") != runner.checkpoint_location
+        or record.get(RUNNER_SPEC_HASH) != runner_spec_hash(runner)
         or record.get("revision") not in (None, runner.revision)
     ):
         return None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -23,30 +23,62 @@ from distributary.backends.base import RevisionApp
 from distributary.kafka.rewinds import move_group, rewind_offsets
 from distributary.plan.conditions import rfc3339
 from distributary.plan.restarts import RestartHistory, observed
+from distributary.plan.runner_spec import RUNNER_SPEC_HASH
 from distributary.plan.spark_state import AppState
 from distributary.plan.view_status import RunObservation
 from distributary.plan.write_ahead import rewind_record
 from distributary.reconcile.ports import Services, StatusStore, TryAgain
 
 RESTART_CHECK = 1.0  # seconds: the shortest wait before a due restart is looked at again
+CLEAN_EXITS = frozenset({"COMPLETED", "SUCCEEDING"})  # a runner that ended without failing
+REPORT_WAIT = 5.0  # seconds a due restart of such a runner waits for its report
+REPORT_POLL = 0.2
 
 
 async def run_application(
-    services: Services, app: RevisionApp, history: RestartHistory, now: datetime
+    services: Services,
+    app: RevisionApp,
+    history: RestartHistory,
+    now: datetime,
+    held: Callable[[AppState], Awaitable[bool]] | None = None,
 ) -> tuple[AppState, RestartHistory]:
     """Run the application, restarting one that ended once its back-off is over (a failure
     seen for the first time is counted and its restart scheduled); its state and its restart
-    history as status is to record it."""
+    history as status is to record it. `held`, asked when a restart is due, says that the
+    application must not be restarted after all (its runner reported that Spark refuses its
+    query, which it would refuse again): it is then left as it ended."""
     policy = services.restart_policy
     state = await asyncio.to_thread(app.state)
     history = observed(history, state, now, policy)
     if state.ended:
         if not history.due(now):
             return state, history
+        if held is not None and await held(state):
+            return state, history
         await asyncio.to_thread(app.remove)
         history = history.restarted()
     state = await asyncio.to_thread(app.start)
     return state, observed(history, state, now, policy)
+
+
+async def report_of_clean_exit(
+    services: Services, key: str, spec_hash: str, ended: AppState
+) -> dict[str, dict[str, Any]]:
+    """The progress records, once the runner's report about the spec it ran (`spec_hash`, the
+    `runner_spec_hash` of the revision `key` names) is read. A runner that exited without
+    failing stopped because Spark refused its query (`runner.main`), and the record saying so
+    may not be read yet when its application is seen to have ended: it is waited for
+    (`REPORT_WAIT` at most), so that no restart is made that Spark would refuse again. A
+    runner that failed is not waited for: nothing new then."""
+    if ended.state not in CLEAN_EXITS:
+        return {}
+    progress = services.progress.poll(timeout=0)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + REPORT_WAIT
+    while (progress.get(key) or {}).get(RUNNER_SPEC_HASH) != spec_hash and loop.time() < deadline:
+        await asyncio.sleep(REPORT_POLL)
+        progress = services.progress.poll(timeout=0)
+    return progress
 
 
 def come_back_for_restart(seen: RunObservation, now: datetime) -> None:

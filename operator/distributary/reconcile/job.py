@@ -29,7 +29,7 @@ from distributary.kafka.admin import KafkaAdminError
 from distributary.kafka.rewinds import refused_start
 from distributary.plan.children import rewind_folder
 from distributary.plan.conditions import Problem
-from distributary.plan.job_plan import JobPlan, plan_job, with_job_rewind
+from distributary.plan.job_plan import JobPlan, plan_job, refused_revision, with_job_rewind
 from distributary.plan.job_status import job_status
 from distributary.plan.position_refusals import PositionRefusedError
 from distributary.plan.positions import Offsets
@@ -67,15 +67,20 @@ def _plan(
         dict(status),
         checkpoint_root=services.checkpoint_root,
         bootstrap_servers=services.bootstrap_servers,
+        kafka_security=services.kafka_security,
         old=old,
     )
-    return _starting_guard(plan, job, services)
+    return _starting_guard(plan, job, services, status)
 
 
-def _starting_guard(plan: JobPlan, job: StreamJob, services: Services) -> JobPlan:
-    """`plan`, or, when the job's first revision would start at a position an input does not
-    have (`kafka.rewinds.refused_start`), a plan that starts nothing and says why."""
-    if not plan.starts or plan.launch is None or plan.retires is not None:
+def _starting_guard(
+    plan: JobPlan, job: StreamJob, services: Services, status: Mapping[str, Any]
+) -> JobPlan:
+    """`plan`, or, when the revision it starts (the job's first, or one an edit starts beside
+    the running one) would start at a position an input does not have
+    (`kafka.rewinds.refused_start`), a plan that starts nothing, says why and keeps the running
+    revision as it is (`plan.job_plan.refused_revision`)."""
+    if not plan.starts or plan.launch is None:
         return plan
     topics = {i.log: i.topic for i in plan.inputs}
     for index, item in enumerate(job.spec.inputs):
@@ -86,8 +91,19 @@ def _starting_guard(plan: JobPlan, job: StreamJob, services: Services) -> JobPla
         except KafkaAdminError as exc:
             raise TryAgain(f"checking the starting positions: {exc}", RETRY_SECONDS) from exc
         if refused is not None:
-            return JobPlan(plan.revision, problems=(Problem("StartingPositionRefused", refused),))
+            problem = Problem("StartingPositionRefused", _refusal(refused, plan))
+            return refused_revision(plan, status, problem)
     return plan
+
+
+def _refusal(said: str, plan: JobPlan) -> str:
+    """What the refusal says, and of a later revision, that the running one runs on."""
+    if plan.retires is None:
+        return said
+    return (
+        f"revision {plan.revision} does not start: {said}; revision {plan.retires} runs on "
+        "unchanged until the starting position is one the log has"
+    )
 
 
 def _owner(job: StreamJob) -> Owner:
@@ -143,7 +159,7 @@ async def _make_dead_letter_topic(
         return None
     outcome = await services.topics.ensure(letters.log, letters.topic, owner_of(job))
     if outcome.refused is not None:
-        return Problem("KafkaRefused", outcome.refused)
+        return Problem("TopicTaken" if outcome.taken else "KafkaRefused", outcome.refused)
     if outcome.unreachable is not None:
         raise TryAgain(f"dead-letter topic: {outcome.unreachable}", RETRY_SECONDS)
     return None

@@ -18,6 +18,7 @@ from distributary.graph import Pipeline
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.progress import ProgressReader
 from distributary.plan.conditions import Problem
+from distributary.plan.kafka_connection import KafkaSecurity
 from distributary.plan.restarts import RestartPolicy
 from distributary.plan.view_plan import LostHistory
 
@@ -118,6 +119,10 @@ class Services:
     checkpoint_problem: Problem | None = None
     """Why no revision may run where checkpoints would go (`plan.checkpoint_storage`), decided
     once when the services are built; every view and job is then Stalled with it."""
+
+    kafka_security: KafkaSecurity | None = None
+    """How the runners authenticate to Kafka and trust it (references to secrets only);
+    None: plaintext."""
 
     restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
     """How ended applications are restarted, and when failing ones make their view or job

@@ -41,6 +41,7 @@ from distributary.plan.lifecycle import LIVE, mark_deleted, mark_groups_deleted
 from distributary.plan.position_refusals import PositionRefusedError
 from distributary.plan.progress import progress_key
 from distributary.plan.restarts import history_of
+from distributary.plan.runner_spec import runner_spec_hash
 from distributary.plan.spark_state import QUERY_REFUSED, AppState
 from distributary.plan.view_plan import ViewPlan, first_revision, history_guard, plan_view
 from distributary.plan.view_status import RunObservation, query_refused, view_status
@@ -55,6 +56,7 @@ from distributary.plan.write_ahead import (
 from distributary.reconcile.applications import (
     RewindTarget,
     come_back_for_restart,
+    report_of_clean_exit,
     rewind_once,
     run_application,
 )
@@ -91,6 +93,7 @@ def _plan(
         dict(status),
         checkpoint_root=services.checkpoint_root,
         bootstrap_servers=services.bootstrap_servers,
+        kafka_security=services.kafka_security,
         generation=int((body.get("metadata") or {}).get("generation") or 0),
         edited_from=edited_from,
         now=datetime.now(UTC),
@@ -140,7 +143,7 @@ async def _make_topics(services: Services, plan: ViewPlan, view: DerivedView) ->
     )
     for outcome in outcomes:
         if outcome.refused is not None:
-            return Problem("KafkaRefused", outcome.refused)
+            return Problem("TopicTaken" if outcome.taken else "KafkaRefused", outcome.refused)
     for outcome in outcomes:
         if outcome.unreachable is not None:
             raise TryAgain(f"view topics: {outcome.unreachable}", RETRY_SECONDS)
@@ -352,8 +355,21 @@ async def _run(
     key = progress_key("DerivedView", meta.namespace, meta.name, plan.runner.revision)
     refused = query_refused(plan, progress.get(key))
     if refused is None:
-        state, history = await run_application(services, app, history, datetime.now(UTC))
-    else:  # Spark refuses the same query at every start: not restarted
+
+        async def held(ended: AppState) -> bool:  # the runner's report read before a restart
+            assert plan.runner is not None
+            wanted = runner_spec_hash(plan.runner)
+            progress.update(await report_of_clean_exit(services, key, wanted, ended))
+            return query_refused(plan, progress.get(key)) is not None
+
+        now = datetime.now(UTC)
+        state, history = await run_application(services, app, history, now, held)
+        refused = query_refused(plan, progress.get(key))
+        if refused is not None:  # reported while it waited for its restart: not restarted
+            history = history.restarted()
+    if refused is not None:  # Spark refuses the same query at every start: not restarted
+        # Looked at all the same, so that a runtime that runs it learns it is not to run again.
+        await asyncio.to_thread(app.state)
         state = AppState(QUERY_REFUSED, message=refused.message)
         plan = replace(plan, problems=(*plan.problems, refused))
     observed = await _observe(services, plan)

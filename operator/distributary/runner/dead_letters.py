@@ -15,6 +15,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as fn
 from pyspark.sql.types import StructField, StructType
 
+from distributary.kafka.connection import spark_options
 from distributary.plan.positions import Offsets
 from distributary.plan.runner_spec import RunnerInput, RunnerSpec, kafka_source_options
 from distributary.runner.query import CORRUPT_COLUMN, is_corrupt, parse_schema, parsed
@@ -32,6 +33,7 @@ def _range_options(
         if k in ("kafka.bootstrap.servers", "failOnDataLoss", "kafka.isolation.level")
         or (not start and k.startswith("starting"))
     }
+    options.update(spark_options(spec.kafka_security))
     options["assign"] = json.dumps({source.topic: sorted(ends)})
     if start:
         # A partition the committed position does not name was read from its beginning.
@@ -129,6 +131,8 @@ def send_dead_letters(session: SparkSession, spec: RunnerSpec, start: Offsets, e
                 writer = letters.write.format("kafka").option("topic", spec.dead_letter_topic)
                 if spec.bootstrap_servers:
                     writer = writer.option("kafka.bootstrap.servers", spec.bootstrap_servers)
+                for key, value in spark_options(spec.kafka_security).items():
+                    writer = writer.option(key, value)
                 writer.save()
             sent += count
         finally:

@@ -106,7 +106,7 @@ class ExactlyOnceOutput:
         assert len(self.metrics) == len(spec.inputs)
         group = spec.consumer_group
         # Starting the writer fences earlier processes first; what they committed is then final.
-        self.writer = TransactionalWriter(spec.bootstrap_servers, group, group)
+        self.writer = TransactionalWriter(spec.bootstrap_servers, group, group, client=admin.client)
         self.marker: Marker = read_marker(admin.committed_metadata(group))
         self.committed: Offsets | None = admin.committed(group) or None
         # When the group's offsets were last committed (monotonic): an idle revision commits

@@ -21,7 +21,9 @@ and does not start, and the view rebuilds it as a new revision.
 A query Spark refuses when it starts (an analysis error: a type mismatch, an unknown function, an
 operation Structured Streaming does not run) is refused at every start, so the revision reports
 QueryRefused with Spark's words on one line (`refusals.refusal`) and is not restarted: the other
-revisions run on, and the view is Stalled until an edit fixes the SQL.
+revisions run on, and the view is Stalled until an edit fixes the SQL. Every record carries the
+hash of the spec it reports on (`reported_hash`), so an edit that keeps the revision and its
+checkpoint but changes what runs (the SQL, an input's schema, a setting) is tried again.
 """
 
 from __future__ import annotations
@@ -43,9 +45,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
+from distributary.kafka.connection import client_settings
 from distributary.kafka.progress import ProgressPublisher
 from distributary.kafka.transactions import TransactionError
 from distributary.plan.delivery import Marker, read_marker
+from distributary.plan.kafka_connection import SPARK_REDACTION, KafkaConfigError
 from distributary.plan.positions import Offsets, offsets_json
 from distributary.plan.progress import (
     Batch,
@@ -55,11 +59,13 @@ from distributary.plan.progress import (
     step,
 )
 from distributary.plan.runner_spec import (
+    RUNNER_SPEC_HASH,
     SPEC_FILE_ARG,
     SPEC_JSON_ARG,
     RunnerInput,
     RunnerSpec,
     StartingPosition,
+    reported_hash,
 )
 from distributary.plan.spark_state import CHECKPOINT_LOST, QUERY_REFUSED
 from distributary.runner.dead_letters import send_dead_letters
@@ -253,6 +259,7 @@ class Revision:
             "revision": self.spec.revision,
             "consumerGroup": self.spec.consumer_group,
             "checkpoint": self.spec.checkpoint_location,
+            RUNNER_SPEC_HASH: reported_hash(self.spec),  # which spec of the revision
             "restarts": self.restarts,
             "runnerPid": os.getpid(),  # which run of a shared runner process says this
             "startedFrom": None if self.started_from is None else offsets_json(self.started_from),
@@ -368,6 +375,7 @@ def build_session(specs: list[RunnerSpec]) -> SparkSession:
     for spec in specs:
         for key, value in spec.spark_conf.items():
             chosen.setdefault(key, value)
+    chosen.setdefault("spark.redaction.regex", SPARK_REDACTION)
     for key, value in chosen.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -389,10 +397,15 @@ def run(specs: list[RunnerSpec], stop: _Stop) -> int:
     bootstrap = next((s.bootstrap_servers for s in specs if s.bootstrap_servers), None)
     if bootstrap is None:
         raise SystemExit("runner: the specs name no bootstrap servers (spec.bootstrap_servers)")
+    security = next((s.kafka_security for s in specs if s.kafka_security), None)
+    try:
+        client = client_settings(security)  # its secrets resolved here, where the runner runs
+    except KafkaConfigError as exc:
+        raise SystemExit(f"runner: {exc}") from None
     spark = build_session(specs)
-    admin = KafkaAdmin(bootstrap)
+    admin = KafkaAdmin(bootstrap, client=client)
     topic = next((s.progress_topic for s in specs if s.progress_topic), None)
-    publisher = ProgressPublisher(bootstrap, topic) if topic else None
+    publisher = ProgressPublisher(bootstrap, topic, client) if topic else None
     refresh = refresh_seconds(admin)
     revisions = [
         Revision(spec, revision_session(spark, spec), admin, publisher, refresh_seconds=refresh)

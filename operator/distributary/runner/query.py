@@ -24,6 +24,7 @@ from pyspark.sql.streaming.readwriter import DataStreamWriter
 from pyspark.sql.types import StructType
 
 from distributary.graph import DELETED_COLUMN
+from distributary.kafka.connection import spark_options
 from distributary.plan.progress import CORRUPT_METRIC
 from distributary.plan.runner_spec import RunnerInput, RunnerSpec, kafka_source_options
 
@@ -81,7 +82,8 @@ def input_frame(
     """One input as the SQL sees it: parsed rows only, with the corrupt ones counted, and its
     watermark when it declares one."""
     reader = session.readStream.format("kafka")
-    for key, value in kafka_source_options(spec, source).items():
+    options = {**kafka_source_options(spec, source), **spark_options(spec.kafka_security)}
+    for key, value in options.items():
         reader = reader.option(key, value)
     return input_rows(reader.load(), source, index)
 
@@ -165,4 +167,6 @@ def start_query(
         writer = writer.format("kafka").option("topic", spec.output.topic)
         if spec.bootstrap_servers:
             writer = writer.option("kafka.bootstrap.servers", spec.bootstrap_servers)
+        for key, value in spark_options(spec.kafka_security).items():
+            writer = writer.option(key, value)
     return trigger(writer, spec.trigger).start()

@@ -21,6 +21,8 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from distributary.errors import DistributaryError
+from distributary.kafka.connection import spark_options
+from distributary.plan.kafka_connection import SECURITY_VARIABLE, SPARK_REDACTION, KafkaSecurity
 from distributary.plan.progress import CORRUPT_METRIC
 from distributary.plan.runner_spec import (
     EXACTLY_ONCE_BATCH,
@@ -60,6 +62,21 @@ def _need(env: Mapping[str, str], name: str) -> str:
     return value
 
 
+def _security(env: Mapping[str, str]) -> KafkaSecurity | None:
+    """The job's Kafka connection model (DISTRIBUTARY_KAFKA_SECURITY, JSON with references
+    to the secrets only), None for plaintext."""
+    text = env.get(SECURITY_VARIABLE)
+    if not text:
+        return None
+    try:
+        return KafkaSecurity.model_validate_json(text)
+    except ValueError as exc:
+        raise StreamJobError(
+            f"{SECURITY_VARIABLE} is not a Kafka connection model ({exc.__class__.__name__}): "
+            "let the operator set it, or unset it for a plaintext Kafka"
+        ) from None
+
+
 @dataclass(frozen=True)
 class StreamJobContext:
     """The facts the operator gave the job, and the readers and writers made from them."""
@@ -74,10 +91,12 @@ class StreamJobContext:
     outputs: tuple[RunnerOutput, ...]
     progress_topic: str | None = None
     dead_letter_topic: str | None = None  # None: the one the operator names for the job
+    kafka_security: KafkaSecurity | None = None  # references to secrets; None: plaintext
     deliveries: Deliveries = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "deliveries", Deliveries(self.bootstrap_servers))
+        deliveries = Deliveries(self.bootstrap_servers, self.kafka_security)
+        object.__setattr__(self, "deliveries", deliveries)
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] | None = None) -> StreamJobContext:
@@ -99,6 +118,7 @@ class StreamJobContext:
             ),
             progress_topic=env.get(PREFIX + "PROGRESS_TOPIC") or None,
             dead_letter_topic=env.get(PREFIX + "DEAD_LETTER_TOPIC") or None,
+            kafka_security=_security(env),
         )
 
     @property
@@ -125,7 +145,7 @@ class StreamJobContext:
     def session(self, app_name: str | None = None) -> SparkSession:
         """The Spark session, with the position tracker installed."""
         spark = SparkSession.builder.appName(app_name or f"{self.name}-r{self.revision}")
-        session = spark.getOrCreate()
+        session = spark.config("spark.redaction.regex", SPARK_REDACTION).getOrCreate()
         track(session, self)
         return session
 
@@ -147,6 +167,7 @@ class StreamJobContext:
             "kafka.isolation.level": "read_committed",
             "groupIdPrefix": f"{self.consumer_group}.spark",
             **starting_options(source),
+            **spark_options(self.kafka_security),
         }
         if batch is not None:
             options["maxOffsetsPerTrigger"] = str(batch)
@@ -224,6 +245,8 @@ class StreamJobContext:
             writer = records.writeStream.format("kafka")
             writer = writer.option("kafka.bootstrap.servers", self.bootstrap_servers)
             writer = writer.option("topic", sink.topic)
+            for option, setting in spark_options(self.kafka_security).items():
+                writer = writer.option(option, setting)
         self.deliveries.writers[query_name] = writer  # to start it again if it fails
         return (
             writer.queryName(query_name)
@@ -249,6 +272,7 @@ class StreamJobContext:
             consumer_group=f"{self.consumer_group}.{query_name}",
             checkpoint_location=checkpoint,
             bootstrap_servers=self.bootstrap_servers,
+            kafka_security=self.kafka_security,
             progress_topic=None,
         )
 

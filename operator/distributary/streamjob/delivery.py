@@ -20,7 +20,9 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from distributary.kafka.admin import KafkaAdmin
+from distributary.kafka.connection import client_settings
 from distributary.kafka.transactions import TransactionError
+from distributary.plan.kafka_connection import KafkaSecurity
 from distributary.plan.runner_spec import RunnerInput, RunnerSpec
 from distributary.runner.exactly_once import ExactlyOnceOutput
 
@@ -30,6 +32,7 @@ class Deliveries:
     """What the job's readers and writers made in this process."""
 
     bootstrap_servers: str
+    kafka_security: KafkaSecurity | None = None
     parsed: dict[str, RunnerInput] = field(default_factory=dict)  # observed metric -> input
     frames: dict[tuple[int, str, str], DataFrame] = field(default_factory=dict)  # read_json's
     outputs: dict[str, ExactlyOnceOutput] = field(default_factory=dict)  # by query id
@@ -40,7 +43,8 @@ class Deliveries:
     def admin(self) -> KafkaAdmin:
         """The job's Kafka admin client (one per process)."""
         if self._admin is None:
-            self._admin = KafkaAdmin(self.bootstrap_servers)
+            client = client_settings(self.kafka_security)  # resolved here, in the driver
+            self._admin = KafkaAdmin(self.bootstrap_servers, client=client)
         return self._admin
 
     def dead_letters(self) -> int:

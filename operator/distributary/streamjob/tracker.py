@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
-from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
+from distributary.kafka.admin import KafkaAdminError
 from distributary.kafka.progress import ProgressPublisher
 from distributary.plan.delivery import Marker, read_marker
 from distributary.plan.positions import Offsets
@@ -44,6 +44,7 @@ def scan_spec(job: StreamJobContext, sources: tuple[RunnerInput, ...]) -> Runner
         consumer_group=job.consumer_group,
         checkpoint_location=job.checkpoint_location,
         bootstrap_servers=job.bootstrap_servers,
+        kafka_security=job.kafka_security,
         progress_topic=None,
     )
 
@@ -67,9 +68,9 @@ class _Tracker(StreamingQueryListener):
     def __init__(self, job: StreamJobContext, spark: SparkSession) -> None:
         self.job, self.session = job, spark
         self.topics = {s.topic for s in job.inputs}
-        self.admin = KafkaAdmin(job.bootstrap_servers)
+        self.admin = job.deliveries.admin()
         self.publisher = (
-            ProgressPublisher(job.bootstrap_servers, job.progress_topic)
+            ProgressPublisher(job.bootstrap_servers, job.progress_topic, self.admin.client)
             if job.progress_topic
             else None
         )

@@ -3,7 +3,8 @@
 The control plane is the one `make devcluster` runs (`distributary.devtools.controlplane`), started
 once per session in pytest's temporary folder. The first session on a machine builds kube-apiserver
 and kube-controller-manager from Go modules (minutes), so its progress lines bypass pytest's
-capture.
+capture. So do those of the Spark operator's controller and kwok (`spark_operator`), built and
+started once per session by the first module that needs them.
 """
 
 from __future__ import annotations
@@ -13,14 +14,17 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from tests.integration.kube.chart_rbac import RBAC_MODES, install_chart_rbac
 from tests.integration.kube.operator_harness import Cluster, Operator
+from tests.integration.kube.spark_operator_bed import NAMESPACES, SPARK_CRDS
 
 from distributary.devtools.controlplane import ControlPlane
+from distributary.devtools.sparkoperator import SparkOperatorBed
 from distributary.local.broker import EmbeddedBroker
 
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
@@ -61,15 +65,51 @@ def kubectl(control_plane: ControlPlane) -> Kubectl:
     return run
 
 
+@pytest.fixture(scope="session")
+def spark_operator(
+    control_plane: ControlPlane,
+    tmp_path_factory: pytest.TempPathFactory,
+    pytestconfig: pytest.Config,
+) -> Iterator[SparkOperatorBed]:
+    """The Kubeflow Spark operator's real controller (no webhook) managing the namespaces of
+    `spark_operator_bed.NAMESPACES`, with kwok playing one node and the pods on it; its CRDs
+    installed from the Go module cache."""
+    install_established(Cluster(control_plane.kubeconfig, "default"), SPARK_CRDS)
+    bed = SparkOperatorBed(control_plane, NAMESPACES, tmp_path_factory.mktemp("spark-operator"))
+    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        bed.start()
+    try:
+        yield bed
+    finally:
+        bed.stop()
+
+
 @pytest.fixture(scope="module")
 def cluster(control_plane: ControlPlane, request: pytest.FixtureRequest) -> Cluster:
     """The test module's namespace (its `NAMESPACE`), with the project's CRDs installed and the
     CRD files its `EXTRA_CRDS` names (another operator's kinds), all established."""
     kube = Cluster(control_plane.kubeconfig, request.module.NAMESPACE)
     for path in getattr(request.module, "EXTRA_CRDS", ()):
-        kube.kubectl("apply", "--server-side", "-f", str(path))
+        install_established(kube, path)
     kube.install_crds()
     return kube
+
+
+def install_established(kube: Cluster, path: Path) -> None:
+    """Apply the CRDs of `path` (a file or folder) and wait until they are established: `kubectl
+    wait` fails outright on a CRD whose status has no conditions yet, so it is retried."""
+    kube.kubectl("apply", "--server-side", "-f", str(path))
+    for _ in range(40):
+        waited = kube.kubectl(
+            "wait", "--for=condition=Established", "-f", str(path), "--timeout=60s", check=False
+        )
+        if waited.count("condition met") == len(
+            kube.kubectl("get", "-f", str(path), "-o", "name").split()
+        ):
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"the CRDs of {path} were not established")
 
 
 @pytest.fixture(scope="module")

@@ -125,11 +125,17 @@ class Operator:
             "--state-dir", str(self.folder / "local"),
             "--checkpoint-root", (self.folder / "checkpoints").as_uri(),
             *(["--allow-node-local-checkpoints"] if self.node_local_checkpoints else []),
+            # Each module's Logs are claimed apart: modules share the session's broker and
+            # their Log names (`clicks`), as separate Kafka clusters would not.
+            *(() if "--claims-topic" in self.extra else self._claims_topic()),
             *self.extra,
         ]  # fmt: skip
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig or self.cluster.kubeconfig)}
         with open(self.log_file, "wb") as out:
             self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+
+    def _claims_topic(self) -> tuple[str, str]:
+        return "--claims-topic", f"distributary.{self.cluster.namespace}.claims"
 
     def kill(self) -> None:
         """SIGKILL, as a lost node would: no clean-up of any kind."""

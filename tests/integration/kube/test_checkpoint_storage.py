@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 from tests.integration.kube.operator_harness import Cluster, Operator, condition, waiting
+from tests.integration.kube.spark_operator_bed import SPARK_CRDS
 
 ROOT = Path(__file__).resolve().parents[3]
-SPARK_CRD = ROOT / "tests" / "data" / "spark-operator" / "sparkapplication-crd.yaml"
+SPARK_CRD = SPARK_CRDS  # the release's CRDs, read from the Go module cache
 SPARK_APPLICATION = "sparkapplications.sparkoperator.k8s.io"
 NAMESPACE = "checkpoint-test"
 EXTRA_CRDS = (SPARK_CRD,)
@@ -128,7 +129,7 @@ def test_with_a_claim_applications_mount_it_and_checkpoint_under_it(
     runner = json.loads(view_app["spec"]["arguments"][1])
     uid = cluster.get("dview", VIEW)["metadata"]["uid"]  # a view's folder is its uid's
     assert runner["checkpoint_location"] == f"file://{MOUNT}/root/{NAMESPACE}/{VIEW}/{uid}/r1"
-    job_env = {e["name"]: e["value"] for e in job_app["spec"]["driver"]["env"]}
+    job_env = job_app["spec"]["driver"]["envVars"]
     assert (
         job_env["DISTRIBUTARY_CHECKPOINT_LOCATION"] == f"file://{MOUNT}/root/{NAMESPACE}/{JOB}/r1"
     )

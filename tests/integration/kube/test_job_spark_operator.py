@@ -24,6 +24,7 @@ from tests.integration.kube.operator_harness import (
     is_true,
     waiting,
 )
+from tests.integration.kube.spark_operator_bed import SPARK_CRDS
 
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.records import produce
@@ -31,7 +32,7 @@ from distributary.local.broker import EmbeddedBroker
 from distributary.schema import RecordSchema
 
 ROOT = Path(__file__).resolve().parents[3]
-SPARK_CRD = ROOT / "tests" / "data" / "spark-operator" / "sparkapplication-crd.yaml"
+SPARK_CRD = SPARK_CRDS  # the release's CRDs, read from the Go module cache
 SPARK_APPLICATION = "sparkapplications.sparkoperator.k8s.io"
 NAMESPACE = "job-spark-test"
 EXTRA_CRDS = (SPARK_CRD,)
@@ -88,7 +89,7 @@ def set_running(cluster: Cluster, revision: int) -> None:
 
 
 def env_of(app: dict[str, Any]) -> dict[str, str]:
-    return {item["name"]: item["value"] for item in app["spec"]["driver"].get("env") or []}
+    return dict(app["spec"]["driver"].get("envVars") or {})
 
 
 @pytest.fixture(scope="module")
@@ -120,9 +121,7 @@ def test_a_job_becomes_a_spark_application_running_its_own_file(
     assert env["DISTRIBUTARY_CONSUMER_GROUP"] == f"distributary.{NAMESPACE}.{JOB}.r1"
     assert env["DISTRIBUTARY_BOOTSTRAP_SERVERS"] == operator.bootstrap_servers
     assert (env["DISTRIBUTARY_NAMESPACE"], env["DISTRIBUTARY_NAME"]) == (NAMESPACE, JOB)
-    assert env_of(created) == {
-        item["name"]: item["value"] for item in spec["executor"].get("env") or []
-    }
+    assert env_of(created) == spec["executor"]["envVars"]
 
 
 def test_the_job_is_ready_when_its_application_runs(

@@ -21,11 +21,12 @@ from typing import Any
 import pytest
 from tests.integration.kube.chart_rbac import ChartAccount, can_i, install_chart_rbac
 from tests.integration.kube.operator_harness import Cluster, Operator, condition, is_true, waiting
+from tests.integration.kube.spark_operator_bed import SPARK_CRDS
 
 from distributary.local.broker import EmbeddedBroker
 
 ROOT = Path(__file__).resolve().parents[3]
-SPARK_CRD = ROOT / "tests" / "data" / "spark-operator" / "sparkapplication-crd.yaml"
+SPARK_CRD = SPARK_CRDS  # the release's CRDs, read from the Go module cache
 SPARK_APPLICATION = "sparkapplications.sparkoperator.k8s.io"
 NAMESPACE = "least-privilege"
 OTHER = "least-privilege-other"  # a second pipeline namespace, watched because all are

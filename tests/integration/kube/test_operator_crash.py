@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 from tests.integration.kube.operator_harness import Cluster, Operator, is_true, wait_for
+from tests.integration.kube.spark_operator_bed import SPARK_CRDS
 
 from distributary.kube.resources import Kube
 from distributary.local.broker import EmbeddedBroker
@@ -37,7 +38,7 @@ from distributary.plan.runner_spec import dead_letter_topic
 from distributary.plan.view_plan import SERVING_ANNOTATION, VIEW_LABEL
 
 ROOT = Path(__file__).resolve().parents[3]
-SPARK_CRD = ROOT / "tests" / "data" / "spark-operator" / "sparkapplication-crd.yaml"
+SPARK_CRD = SPARK_CRDS  # the release's CRDs, read from the Go module cache
 NAMESPACE = "crash-test"
 EXTRA_CRDS = (SPARK_CRD,)
 OPERATOR_FLAGS = ("--spark-runtime", "spark-operator", "--image", "distributary-spark:test")

@@ -20,13 +20,14 @@ from typing import Any
 
 import pytest
 from tests.integration.kube.operator_harness import Cluster, Operator, is_true, waiting
+from tests.integration.kube.spark_operator_bed import SPARK_CRDS
 from tests.integration.spark_pipelines import produce
 
 from distributary.kafka.admin import KafkaAdmin
 from distributary.local.broker import EmbeddedBroker
 
 ROOT = Path(__file__).resolve().parents[3]
-SPARK_CRD = ROOT / "tests" / "data" / "spark-operator" / "sparkapplication-crd.yaml"
+SPARK_CRD = SPARK_CRDS  # the release's CRDs, read from the Go module cache
 SPARK_APPLICATION = "sparkapplications.sparkoperator.k8s.io"
 NAMESPACE = "rewind-driver"
 EXTRA_CRDS = (SPARK_CRD,)

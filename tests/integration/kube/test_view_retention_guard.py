@@ -23,6 +23,7 @@ from tests.integration.kube.operator_harness import (
     wait_for,
     waiting,
 )
+from tests.integration.kube.spark_operator_bed import SPARK_CRDS
 
 from distributary.kafka.cluster import client_config
 from distributary.kafka.records import produce
@@ -30,7 +31,7 @@ from distributary.local.broker import EmbeddedBroker
 from distributary.schema import RecordSchema
 
 ROOT = Path(__file__).resolve().parents[3]
-SPARK_CRD = ROOT / "tests" / "data" / "spark-operator" / "sparkapplication-crd.yaml"
+SPARK_CRD = SPARK_CRDS  # the release's CRDs, read from the Go module cache
 SPARK_APPLICATION = "sparkapplications.sparkoperator.k8s.io"
 NAMESPACE = "retention-guard-test"
 EXTRA_CRDS = (SPARK_CRD,)

@@ -9,8 +9,9 @@ application must never end, even with success. The restart deletes and re-create
 application after the back-off; deleting the view garbage-collects the application and the output
 Log. A view whose output says `deletionPolicy: Delete` takes every topic it wrote with it (each
 revision's, the dead letters); one that keeps the default, Retain, leaves them all in Kafka.
-Everything else is real: a SparkApplication CRD shaped like the Spark operator's
-(tests/data/spark-operator), server-side apply, topics in Kafka, the garbage collector.
+Everything else is real: the Spark operator's own CRDs (v2.3.0, from the Go module cache),
+server-side apply, topics in Kafka, the garbage collector. test_view_real_spark_operator.py runs
+the real controller instead of writing its statuses.
 """
 
 from __future__ import annotations
@@ -27,12 +28,13 @@ from tests.integration.kube.operator_harness import (
     is_true,
     waiting,
 )
+from tests.integration.kube.spark_operator_bed import SPARK_CRDS
 
 from distributary.kafka.admin import KafkaAdmin
 from distributary.local.broker import EmbeddedBroker
 
 ROOT = Path(__file__).resolve().parents[3]
-SPARK_CRD = ROOT / "tests" / "data" / "spark-operator" / "sparkapplication-crd.yaml"
+SPARK_CRD = SPARK_CRDS  # the release's CRDs, read from the Go module cache
 SPARK_APPLICATION = "sparkapplications.sparkoperator.k8s.io"
 NAMESPACE = "spark-test"
 EXTRA_CRDS = (SPARK_CRD,)

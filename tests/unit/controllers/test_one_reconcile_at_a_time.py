@@ -137,6 +137,9 @@ class Topics:
     async def delete(self, log: Any, topic: str) -> None:
         self.seen.append(("deleted", "log", topic))
 
+    async def release(self, namespace: str, name: str) -> list[str]:
+        return []
+
 
 def test_a_views_output_log_deletes_its_topics_only_after_the_views_reconcile_ends(
     timeline: list[tuple[str, str, str]],

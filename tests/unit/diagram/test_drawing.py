@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from distributary.api import parse_resource
+from distributary.api.names import DEFAULT_TOPIC_NAMES, use_topic_names
 from distributary.diagram import draw, to_dot, to_mermaid
 from distributary.graph import Pipeline
 
@@ -59,7 +60,11 @@ def test_dot_uses_cylinders_and_labelled_edges() -> None:
 
 
 def test_two_namespaces_never_share_a_node_and_are_named_in_labels() -> None:
-    text = to_mermaid(build(pipeline("shop") + pipeline("blog")))
+    use_topic_names("{namespace}.{name}")  # one Log name in two namespaces: two topics
+    try:
+        text = to_mermaid(build(pipeline("shop") + pipeline("blog")))
+    finally:
+        use_topic_names(DEFAULT_TOPIC_NAMES)
     assert "log_shop_page_views" in text
     assert "log_blog_page_views" in text
     assert '("shop/page-views")' in text

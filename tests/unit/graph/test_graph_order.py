@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from distributary.api.names import DEFAULT_TOPIC_NAMES, use_topic_names
 from distributary.graph import Pipeline, Ref, load_pipeline
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "graph"
@@ -83,14 +84,30 @@ def test_readers_and_writers_of_a_log() -> None:
     assert not built.is_derived(Ref.log("alerts"))
 
 
-def test_namespaces_keep_pipelines_apart(tmp_path: Path) -> None:
+def _two_namespaces(folder: Path) -> None:
     for namespace in ("a", "b"):
-        (tmp_path / f"{namespace}.yaml").write_text(
+        (folder / f"{namespace}.yaml").write_text(
             (DATA / "pipeline" / "logs.yaml")
             .read_text()
             .replace("metadata:\n", f"metadata:\n  namespace: {namespace}\n")
         )
+
+
+def test_one_log_name_in_two_namespaces_is_one_topic_under_default_names(tmp_path: Path) -> None:
+    _two_namespaces(tmp_path)
     built = load_pipeline([tmp_path])
+    found = {(str(p.resource), p.field) for p in built.problems}
+    assert ("Log/b/users", "spec.topicName") in found
+    assert any("Log/a/users's 'users'" in p.message for p in built.problems)
+
+
+def test_namespaces_keep_pipelines_apart(tmp_path: Path) -> None:
+    _two_namespaces(tmp_path)
+    use_topic_names("{namespace}.{name}")
+    try:
+        built = load_pipeline([tmp_path])
+    finally:
+        use_topic_names(DEFAULT_TOPIC_NAMES)
     assert built.ok
     assert built.order[:3] == (
         Ref("Log", "a", "alerts"),

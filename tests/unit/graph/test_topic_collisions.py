@@ -65,7 +65,7 @@ def test_topics_that_only_look_alike_are_fine(topic: str) -> None:
     assert Pipeline.build([_log("clicks"), _view("counts"), _log("taken", topic)]).ok
 
 
-def test_namespaces_are_checked_apart() -> None:
+def test_namespaces_share_one_kafka_cluster_so_topics_clash_across_them() -> None:
     built = Pipeline.build(
         [
             _log("clicks"),
@@ -74,7 +74,10 @@ def test_namespaces_are_checked_apart() -> None:
             _log("b", "shared", "n"),
         ]
     )
-    assert built.ok
+    assert {(str(p.resource), p.field) for p in built.problems} == {
+        ("Log/n/clicks", "spec.topicName"),
+        ("Log/n/b", "spec.topicName"),
+    }
 
 
 def test_a_view_named_too_long_for_its_topics_is_a_problem_not_a_crash(tmp_path: Path) -> None:

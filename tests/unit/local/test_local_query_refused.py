@@ -18,7 +18,7 @@ from distributary.api.view import DerivedView
 from distributary.local.revisions import LocalRevisions
 from distributary.local.runtime import PipelineRuntime
 from distributary.plan.progress import progress_key
-from distributary.plan.runner_spec import RunnerSpec
+from distributary.plan.runner_spec import RUNNER_SPEC_HASH, RunnerSpec, as_run_by, runner_spec_hash
 
 
 class ExitedRunner:
@@ -41,6 +41,7 @@ def refused_setup(tmp_path: Path) -> tuple[PipelineRuntime, DerivedView, RunnerS
         "state": "QueryRefused",
         "runnerPid": ExitedRunner.pid,
         "checkpoint": spec.checkpoint_location,
+        RUNNER_SPEC_HASH: runner_spec_hash(spec),
         "error": "spec.sql: Spark refuses the query: ...",
     }
     records = {progress_key("DerivedView", spec.namespace, spec.name, spec.revision): record}
@@ -73,7 +74,22 @@ def test_a_changed_spec_is_started_again(tmp_path: Path) -> None:
     app.state()
     changed = spec.model_copy(update={"spark_conf": {**spec.spark_conf, "spark.x": "1"}})
     runtime.view_app(found, changed).start()
-    assert list(runtime.runnable(runtime.wanted).values()) == [changed]
+    assert list(runtime.runnable(runtime.wanted).values()) == [as_run_by(changed, changed)]
+
+
+def test_an_edit_of_the_revision_looked_at_before_its_start_is_started(tmp_path: Path) -> None:
+    runtime, found, spec = refused_setup(tmp_path)
+    app = runtime.view_app(found, spec)
+    app.start()
+    runtime.running = dict(runtime.wanted)
+    runtime.process = cast(Any, ExitedRunner())
+    assert app.state().state == "QueryRefused"
+    # An edit that keeps the revision: the reconcile looks at its state, then starts it.
+    changed = spec.model_copy(update={"sql": "SELECT user, n FROM src WHERE n > 0"})
+    edited = runtime.view_app(found, changed)
+    assert edited.state().state == "QueryRefused"  # what the process last ran was refused
+    edited.start()
+    assert list(runtime.runnable(runtime.wanted).values()) == [as_run_by(changed, changed)]
 
 
 def test_a_view_stalled_on_a_refused_query_is_not_waited_for_as_catching_up(

@@ -148,7 +148,7 @@ def test_the_claim_is_mounted_into_the_driver_and_the_executors() -> None:
             {"name": CHECKPOINT_VOLUME, "mountPath": DEFAULT_MOUNT_PATH}
         ]
         assert spec[role]["podSecurityContext"] == {"fsGroup": SPARK_GROUP}
-        assert spec[role]["env"] == before["spec"][role]["env"]
+        assert spec[role]["envVars"] == before["spec"][role]["envVars"]
     # Everything else is as it was, and the manifest given is left untouched.
     assert before == manifest()
     rest = copy.deepcopy(mounted)

@@ -60,7 +60,7 @@ def running(body: dict[str, Any], revision: int = 1) -> dict[str, Any]:
 
 def env(plan: JobPlan) -> dict[str, str]:
     assert plan.application is not None
-    return {e["name"]: e["value"] for e in plan.application["spec"]["driver"]["env"]}
+    return dict(plan.application["spec"]["driver"]["envVars"])
 
 
 def test_a_new_job_starts_revision_1_with_its_facts_in_the_environment() -> None:

@@ -86,7 +86,7 @@ def test_a_stream_job_gets_an_application_with_its_topics() -> None:
     plan = plan_pipeline(pipeline(CLICKS, URLS, COUNTS, SINK, JOB))
     (job,) = plan.jobs
     assert job.spec_hash == job_revision_hash(parse_resource(JOB).spec)  # type: ignore[union-attr]
-    env = {e["name"]: e["value"] for e in job.application["spec"]["driver"]["env"]}
+    env = job.application["spec"]["driver"]["envVars"]
     assert env["DISTRIBUTARY_OUTPUT_ALERTS_TOPIC"] == "alerts"
     assert env["DISTRIBUTARY_CONSUMER_GROUP"] == "distributary.default.alerter.r1"
 

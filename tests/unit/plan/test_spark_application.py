@@ -283,8 +283,8 @@ def test_a_job_gets_streaming_defaults_from_its_logs_partitions() -> None:
 
 def test_a_job_gets_topics_checkpoint_group_and_user_env_on_driver_and_executors() -> None:
     app = job_app(bootstrap_servers="kafka:9092")
-    driver_env = {e["name"]: e["value"] for e in app["spec"]["driver"]["env"]}
-    assert app["spec"]["executor"]["env"] == app["spec"]["driver"]["env"]
+    driver_env = app["spec"]["driver"]["envVars"]
+    assert app["spec"]["executor"]["envVars"] == app["spec"]["driver"]["envVars"]
     assert driver_env["DISTRIBUTARY_BOOTSTRAP_SERVERS"] == "kafka:9092"
     assert driver_env["DISTRIBUTARY_INPUT_PAGE_VIEWS_TOPIC"] == "page-views"
     assert driver_env["DISTRIBUTARY_INPUT_USERS_V2_TOPIC"] == "users.v2"

@@ -101,6 +101,7 @@ class FakeTopics:
     journal: Journal
     unreachable: str | None = None
     refused: str | None = None
+    taken: str | None = None
 
     async def ensure(
         self,
@@ -110,7 +111,10 @@ class FakeTopics:
         managed: frozenset[str] = frozenset(),
     ) -> LogReconcile:
         self.journal.append(("topic", desired.name))
-        return LogReconcile(0, desired.name, unreachable=self.unreachable, refused=self.refused)
+        refused = self.taken or self.refused
+        return LogReconcile(
+            0, desired.name, unreachable=self.unreachable, refused=refused, taken=self.taken
+        )
 
     async def delete(self, log: Log | None, topic: str) -> None:
         self.journal.append(("delete topic", topic))
@@ -125,11 +129,12 @@ class FakeRuntime:
     running: dict[str, int] = field(default_factory=dict)  # name -> revision
     failing: set[int] = field(default_factory=set)
     specs: list[RunnerSpec] = field(default_factory=list)  # every runner spec asked to run
+    ended_as: str = "FAILED"  # the state of an ended application (COMPLETED: exit code 0)
 
     def _app(self, namespace: str, name: str, revision: int) -> RevisionApp:
         def state() -> AppState:
             if revision in self.failing:
-                return AppState("FAILED", ended=True, failed=True, message="it failed")
+                return AppState(self.ended_as, ended=True, failed=True, message="it failed")
             if name in self.running:
                 return AppState("RUNNING", running=True)
             return AppState("ABSENT")

@@ -1,10 +1,12 @@
 """A rewind to a place its logs do not have is refused in the view's or job's conditions, with
 a Warning event, and nothing moves: no record in status, no stop, no fence, no commit; the
 revision runs on where it was. Once the spec asks for a place the logs have, it is carried out.
-A view's first revision whose starting position an input does not have does not start."""
+A view's first revision whose starting position an input does not have does not start, nor
+does any revision of a job (a later one refused while the running one runs on, observed)."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -171,3 +173,73 @@ def test_a_jobs_first_revision_is_not_started_where_its_input_has_no_such_place(
     good = {"from": "Offsets", "offsets": {"0": 3}}
     jobs.run(p, jobs.job(2, inputs=[{"log": "clicks", "startingPosition": good}]))
     assert ("start", 1) in p.journal
+
+
+@pytest.mark.parametrize(
+    ("position", "said"),
+    [
+        ({"from": "Offsets", "offsets": {"4": 0}},
+         "spec.inputs[0].startingPosition.offsets names partition 4, but log clicks has 1 "
+         "partition (partition 0)"),
+        ({"from": "Offsets", "offsets": {"0": 2}}, "retention deleted offsets 2 to 4"),
+        ({"from": "Timestamp", "timestamp": "2099-01-01T00:00:00Z"},
+         "spec.inputs[0].startingPosition.timestamp is 2099-01-01T00:00:00.000Z, but no record"),
+    ],
+)  # fmt: skip
+def test_a_jobs_later_revision_is_not_started_where_its_input_has_no_such_place(
+    position: dict[str, Any], said: str
+) -> None:
+    p = parts([log("clicks"), log("enriched")], [])
+    p.admin.marks = {"clicks": {0: (5, 50)}}
+    p.admin.by_time = {"clicks": {0: -1}}
+    reprocess = {"upgrade": {"strategy": "Reprocess"}}
+    first = jobs.job(**reprocess)
+    jobs.run(p, first)
+    running = copy.deepcopy(p.store.status)
+    p.admin.groups = {running["consumerGroup"]: {"clicks": {0: 40}}}
+    mark = len(p.journal)
+    edited = jobs.job(
+        2, image="registry/enrich:2", inputs=[{"log": "clicks", "startingPosition": position}],
+        **reprocess,
+    )  # fmt: skip
+    jobs.run(p, edited, old_spec=first["spec"])
+    p.admin.groups[running["consumerGroup"]] = {"clicks": {0: 45}}  # revision 1 reads on
+    jobs.run(p, edited)  # and on the observer's rounds, without the spec it replaced
+    assert moved(p, mark) == [], p.since(mark)
+    assert not [e for e in p.since(mark) if e[0] in ("start", "topic")], p.since(mark)
+    assert p.runtime.running == {"enrich-job-r1": 1}  # runs on, on its checkpoint
+    status = p.store.status
+    kept = ("revision", "specHash", "consumerGroup")
+    assert {k: status[k] for k in kept} == {k: running[k] for k in kept}
+    # Still observed: its position and lag as its group has them now.
+    assert status["inputs"] == [
+        {"log": "clicks", "topic": "clicks", "position": {"0": 45}, "lag": 5}
+    ]
+    assert (status["lag"], status["sparkApplication"]["name"]) == (5, "enrich-job-r1")
+    condition = stalled(status)
+    assert (condition["status"], condition["reason"]) == ("True", "StartingPositionRefused")
+    assert condition["message"].startswith("revision 2 does not start: ")
+    assert said in condition["message"]
+    assert condition["message"].endswith("revision 1 runs on unchanged until the starting "
+                                         "position is one the log has")  # fmt: skip
+    assert p.since(mark).count(("warning", "StartingPositionRefused")) == 1
+
+
+def test_a_jobs_later_revision_starts_once_its_starting_position_is_one_the_log_has() -> None:
+    p = parts([log("clicks"), log("enriched")], [])
+    p.admin.ends = {"clicks": 50}
+    reprocess = {"upgrade": {"strategy": "Reprocess"}}
+    jobs.run(p, jobs.job(**reprocess))
+    bad = {"from": "Offsets", "offsets": {"0": 99}}
+    edited = {"image": "registry/enrich:2", **reprocess}
+    jobs.run(p, jobs.job(2, inputs=[{"log": "clicks", "startingPosition": bad}], **edited))
+    assert p.runtime.running == {"enrich-job-r1": 1}
+    mark = len(p.journal)
+    good = {"from": "Offsets", "offsets": {"0": 30}}
+    jobs.run(p, jobs.job(3, inputs=[{"log": "clicks", "startingPosition": good}], **edited))
+    after = p.since(mark)
+    assert ("start", 2) in after
+    assert ("stop", "enrich-job-r1") in after
+    assert p.runtime.running == {"enrich-job-r2": 2}
+    assert p.store.status["revision"] == 2
+    assert not [c for c in p.store.status["conditions"] if c["reason"].endswith("Refused")]

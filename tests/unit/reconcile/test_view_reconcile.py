@@ -247,6 +247,19 @@ def test_a_topic_kafka_refuses_stalls_the_view_once_with_a_warning_and_nothing_r
     )
 
 
+TAKEN = "topic v.r1 belongs to Log team-a/v.r1; DerivedView team-b/v makes and changes nothing"
+
+
+def test_a_revision_topic_another_log_owns_stalls_the_view_as_taken() -> None:
+    p = parts([log("clicks")], [])
+    p.topics.taken = TAKEN
+    run(p, view())
+    assert not [e for e in p.journal if e[0] == "start"]
+    assert [e for e in p.journal if e[0] == "warning"] == [("warning", "TopicTaken")]
+    stalled = next(c for c in p.store.status["conditions"] if c["type"] == "Stalled")
+    assert (stalled["reason"], stalled["message"]) == ("TopicTaken", TAKEN)
+
+
 def test_a_refused_edit_leaves_the_output_log_as_it_is() -> None:
     """An append view edited into an upsert one whose reprocess is refused: the live topic's
     Log is not made compacted under the serving revision."""

@@ -1,0 +1,417 @@
+"""The Kubeflow Spark operator's real controller on the local control plane, with kwok as nodes.
+
+Tests of the `spark-operator` runtime need the real state machine (spark-submit, SUBMITTED,
+RUNNING, FAILED), not statuses written by hand, and no Docker. Both programs are
+built from Go modules of the project pinned to exact releases (`sparkoperator/`, `kwok/`; see
+`gobuild`), and what they ship as data is read from the Go module cache, never copied: the
+SparkApplication CRDs from the operator's module, kwok's default ("fast") node and pod stages from
+kwok's. kwok makes a fake Node Ready and moves pods bound to it to Running; it runs no container,
+so no Spark code ever runs and the tests check control flow only. No kube-scheduler runs either:
+a small loop here binds every pending pod to the fake node, as the scheduler would. The
+controller runs without its webhook, submitting with pyspark's spark-submit (its SPARK_HOME is
+pyspark's folder), and manages only the namespaces it is given, so tests that simulate it by
+hand elsewhere in a session are left alone. Without the webhook, what only the webhook does is
+missing, as on a cluster that runs none: a SparkApplication's `env`, volumes and pod security
+context never reach its pods, and no driver pod is owned by its application, so deleting one
+leaves its driver pod behind (v2.3.0 puts no finalizer on applications either). The controller
+and its spark-submit authenticate with a ServiceAccount token: the Kubernetes client in Spark
+reads no EC private key, which is what the control plane's client certificates have.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import functools
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from distributary.devtools.controlplane import ControlPlane, ControlPlaneError
+from distributary.devtools.gobuild import (
+    GoBuildError,
+    GoPrograms,
+    checkout_module,
+    elapsed,
+    say,
+)
+
+SPARK_OPERATOR_MODULE = "github.com/kubeflow/spark-operator/v2"
+SPARK_OPERATOR_VERSION = "v2.3.0"  # equal to the requirement in sparkoperator/go.mod
+KWOK_MODULE = "sigs.k8s.io/kwok"
+KWOK_VERSION = "v0.8.0"  # equal to the requirement in kwok/go.mod
+NODE = "kwok-node-0"
+NODE_ANNOTATION = "kwok.x-k8s.io/node"
+_ACCOUNT = "distributary-spark-operator"  # the controller's ServiceAccount, in kube-system
+_GO_BUILD = ("build", "-v", "-trimpath", "-ldflags=-s -w")
+_KWOK_STAGES = ("kustomize/stage/node/fast", "kustomize/stage/pod/fast")
+
+
+def spark_operator_programs() -> GoPrograms:
+    """The `spark-operator` command, as built from `sparkoperator/`."""
+    return GoPrograms(
+        part="spark operator",
+        cache="spark-operator",
+        src=checkout_module("sparkoperator"),
+        release=SPARK_OPERATOR_VERSION,
+        binaries=("spark-operator",),
+        go_build=_GO_BUILD,
+        needs="Go 1.24.1 or newer",
+    )
+
+
+def kwok_programs() -> GoPrograms:
+    """The `kwok` command, as built from `kwok/`."""
+    return GoPrograms(
+        part="kwok",
+        cache="kwok",
+        src=checkout_module("kwok"),
+        release=KWOK_VERSION,
+        binaries=("kwok",),
+        go_build=_GO_BUILD,
+        needs="Go 1.26 or newer",
+    )
+
+
+def module_dir(programs: GoPrograms, module: str, version: str) -> Path:
+    """Where `module@version` is unpacked in the Go module cache, downloading it if needed."""
+    go = shutil.which("go")
+    if go is None:
+        raise GoBuildError(f"Go is needed to find {module}@{version} in the Go module cache")
+    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOWORK": "off"}
+    result = subprocess.run(
+        [go, "mod", "download", "-json", f"{module}@{version}"],
+        cwd=programs.src,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    found = json.loads(result.stdout or "{}") if result.returncode == 0 else {}
+    if not found.get("Dir"):
+        raise GoBuildError(
+            f"`go mod download {module}@{version}` failed in {programs.src}: "
+            f"{result.stderr.strip() or found.get('Error', '')}"
+        )
+    return Path(found["Dir"])
+
+
+def crd_files() -> list[Path]:
+    """The Spark operator's CRDs (SparkApplication, ScheduledSparkApplication, SparkConnect) of
+    the pinned release, from the Go module cache: the controller watches all three."""
+    bases = module_dir(spark_operator_programs(), SPARK_OPERATOR_MODULE, SPARK_OPERATOR_VERSION)
+    files = sorted((bases / "config" / "crd" / "bases").glob("sparkoperator.k8s.io_*.yaml"))
+    if len(files) != 3:
+        raise GoBuildError(f"expected the Spark operator's three CRDs in {bases}, found {files}")
+    return files
+
+
+def kwok_stages() -> list[Path]:
+    """kwok's default node and pod stages (what kwokctl runs), from the Go module cache."""
+    root = module_dir(kwok_programs(), KWOK_MODULE, KWOK_VERSION)
+    return sorted(path for stage in _KWOK_STAGES for path in (root / stage).glob("*.yaml")
+                  if path.name != "kustomization.yaml")  # fmt: skip
+
+
+def spark_home() -> Path:
+    """pyspark's folder, which holds bin/spark-submit and the jars: SPARK_HOME for the
+    controller's spark-submit (found, not imported: only the runner imports pyspark)."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        raise ControlPlaneError(
+            "pyspark is needed for the Spark operator's spark-submit: install the spark extra "
+            "(make install)"
+        )
+    return Path(spec.origin).parent
+
+
+class SparkOperatorBed:
+    """kwok, one fake Node, a binder for pending pods and the Spark operator's controller, all
+    against `plane`, the controller managing `namespaces` only; logs under `state_dir`. The
+    SparkApplication CRDs must be installed first (`crd_files`)."""
+
+    def __init__(
+        self,
+        plane: ControlPlane,
+        namespaces: Sequence[str],
+        state_dir: Path,
+        *,
+        quiet: bool = False,
+    ) -> None:
+        self.plane = plane
+        self.namespaces = tuple(namespaces)
+        self.state_dir = state_dir.resolve()
+        self.quiet = quiet
+        self.logs = self.state_dir / "logs"
+        self.kubeconfig = self.state_dir / "kubeconfig"
+        self._processes: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self._stopping = threading.Event()
+        self._binder: threading.Thread | None = None
+        self._health_port = _free_port()
+
+    def start(self, timeout: float = 120.0) -> SparkOperatorBed:
+        """Build both programs if needed, start them and return once the fake Node is Ready."""
+        spark_operator = spark_operator_programs().build(quiet=self.quiet) / "spark-operator"
+        kwok = kwok_programs().build(quiet=self.quiet) / "kwok"
+        started = time.monotonic()
+        self.logs.mkdir(parents=True, exist_ok=True)
+        try:
+            self._launch(kwok, self._kwok_flags(), {})
+            self._create("/api/v1/nodes", _node())
+            self._write_token_kubeconfig()
+            self._binder = threading.Thread(target=self._bind_pending, daemon=True)
+            self._binder.start()
+            self._launch(spark_operator, self._controller_flags(), self._controller_env())
+            deadline = time.monotonic() + timeout
+            self._wait_node_ready(deadline)
+            self._wait_controller_ready(deadline)
+        except BaseException:
+            self.stop()
+            raise
+        if not self.quiet:
+            say("spark operator", f"controller and kwok ready in {elapsed(started)}")
+        return self
+
+    def _kwok_flags(self) -> list[str]:
+        stages = [f"--config={path}" for path in kwok_stages()]
+        return [
+            f"--kubeconfig={self.plane.kubeconfig}",
+            *stages,
+            f"--manage-nodes-with-annotation-selector={NODE_ANNOTATION}=fake",
+            "--cidr=10.0.1.0/24",
+            "--node-ip=10.0.1.1",
+            f"--server-address=127.0.0.1:{_free_port()}",
+        ]
+
+    def _controller_flags(self) -> list[str]:
+        return [
+            "controller",
+            "start",
+            f"--kubeconfig={self.kubeconfig}",
+            f"--namespaces={','.join(self.namespaces)}",
+            "--controller-threads=4",
+            "--leader-election=false",
+            "--metrics-bind-address=0",
+            f"--health-probe-bind-address=127.0.0.1:{self._health_port}",
+            "--zap-log-level=info",
+        ]
+
+    def _controller_env(self) -> dict[str, str]:
+        # spark-submit finds the API server as a pod would, and authenticates with KUBECONFIG.
+        port = urllib.parse.urlsplit(self.plane.server).port
+        return {
+            "SPARK_HOME": str(spark_home()),
+            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+            "KUBERNETES_SERVICE_PORT": str(port),
+            "KUBECONFIG": str(self.kubeconfig),
+        }
+
+    def _launch(self, binary: Path, flags: list[str], env: dict[str, str]) -> None:
+        if not self.quiet:
+            say("spark operator", f"starting {binary.name} ...")
+        with open(self.logs / f"{binary.name}.log", "ab") as log:
+            process = subprocess.Popen(
+                [str(binary), *flags],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **env},
+                start_new_session=True,
+            )
+        self._processes.append((binary.name, process))
+
+    @functools.cached_property
+    def _context(self) -> ssl.SSLContext:
+        pki = self.plane.pki
+        context = ssl.create_default_context(cafile=pki / "ca.crt")
+        context.load_cert_chain(pki / "admin.crt", pki / "admin.key")
+        return context
+
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(
+            self.plane.server + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=10, context=self._context) as response:
+            return json.loads(response.read() or b"{}")
+
+    def _create(self, path: str, body: dict[str, Any]) -> None:
+        try:
+            self._request("POST", path, body)
+        except urllib.error.HTTPError as error:
+            if error.code != 409:  # left by an earlier bed on this control plane
+                raise
+
+    def _write_token_kubeconfig(self) -> None:
+        """A kubeconfig with a bearer token of a cluster-admin ServiceAccount for the controller
+        and its spark-submit: the Kubernetes client in Spark reads no EC private key, which is
+        what the control plane's client certificates have."""
+        account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": _ACCOUNT}}
+        self._create("/api/v1/namespaces/kube-system/serviceaccounts", account)
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": _ACCOUNT},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "cluster-admin",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": _ACCOUNT, "namespace": "kube-system"}],
+        }
+        self._create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
+        request = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 7 * 24 * 3600},
+        }
+        path = f"/api/v1/namespaces/kube-system/serviceaccounts/{_ACCOUNT}/token"
+        token = self._request("POST", path, request)["status"]["token"]
+        ca = base64.b64encode((self.plane.pki / "ca.crt").read_bytes()).decode()
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "local",
+                    "cluster": {"server": self.plane.server, "certificate-authority-data": ca},
+                }
+            ],
+            "users": [{"name": _ACCOUNT, "user": {"token": token}}],
+            "contexts": [{"name": "local", "context": {"cluster": "local", "user": _ACCOUNT}}],
+            "current-context": "local",
+        }
+        self.kubeconfig.write_text(json.dumps(config))
+        self.kubeconfig.chmod(0o600)
+
+    def _bind_pending(self) -> None:
+        """Bind each pod without a node to the fake node, every half second, until stopped."""
+        selector = urllib.parse.quote("spec.nodeName=,status.phase=Pending")
+        while not self._stopping.wait(0.5):
+            with contextlib.suppress(OSError, ValueError):
+                for pod in self._request("GET", f"/api/v1/pods?fieldSelector={selector}")["items"]:
+                    meta = pod["metadata"]
+                    self._bind(meta["namespace"], meta["name"])
+
+    def _bind(self, namespace: str, name: str) -> None:
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": NODE},
+        }
+        self._request("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding", binding)
+
+    def _wait_node_ready(self, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            if exited := self.exited():
+                raise ControlPlaneError(
+                    f"{', '.join(exited)} exited while starting; the end of its log:\n"
+                    f"{self.log_tail(exited[0])}"
+                )
+            with contextlib.suppress(OSError, ValueError):
+                node = self._request("GET", f"/api/v1/nodes/{NODE}")
+                conditions = (node.get("status") or {}).get("conditions") or []
+                if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+                    return
+            time.sleep(0.5)
+        raise ControlPlaneError(f"kwok did not make node {NODE} Ready:\n{self.log_tail('kwok')}")
+
+    def pids(self) -> list[tuple[str, int]]:
+        """The programs' names and process ids, while they run."""
+        return [(name, p.pid) for name, p in self._processes if p.poll() is None]
+
+    def _wait_controller_ready(self, deadline: float) -> None:
+        url = f"http://127.0.0.1:{self._health_port}/readyz"
+        while time.monotonic() < deadline:
+            if "spark-operator" in self.exited():
+                break
+            with (
+                contextlib.suppress(OSError),
+                urllib.request.urlopen(url, timeout=2) as response,
+            ):
+                if response.status == 200:
+                    return
+            time.sleep(0.25)
+        raise ControlPlaneError(
+            f"the Spark operator's controller did not become ready:\n"
+            f"{self.log_tail('spark-operator')}"
+        )
+
+    def exited(self) -> list[str]:
+        """The programs that have exited (empty while all run)."""
+        return [name for name, process in self._processes if process.poll() is not None]
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        """The end of program `name`'s log."""
+        log = self.logs / f"{name}.log"
+        text = log.read_text(errors="replace") if log.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Stop the controller, the binder and kwok, and delete the fake node."""
+        self._stopping.set()
+        if self._binder is not None:
+            self._binder.join(5)
+        while self._processes:
+            name, process = self._processes.pop()
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    say("spark operator", f"{name} did not stop within {timeout:.0f}s; killing it")
+                    process.kill()
+                    process.wait()
+        with contextlib.suppress(OSError, ValueError):
+            self._request("DELETE", f"/api/v1/nodes/{NODE}")
+
+    def __enter__(self) -> SparkOperatorBed:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _node() -> dict[str, Any]:
+    """The fake Node kwok manages: roomy enough for every driver and executor of a test."""
+    room = {"cpu": "64", "memory": "256Gi", "pods": "250"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": NODE,
+            "annotations": {NODE_ANNOTATION: "fake"},
+            "labels": {"kubernetes.io/hostname": NODE, "type": "kwok"},
+        },
+        "status": {"allocatable": room, "capacity": room},
+    }
