@@ -4,7 +4,7 @@ This wraps the backend the operator runs with (`direct` or `strimzi`), so the ru
 `plan.claims` is the same under both and for every caller: a Log's own topic, a view's revision
 and dead-letter topics and a job's dead-letter topic are each claimed (for the Log they belong
 to) before the backend makes or changes anything, and a topic another Log owns comes back as
-`taken` (the Log is Stalled, `TopicTaken`; a view or job sees a refusal that names the owner).
+`taken` (the Log, or the view or job that asked, is Stalled, `TopicTaken`, naming the owner).
 A deletion deletes only a topic its Log owns and made; it keeps an adopted one, and another's,
 and says why. The claims live in Kafka (`kafka.claims`), so Kafka that does not answer makes
 the Log wait (`unreachable`) as it would for the topic itself.
