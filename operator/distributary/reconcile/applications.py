@@ -31,7 +31,7 @@ from distributary.reconcile.ports import Services, StatusStore, TryAgain
 
 RESTART_CHECK = 1.0  # seconds: the shortest wait before a due restart is looked at again
 CLEAN_EXITS = frozenset({"COMPLETED", "SUCCEEDING"})  # a runner that ended without failing
-REPORT_WAIT = 5.0  # seconds a due restart of such a runner waits for its report
+REPORT_WAIT = 10.0  # seconds a due restart of such a runner waits for its report
 REPORT_POLL = 0.2
 
 

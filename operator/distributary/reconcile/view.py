@@ -365,9 +365,8 @@ async def _run(
         now = datetime.now(UTC)
         state, history = await run_application(services, app, history, now, held)
         refused = query_refused(plan, progress.get(key))
-        if refused is not None:  # reported while it waited for its restart: not restarted
-            history = history.restarted()
     if refused is not None:  # Spark refuses the same query at every start: not restarted
+        history = history.restarted()  # however it was learnt: no restart is waited for
         # Looked at all the same, so that a runtime that runs it learns it is not to run again.
         await asyncio.to_thread(app.state)
         state = AppState(QUERY_REFUSED, message=refused.message)

@@ -290,6 +290,7 @@ def _topics(chaos: Chaos, settled: Settled) -> list[str]:
     }
     expected = {INPUT_TOPIC} | {settled.topic(v) for v in VIEWS}
     expected |= {dead_letter_topic(chaos.namespace, v) for v in VIEWS}
+    expected.add(f"distributary.{chaos.namespace}.claims")  # the test operator's claims topic
     problems = [f"orphaned topic {t}" for t in sorted(ours - expected)]
     problems += [f"topic {t} missing" for t in sorted(expected - ours)]
     if PROGRESS_TOPIC not in names:

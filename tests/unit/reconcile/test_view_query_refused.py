@@ -302,6 +302,20 @@ def test_a_due_restart_reads_the_runners_report_first_and_is_not_made(
     assert not [e for e in p.since(mark) if e[0] in ("start", "remove")]
 
 
+def test_a_report_read_at_the_start_of_a_round_drops_the_scheduled_restart() -> None:
+    """The record is read before the restart is looked at (a round that begins after it came):
+    the view is Stalled and no restart is left scheduled in status."""
+    p = parts([log("clicks")], [])
+    record = ended_cleanly_unread(p)
+    p.progress.latest[progress_key("DerivedView", NS, "big", 1)] = record
+    mark = len(p.journal)
+    run(p, view())
+    assert not [e for e in p.since(mark) if e[0] in ("start", "remove")], p.since(mark)
+    assert conditions(p)["Stalled"]["reason"] == "QueryRefused"
+    app = p.store.status["sparkApplication"]
+    assert (app["state"], app.get("restartAt")) == ("QueryRefused", None)
+
+
 def test_a_report_of_an_earlier_spec_does_not_hold_a_due_restart(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
