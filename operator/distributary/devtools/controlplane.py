@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType, TracebackType
 
@@ -65,6 +66,25 @@ GO_BUILD = ["build", "-v", "-trimpath", f"-ldflags={_ldflags()}"]
 
 class ControlPlaneError(DistributaryError, RuntimeError):
     """The control plane could not be built or started; the message says why and what to do."""
+
+
+def stop_in_reverse(
+    processes: list[tuple[str, subprocess.Popen[bytes]]],
+    timeout: float,
+    say: Callable[[str], None],
+) -> None:
+    """Stop `processes` last started first, emptying the list: SIGTERM, then SIGKILL for one
+    that does not stop within `timeout` seconds (said with `say`)."""
+    while processes:
+        name, process = processes.pop()
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                say(f"{name} did not stop within {timeout:.0f}s; killing it")
+                process.kill()
+                process.wait()
 
 
 def _say(message: str) -> None:
@@ -379,16 +399,7 @@ class ControlPlane:
         """Stop the controller manager, the API server and etcd in that order (SIGTERM, then
         SIGKILL for whatever does not stop within `timeout` seconds)."""
         atexit.unregister(self.stop)
-        while self._processes:
-            name, process = self._processes.pop()
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    _say(f"{name} did not stop within {timeout:.0f}s; killing it")
-                    process.kill()
-                    process.wait()
+        stop_in_reverse(self._processes, timeout, _say)
         (self.state_dir / "pids").unlink(missing_ok=True)
 
     def __enter__(self) -> ControlPlane:

@@ -27,7 +27,6 @@ import importlib.util
 import json
 import os
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -41,7 +40,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from distributary.devtools.controlplane import ControlPlane, ControlPlaneError
+from distributary.devtools.controlplane import ControlPlane, ControlPlaneError, stop_in_reverse
 from distributary.devtools.gobuild import (
     GoBuildError,
     GoPrograms,
@@ -370,16 +369,7 @@ class SparkOperatorBed:
         self._stopping.set()
         if self._binder is not None:
             self._binder.join(5)
-        while self._processes:
-            name, process = self._processes.pop()
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    say("spark operator", f"{name} did not stop within {timeout:.0f}s; killing it")
-                    process.kill()
-                    process.wait()
+        stop_in_reverse(self._processes, timeout, functools.partial(say, "spark operator"))
         with contextlib.suppress(OSError, ValueError):
             self._request("DELETE", f"/api/v1/nodes/{NODE}")
 
