@@ -9,6 +9,7 @@ redone, a finished one is never fetched again, and later runs work offline.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -108,6 +109,17 @@ def resolve(bundle: Bundle, *, quiet: bool = False) -> Path:
     target = cache_root() / "jars" / bundle.key
     if (target / ".complete").exists():
         return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Two processes may start at once on a fresh machine: one fetches, the other waits for it
+    # and then uses its folder (replacing a folder another process reads would break its run).
+    with open(target.parent / f".{bundle.key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / ".complete").exists():
+            return target
+        return _fetch(bundle, target, quiet)
+
+
+def _fetch(bundle: Bundle, target: Path, quiet: bool) -> Path:
     mvn = shutil.which("mvn")
     if mvn is None:
         raise ArtifactError(
@@ -121,7 +133,6 @@ def resolve(bundle: Bundle, *, quiet: bool = False) -> Path:
             file=sys.stderr,
             flush=True,
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{bundle.key}-") as work:
         work_dir = Path(work)
         (work_dir / "pom.xml").write_text(_pom(bundle))

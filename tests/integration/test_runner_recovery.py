@@ -90,8 +90,8 @@ READERS = (APPEND, UPSERT)  # the views reading the events
 VIEWS = (APPEND, UPSERT, DOWNSTREAM)  # upstream first
 # SIGKILLs from outside; crashes after a transaction come on top. More for a longer run:
 # DISTRIBUTARY_TEST_KILLS=30 (each restart starts a JVM: a few kills keep the suite short).
-KILLS = int(os.environ.get("DISTRIBUTARY_TEST_KILLS", "6"))
-CRASHES_AFTER_TRANSACTION = 2
+KILLS = int(os.environ.get("DISTRIBUTARY_TEST_KILLS", "4"))
+CRASHES_AFTER_TRANSACTION = 1
 SEED = int(os.environ.get("DISTRIBUTARY_TEST_SEED", "1313"))
 BACKLOG = 200
 RATE = 5.0  # records/s while the runner works, is killed and restarts

@@ -67,6 +67,16 @@ class Produced:
     seconds: float
 
 
+# What a broker answers while it elects a partition's leader.
+_NO_LEADER_YET = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError._TRANSPORT,
+    }
+)
+
+
 def _partitions(client: Producer | Consumer, topic: str, servers: str, timeout: float) -> list[int]:
     try:
         # All topics: asking for one by name may make a broker that allows it auto-create it.
@@ -196,11 +206,26 @@ class TopicReader:
         """(first, next) offset of each partition; `MissingTopicError` when there is no topic."""
         marks: dict[int, tuple[int, int]] = {}
         for partition in _partitions(self._consumer, topic, self.bootstrap_servers, self.timeout):
-            low, high = self._consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=self.timeout, cached=False
-            )
-            marks[partition] = (low, high)
+            marks[partition] = self._watermark(TopicPartition(topic, partition))
         return marks
+
+    def _watermark(self, partition: TopicPartition) -> tuple[int, int]:
+        """One partition's (first, next) offset. A broker just started (`distributary tail`
+        starts a stopped run's) may not have elected the partition's leader yet: that answer is
+        asked again until the reader's timeout, then reported as Kafka gave it."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                low, high = self._consumer.get_watermark_offsets(
+                    partition, timeout=self.timeout, cached=False
+                )
+                return low, high
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                code = error.code() if isinstance(error, KafkaError) else None
+                if code not in _NO_LEADER_YET or time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.2)
 
     def last(self, topic: str, count: int) -> tuple[list[Record], dict[int, int]]:
         """The last `count` records of a topic in timestamp order, and its end offsets then."""
