@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "distributary"
 RELEASE, NAMESPACE = "pipelines", "distributary-system"
 FULLNAME = f"{RELEASE}-distributary"
-SPARK_ACCOUNT = "distributary-spark"
+SPARK_ACCOUNT = f"{RELEASE}-distributary-spark"  # named after the release
 
 Rule = tuple[str, str, str]  # (apiGroup, resource, verb)
 Manifest = dict[str, Any]
@@ -57,6 +57,8 @@ CRD_RULES: frozenset[Rule] = frozenset(
 NAMESPACE_RULES: frozenset[Rule] = frozenset(
     {("", "namespaces", "list"), ("", "namespaces", "watch")}
 )
+# kube-system alone, by name: its uid names this cluster in topic claims.
+KUBE_SYSTEM: Rule = ("", "namespaces:kube-system", "get")
 
 
 def run_helm(helm: str, args: Iterable[str], values: Manifest, tmp_path: Path) -> Any:
@@ -118,7 +120,9 @@ def rules_of(role: Manifest) -> set[Rule]:
     for rule in role["rules"]:
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
-                triples.update((group, resource, verb) for verb in rule["verbs"])
+                named = [f"{resource}:{name}" for name in rule.get("resourceNames", [])]
+                for each in named or [resource]:
+                    triples.update((group, each, verb) for verb in rule["verbs"])
     return triples
 
 
@@ -223,11 +227,13 @@ def test_rbac_grants_exactly_what_the_operator_needs(
     watched = values.get("watchNamespaces", [])
     expected: dict[tuple[str, str | None], set[Rule]] = {}
     if watched:
-        expected[("cluster", None)] = set(CRD_RULES | NAMESPACE_RULES)
+        expected[("cluster", None)] = set(CRD_RULES | NAMESPACE_RULES | {KUBE_SYSTEM})
         for namespace in watched:
             expected[("namespace", namespace)] = set(RESOURCE_RULES | runtime_rules)
     else:
-        expected[("cluster", None)] = set(CRD_RULES | RESOURCE_RULES | runtime_rules)
+        expected[("cluster", None)] = set(
+            CRD_RULES | RESOURCE_RULES | runtime_rules | {KUBE_SYSTEM}
+        )
     if backend == "strimzi":
         strimzi_namespace = values.get("strimzi", {}).get("namespace") or NAMESPACE
         expected.setdefault(("namespace", strimzi_namespace), set()).update(KAFKATOPIC_RULES)
@@ -243,7 +249,8 @@ def test_rbac_has_no_wildcards(helm: str, tmp_path: Path, values: Manifest) -> N
             for field in ("apiGroups", "resources", "verbs"):
                 assert "*" not in rule[field], f"{role['metadata']['name']}: {rule}"
             assert "nonResourceURLs" not in rule
-            assert "resourceNames" not in rule
+            if "resourceNames" in rule:  # only kube-system's get, which narrows a rule
+                assert rules_of({"rules": [rule]}) == {KUBE_SYSTEM}, rule
 
 
 def test_defaults_render_the_cli_contract(helm: str, tmp_path: Path) -> None:

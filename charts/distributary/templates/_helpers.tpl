@@ -53,9 +53,13 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- default (printf "distributary-spark:%s" .Chart.AppVersion) .Values.spark.jobImage }}
 {{- end }}
 
-{{/* The service account Spark drivers run as: the operator's default unless named. */}}
+{{/*
+The service account Spark drivers run as: named after the release (`distributary-spark` for a
+release named distributary), so two releases never make the same account in one namespace.
+*/}}
 {{- define "distributary.sparkServiceAccountName" -}}
-{{- default "distributary-spark" .Values.spark.driverServiceAccount.name }}
+{{- $default := printf "%s-spark" (include "distributary.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- default $default .Values.spark.driverServiceAccount.name }}
 {{- end }}
 
 {{/* The namespace the Strimzi topic operator watches: where KafkaTopics are made. */}}

@@ -12,12 +12,15 @@ the Log wait (`unreachable`) as it would for the topic itself.
 Under Strimzi the KafkaTopic's `distributary.dev/log` annotation tells a KafkaTopic's Log too,
 and the backend still refuses another's; the claims decide first, so the owner is the same one
 whichever backend an installation runs.
+
+A Log deleted while no operator watched it keeps its claims until a sweep (`sweep`) finds it
+gone from a listing of the Logs and releases them.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
 from distributary.api.log import Log
@@ -92,3 +95,15 @@ class ClaimedTopicBackend:
     async def release(self, namespace: str, name: str) -> list[str]:
         """Release every claim of the deleted Log `namespace/name`; the topics released."""
         return await asyncio.to_thread(self.claims.release, Claimant(namespace, name))
+
+    async def sweep(
+        self, listed: Callable[[], Awaitable[Collection[str]]], watched: Collection[str] | None
+    ) -> dict[Claimant, list[str]]:
+        """Release the claims of deleted Logs of the `watched` namespaces (None: every one);
+        `listed` lists the Logs there (as `namespace/name`). The claims topic's end is read
+        before the listing, so a claim appended for a Log made meanwhile is never taken for a
+        deleted Log's (`plan.claims.stale_claims`). A listing that fails (its error is raised)
+        releases nothing; the Logs and topics released."""
+        start = await asyncio.to_thread(self.claims.sweep_start)
+        existing = await listed()
+        return await asyncio.to_thread(self.claims.release_stale, start, existing, watched)

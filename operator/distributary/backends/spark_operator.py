@@ -4,12 +4,16 @@ The Spark operator makes the driver and executors; Distributary applies the Spar
 (owned by its view or job, so the garbage collector removes it with its owner), reads its state
 from `status.applicationState`, and deletes it to stop a revision. An observe round over many
 running views reads each application once and writes nothing: starting one applies the manifest
-only when the application last read lacks part of it.
+only when the application last read lacks part of it. Of an application submitted whose driver
+does not run, the driver pod is read too, to say why it cannot start (`plan.driver_pods`): the
+Spark operator reports only SUBMITTED meanwhile, and the cluster, not the application, is to be
+fixed, so nothing is deleted or restarted for it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from distributary.api import owner_of
@@ -19,6 +23,7 @@ from distributary.backends.base import Owner, RevisionApp
 from distributary.kube.resources import Kube
 from distributary.plan.checkpoint_storage import CheckpointClaim
 from distributary.plan.children import holds
+from distributary.plan.driver_pods import driver_not_starting
 from distributary.plan.kafka_secrets import KafkaSecretMounts, with_kafka_secrets
 from distributary.plan.runner_spec import RunnerSpec
 from distributary.plan.spark import (
@@ -32,7 +37,7 @@ from distributary.plan.spark import (
     with_checkpoint_claim,
     with_service_account,
 )
-from distributary.plan.spark_state import AppState, spark_application_state
+from distributary.plan.spark_state import DRIVER_PENDING, AppState, spark_application_state
 
 KIND = "SparkApplication"
 
@@ -77,7 +82,7 @@ class SparkOperatorRuntime:
         manifest = spark_application(
             runner, view.spec.spark, image=self.image, owner=owner_of(view)
         )
-        return self._app(view.metadata.namespace, name, lambda: manifest)
+        return self._app(view.metadata.namespace, name, runner.revision, lambda: manifest)
 
     def job_app(
         self,
@@ -88,16 +93,30 @@ class SparkOperatorRuntime:
     ) -> RevisionApp:
         """The job revision's SparkApplication, `manifest` (None: left as it is)."""
         name = application_name(job.metadata.name, revision, "StreamJob")
-        return self._app(job.metadata.namespace, name, lambda: manifest)
+        return self._app(job.metadata.namespace, name, revision, lambda: manifest)
+
+    def _driver(self, namespace: str, name: str, revision: int, app: AppState) -> AppState:
+        """`app`, with why its driver pod cannot start when it was submitted and does not run
+        (the pod read only then: one read per reconcile of a starting application)."""
+        if app.state not in DRIVER_PENDING:
+            return app
+        pod = self.kube.get("v1", "Pod", namespace, driver_pod_name(name))
+        return replace(app, not_starting=driver_not_starting(pod, revision))
 
     def _app(
-        self, namespace: str, name: str, manifest: Callable[[], dict[str, Any] | None]
+        self,
+        namespace: str,
+        name: str,
+        revision: int,
+        manifest: Callable[[], dict[str, Any] | None],
     ) -> RevisionApp:
         read: dict[str, Any] = {}
 
         def state() -> AppState:
             read["app"] = self.kube.get(SPARK_APPLICATION_API_VERSION, KIND, namespace, name)
-            return spark_application_state(read["app"])
+            seen = self._driver(namespace, name, revision, spark_application_state(read["app"]))
+            read["state"] = seen
+            return seen
 
         def start() -> AppState:
             # None: a refused edit; an application that ended runs on as it was applied.
@@ -111,12 +130,15 @@ class SparkOperatorRuntime:
                 wanted = with_kafka_secrets(wanted, self.kafka_secrets)
             current = read.pop("app", None)
             if current is not None and holds(current, wanted):
-                return spark_application_state(current)
+                seen: AppState = read.pop("state", None) or spark_application_state(current)
+                return seen
             # The applied object carries the Spark operator's status: no second read needed.
-            return spark_application_state(self.kube.apply(wanted))
+            applied = spark_application_state(self.kube.apply(wanted))
+            return self._driver(namespace, name, revision, applied)
 
         def remove() -> None:
             removed = read.pop("app", None)
+            read.pop("state", None)
             if removed is not None:
                 read["removed"] = removed
             self.kube.delete(SPARK_APPLICATION_API_VERSION, KIND, namespace, name)

@@ -19,12 +19,16 @@ A topic belongs to one Log across the Kafka cluster (`plan.claims`, kept by `bac
 a Log whose topic another Log owns is Stalled (`TopicTaken`, naming the owner), makes and changes
 nothing, and looks again every `RETRY_SECONDS` until the owner's claim is released. Deleting a
 Log releases its claims; `Delete` deletes only topics the Log owns and made, and an event says
-which were kept and why.
+which were kept and why. A Log deleted while the operator was down (no finalizer keeps it until
+the operator sees it) is released by a sweep at start and every `--claims-sweep-interval`
+(`sweep_claims`), in the watched namespaces only.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -34,6 +38,7 @@ import kopf
 from distributary.api import ResourceError, owner_of, parse_body, parse_resource
 from distributary.api.job import StreamJob
 from distributary.api.log import Log, LogStatus
+from distributary.backends.claimed import ClaimedTopicBackend
 from distributary.controllers import metrics
 from distributary.controllers.events import KubeEvents
 from distributary.controllers.handling import ReconcileError, one_at_a_time, recorded_failure
@@ -53,6 +58,8 @@ from distributary.reconcile.ports import StatusConflictError
 PLURAL = "logs"
 RETRY_SECONDS = 15
 DELETE_TIMEOUT = 300  # seconds a Delete-policy Log may wait for Kafka before it is let go
+SWEEP_RETRY_SECONDS = 60  # before a claims sweep that could not finish runs again
+LOGGER = logging.getLogger("distributary.claims")
 
 
 def _log(body: kopf.Body) -> Log | str:
@@ -165,6 +172,52 @@ async def _release(services: OperatorServices, namespace: str, name: str) -> Non
     except KafkaAdminError as exc:
         message = f"claims of Log {namespace}/{name} not released yet: {exc}"
         raise kopf.TemporaryError(message, delay=RETRY_SECONDS) from exc
+
+
+async def sweep_claims_forever(services: OperatorServices) -> None:
+    """Sweep deleted Logs' claims now and every `settings.claims_sweep_interval` seconds (a
+    sweep that could not finish: again within `SWEEP_RETRY_SECONDS`), until cancelled."""
+    interval = services.settings.claims_sweep_interval
+    while True:
+        try:
+            done = await sweep_claims(services)
+        except Exception:  # the loop must outlive any one failure; the next sweep retries
+            LOGGER.exception("claims sweep failed")
+            done = False
+        await asyncio.sleep(interval if done else min(interval, SWEEP_RETRY_SECONDS))
+
+
+async def sweep_claims(services: OperatorServices) -> bool:
+    """Release the claims of Logs of the watched namespaces that are gone (deleted while the
+    operator was down, or whose release failed): one log line per Log released, none when no
+    claim is stale. A listing that fails releases nothing, and says so. False: not finished."""
+    claimed = services.topics
+    if not isinstance(claimed, ClaimedTopicBackend):
+        return True
+    namespaces = services.settings.namespaces
+
+    async def listed() -> set[str]:
+        found: set[str] = set()
+        for namespace in namespaces or (None,):
+            logs = await asyncio.to_thread(
+                services.kube.list, f"{GROUP}/{VERSION}", "Log", namespace
+            )
+            found.update(f"{m['metadata']['namespace']}/{m['metadata']['name']}" for m in logs)
+        return found
+
+    try:
+        released = await claimed.sweep(listed, namespaces or None)
+    except KubeError as exc:
+        LOGGER.warning("claims sweep: none released, the Logs could not be listed: %s", exc)
+        return False
+    except KafkaAdminError as exc:
+        LOGGER.warning("claims sweep: not finished: %s", exc)
+        return False
+    for claimant, topics in released.items():
+        LOGGER.info(
+            "Log %s is gone: released its claims on %s", claimant.identity, ", ".join(topics)
+        )
+    return True
 
 
 @kopf.on.delete(

@@ -33,6 +33,7 @@ from distributary.controllers.services import build
 from distributary.controllers.settings import DEFAULT_STATE_DIR, OperatorSettings
 from distributary.kafka.connection import KafkaConnectionError, check_connection
 from distributary.plan.checkpoint_storage import DEFAULT_MOUNT_PATH, CheckpointClaim
+from distributary.plan.claims import SWEEP_SECONDS
 from distributary.plan.pipeline import (
     DEFAULT_CHECKPOINT_ROOT,
     DEFAULT_IMAGE,
@@ -361,6 +362,15 @@ def _allowed_functions(
     "sharing a Kafka cluster share it, so a topic stays one Log's across them.",
 )
 @click.option(
+    "--claims-sweep-interval",
+    type=click.FloatRange(min=1),
+    default=SWEEP_SECONDS,
+    show_default=True,
+    envvar="DISTRIBUTARY_CLAIMS_SWEEP_INTERVAL",
+    help="Seconds between sweeps that release the claims of Logs deleted while the operator "
+    "was down (in the watched namespaces only); the first runs at start.",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="info",
@@ -393,6 +403,7 @@ def operator(
     topic_names: str,
     progress_topic: str,
     claims_topic: str,
+    claims_sweep_interval: float,
     log_level: str,
 ) -> None:
     """Run the Distributary operator: reconcile Logs, DerivedViews and StreamJobs."""
@@ -425,6 +436,7 @@ def operator(
         topic_names=topic_names,
         progress_topic=progress_topic,
         claims_topic=claims_topic,
+        claims_sweep_interval=claims_sweep_interval,
     )
     # Every planner names Logs' topics and revisions' progress topic alike from here on.
     use_topic_names(settings.topic_names)
@@ -453,6 +465,10 @@ def operator(
         # Assigned here, off the event loop: reconciles then only take what it has fetched.
         await asyncio.to_thread(memo.services.progress.poll, 1.0)
         memo.observer = asyncio.create_task(observe_forever(memo.services))
+        # Claims of Logs deleted while no operator ran: released now and every interval.
+        from distributary.controllers.logs import sweep_claims_forever  # one of CONTROLLERS
+
+        memo.sweeper = asyncio.create_task(sweep_claims_forever(memo.services))
 
     if services.runtime.watches_applications():
         group, version = SPARK_APPLICATION_API_VERSION.split("/")
@@ -467,9 +483,10 @@ def operator(
 
     @kopf.on.cleanup()
     async def cleanup(memo: kopf.Memo, **_: Any) -> None:
-        observer = getattr(memo, "observer", None)
-        if observer is not None:
-            observer.cancel()
+        for name in ("observer", "sweeper"):
+            task = getattr(memo, name, None)
+            if task is not None:
+                task.cancel()
 
     logging.basicConfig(
         level=getattr(logging, log_level.upper()),

@@ -8,6 +8,7 @@ since they live exactly as long as the operator process (restart histories live 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -23,11 +24,13 @@ from distributary.kafka.claims import ClaimsLog
 from distributary.kafka.connection import client_settings
 from distributary.kafka.history import lost_input_history
 from distributary.kafka.progress import ProgressReader
-from distributary.kube.resources import Kube
+from distributary.kube.resources import Kube, KubeError
 from distributary.plan.checkpoint_storage import checkpoint_problem
 from distributary.plan.kafka_connection import KafkaSecurity
 from distributary.plan.kafka_secrets import for_pods
 from distributary.reconcile.ports import Services
+
+LOGGER = logging.getLogger("distributary.claims")
 
 
 @dataclass(kw_only=True)
@@ -50,6 +53,23 @@ def runners_security(settings: OperatorSettings) -> KafkaSecurity | None:
     return for_pods(security, mounts)
 
 
+def cluster_id(api: Kube) -> str | None:
+    """This Kubernetes cluster's identity: the uid of its kube-system namespace (which lives as
+    long as the cluster); None when it cannot be read, and then no claim is ever swept."""
+    try:
+        found = api.get("v1", "Namespace", None, "kube-system")
+    except KubeError as exc:
+        LOGGER.warning(
+            "claims of deleted Logs will not be swept: the kube-system namespace could not be "
+            "read to tell this cluster from others sharing the Kafka cluster (%s); the chart "
+            "grants `get` on it",
+            exc,
+        )
+        return None
+    uid = ((found or {}).get("metadata") or {}).get("uid")
+    return str(uid) if uid else None
+
+
 def build(settings: OperatorSettings) -> OperatorServices:
     """The services for `settings`: the one place the backend and runtime are chosen."""
     client = client_settings(settings.kafka_security)
@@ -62,7 +82,7 @@ def build(settings: OperatorSettings) -> OperatorServices:
     else:
         topics = DirectTopicBackend(admin)
     # Either backend touches only topics their Log owns (`plan.claims`).
-    claims = ClaimsLog(settings.bootstrap_servers, settings.claims_topic, client)
+    claims = ClaimsLog(settings.bootstrap_servers, settings.claims_topic, client, cluster_id(api))
     topics = ClaimedTopicBackend(topics, claims, admin)
     runtime: SparkRuntime
     if settings.spark_runtime == "local":

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from distributary.api.names import CLAIMS_TOPIC, DEFAULT_TOPIC_NAMES, PROGRESS_TOPIC
 from distributary.plan.checkpoint_storage import CheckpointClaim
+from distributary.plan.claims import SWEEP_SECONDS
 from distributary.plan.kafka_connection import (
     ENVIRONMENT,
     PASSWORD_FILE_VARIABLE,
@@ -77,6 +78,10 @@ class OperatorSettings:
     claims_topic: str = CLAIMS_TOPIC
     """Where who owns each topic is kept (`plan.claims`); installations sharing a Kafka cluster
     share it, so a topic stays one Log's across them."""
+
+    claims_sweep_interval: float = SWEEP_SECONDS
+    """Seconds between sweeps that release the claims of Logs deleted while no operator
+    watched them (`plan.claims.stale_claims`); the first runs at start."""
 
     topic_names: str = DEFAULT_TOPIC_NAMES
     """How Logs without `spec.topicName` name their topics (`api.names.TopicNames`): `{name}`,

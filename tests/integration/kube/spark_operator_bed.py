@@ -68,16 +68,6 @@ def fail_pod(
     )  # fmt: skip
 
 
-def remove_pod(cluster: Cluster, pod: str) -> None:
-    """Delete `pod` at once, as the garbage collector would delete a driver pod owned by its
-    deleted application where the webhook runs: no grace period, since kwok runs no process that
-    could stop gracefully (and noticing a graceful deletion takes it seconds)."""
-    cluster.kubectl(
-        "delete", "pod", pod, "-n", cluster.namespace, "--grace-period=0", "--force",
-        "--wait=true",
-    )  # fmt: skip
-
-
 def container_env(pod: dict[str, Any]) -> dict[str, Any]:
     """The driver container's environment: name -> value, or the valueFrom of a reference."""
     container = pod["spec"]["containers"][0]

@@ -57,7 +57,7 @@ class Outcome:
 
 @pytest.fixture(scope="module")
 def outcome(cluster: Cluster, operator: Operator, broker: EmbeddedBroker) -> Iterator[Outcome]:
-    plan = ChaosPlan(SEED, runner_kills=5, operator_kills=2, edits=1, rewinds=1, gap=(3.0, 9.0))
+    plan = ChaosPlan(SEED, runner_kills=4, operator_kills=2, edits=1, rewinds=1, gap=(3.0, 8.0))
     chaos = Chaos(plan, cluster, operator, broker.bootstrap_servers, say=print)
     try:
         # Generous: a few minutes on two cores, but Spark starts slowly on a busy machine.

@@ -1,21 +1,26 @@
-"""A StreamJob run by the Kubeflow Spark operator's real controller, nodes played by kwok.
+"""A StreamJob run by the Kubeflow Spark operator's real controller and webhook, nodes played by
+kwok.
 
-The job's driver pod is made by spark-submit from what the controller (v2.3.0, no webhook) reads
-in our SparkApplication, so it shows what a job really gets: its image, its arguments, our
-environment (topics, consumer group, checkpoint, the user's `env`), the Kafka credentials as
-references to Secrets (an environment variable from a Secret's key, a Secret mounted), never a
-secret value, its service account and resources. Its driver failing again and again makes the
-controller report FAILED each time, which drives our restarts with a growing back-off, Stalled,
-and recovery once it runs stably. kwok runs no container, so no Spark code runs and no record
-flows: these tests check control flow only, never data. Without the webhook the controller
-leaves a failed driver pod behind (kubeflow/spark-operator#2492; the webhook makes it owned by
-its application): the tests delete it, where the garbage collector would, once it has failed.
+The job's driver pod is made by spark-submit from what the controller (v2.3.0) reads in our
+SparkApplication, and mutated by the operator's webhook, so it shows what a job really gets: its
+image, its arguments, our environment (topics, consumer group, checkpoint, the user's `env`), the
+Kafka credentials as references to Secrets (an environment variable from a Secret's key, a Secret
+mounted), never a secret value, its service account and resources. Its driver failing again and
+again makes the controller report FAILED each time, which drives our restarts with a growing
+back-off, Stalled, and recovery once it runs stably. kwok runs no container, so no Spark code runs
+and no record flows: these tests check control flow only, never data. The webhook makes each
+driver pod owned by its application, so the garbage collector removes a failed driver when the
+operator deletes its application to run it again. With the Kafka password's Secret gone from the
+namespace, a new driver pod cannot start (the bed leaves it Pending, waiting
+`CreateContainerConfigError` as a kubelet reports it): the job says why (`DriverNotStarting`) and
+what to do, and runs once the Secret is made again.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,7 +33,6 @@ from tests.integration.kube.spark_operator_bed import (
     app_state,
     container_env,
     fail_pod,
-    remove_pod,
 )
 
 from distributary.devtools.sparkoperator import SparkOperatorBed
@@ -166,13 +170,13 @@ def test_the_driver_pod_carries_our_environment_and_secret_references(
 
 
 def fail_and_clear(cluster: Cluster, operator: Operator, n: int) -> str:
-    """The running driver failed (OOMKilled, failure `n`), the controller's FAILED awaited, and
-    the failed pod deleted as the garbage collector would once its application goes; the
-    application's uid."""
+    """The running driver failed (OOMKilled, failure `n`) and the controller's FAILED awaited;
+    the application's uid. The failed pod is its application's, so it goes with it."""
     uid = str(application(cluster)["metadata"]["uid"])
     fail_pod(cluster, DRIVER, f"out of memory ({n})", reason="OOMKilled", exit_code=137)
     waiting(operator, f"FAILED (failure {n})", lambda: app_state(cluster, APPLICATION) == "FAILED")
-    remove_pod(cluster, DRIVER)
+    owners = (cluster.get("pod", DRIVER) or {}).get("metadata", {}).get("ownerReferences") or []
+    assert [(o["kind"], o["uid"]) for o in owners] == [("SparkApplication", uid)]
     return uid
 
 
@@ -186,7 +190,7 @@ def rerun(cluster: Cluster, operator: Operator, uid: str, n: int) -> None:
             application(cluster).get("metadata", {}).get("uid") not in (None, uid)
             and app_state(cluster, APPLICATION) == "RUNNING"
         ),
-        timeout=LONGEST + 60,
+        timeout=LONGEST + 150,  # spark-submit starts a JVM: slow on a busy machine
     )
 
 
@@ -231,3 +235,68 @@ def test_a_driver_that_keeps_failing_backs_off_stalls_and_recovers(
         timeout=STABLE + 60,
     )
     assert record(cluster)["attempts"] == 0
+
+
+def job_events(cluster: Cluster, reason: str) -> list[dict[str, Any]]:
+    """The events on the job with `reason`."""
+    found = cluster.kubectl(
+        "get", "events", "-n", NAMESPACE, "-o", "json",
+        "--field-selector", f"involvedObject.kind=StreamJob,involvedObject.name={JOB_NAME},"
+        f"reason={reason}",
+    )  # fmt: skip
+    return list(json.loads(found)["items"])
+
+
+def test_a_missing_kafka_secret_is_said_and_the_driver_starts_once_it_is_made(
+    running: dict[str, Any], cluster: Cluster, operator: Operator
+) -> None:
+    """The Secret of the Kafka password gone from the namespace: the next driver pod cannot
+    start (the bed leaves it Pending, waiting `CreateContainerConfigError` as a kubelet reports
+    it). The job says why and what to do, warns once, and leaves the application as it is; made
+    again, the Secret lets the pod run and the job is Ready without a restart."""
+    cluster.kubectl("delete", "secret", "kafka-user", "-n", NAMESPACE)
+    # Its restart makes a driver pod that needs the Secret (spark-submit may take a while).
+    before = fail_and_clear(cluster, operator, 3)
+    waiting(
+        operator,
+        f"{APPLICATION} re-created and its driver pod made",
+        lambda: (
+            application(cluster).get("metadata", {}).get("uid") not in (None, before)
+            and cluster.get("pod", DRIVER)
+        ),
+        timeout=LONGEST + 60,
+    )
+    stuck = waiting(
+        operator,
+        "the job saying its driver does not start",
+        lambda: (
+            (found := condition(job(cluster), "Ready"))
+            and found["reason"] == "DriverNotStarting"
+            and found
+        ),
+        timeout=30,
+    )
+    assert stuck["status"] == "False"
+    assert f"driver pod {NAMESPACE}/{DRIVER} does not start" in stuck["message"]
+    assert 'CreateContainerConfigError: secret "kafka-user" not found' in stuck["message"]
+    assert f"create Secret kafka-user in namespace {NAMESPACE}" in stuck["message"]
+    assert (condition(job(cluster), "Stalled") or {}).get("reason") == "DriverNotStarting"
+    uid = application(cluster)["metadata"]["uid"]
+    time.sleep(4)  # a few reconciles (the observer's every 2s): the application stays as it is
+    assert application(cluster)["metadata"]["uid"] == uid
+    assert app_state(cluster, APPLICATION) == "SUBMITTED"
+    assert application(cluster)["status"]["submissionAttempts"] == 1
+    warned = job_events(cluster, "DriverNotStarting")
+    assert [(e["type"], e.get("count", 1)) for e in warned] == [("Warning", 1)]
+    assert "kafka-user" in warned[0]["message"]
+    cluster.apply(SECRETS[0])  # the fix: the pod runs, the same application goes on
+    waiting(
+        operator,
+        "the job Ready once its driver runs",
+        lambda: is_true(job(cluster), "Ready"),
+        timeout=LONGEST + 60,  # as long as any start: kwok may take a while to run the pod
+    )
+    assert application(cluster)["metadata"]["uid"] == uid
+    assert app_state(cluster, APPLICATION) == "RUNNING"
+    assert (condition(job(cluster), "Stalled") or {}).get("status") != "True"
+    assert len(job_events(cluster, "DriverNotStarting")) == 1

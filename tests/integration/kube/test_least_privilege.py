@@ -215,6 +215,23 @@ def test_watching_a_list_lists_namespaces_and_nothing_more_cluster_wide(
     assert not can_i(list_account, "get", "namespaces")  # kopf lists and watches, no more
 
 
+def test_of_namespaces_only_kube_system_can_be_read_its_uid_naming_the_cluster_in_claims(
+    account: ChartAccount, list_account: ChartAccount
+) -> None:
+    def can_get(holder: ChartAccount, namespace: str) -> bool:
+        asked = ["auth", "can-i", "get", f"namespace/{namespace}"]
+        result = subprocess.run(
+            ["kubectl", "--kubeconfig", str(holder.kubeconfig), *asked],
+            capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
+        return result.stdout.strip() == "yes"
+
+    for holder in (account, list_account):
+        assert can_get(holder, "kube-system")
+        assert not can_get(holder, "default")
+        assert not can_get(holder, NAMESPACE)
+
+
 @pytest.mark.parametrize(("verb", "resource", "where"), NEVER, ids=lambda v: str(v))
 def test_watching_a_list_is_refused_the_same(
     list_account: ChartAccount, verb: str, resource: str, where: tuple[str, ...]

@@ -5,7 +5,9 @@ The second Log of a name is Stalled (`TopicTaken`) naming the first and makes no
 (`deletionPolicy: Delete`) leaves the first's topic and records exactly as they were; the claim
 holds across an operator restart; deleting the owner releases it and the waiting Log becomes
 Ready on a topic of its own. A topic that was in Kafka before any Log claimed it is adopted and
-kept when its Log is deleted. With per-namespace topic names both teams get their own topics.
+kept when its Log is deleted. A Log deleted while the operator was down has its claims released
+by the operator's sweep once it runs again. With per-namespace topic names both teams get their
+own topics.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from tests.integration.kube.operator_harness import Cluster, Operator, condition
 
 from distributary.devtools.controlplane import ControlPlane
 from distributary.kafka.admin import KafkaAdmin
-from distributary.kafka.records import produce
+from distributary.kafka.records import TopicReader, produce
 from distributary.local.broker import EmbeddedBroker
 from distributary.plan.topics import CreateTopic
 from distributary.schema import EncodedRecord
@@ -50,7 +52,7 @@ def operator(
     """One operator watching both teams' namespaces (as cluster admin: the chart's RBAC is
     tested elsewhere), on a claims topic of this module's own."""
     folder: Path = tmp_path_factory.mktemp("operator")
-    flags = ("--namespace", NS_B, "--claims-topic", CLAIMS)
+    flags = ("--namespace", NS_B, "--claims-topic", CLAIMS, "--claims-sweep-interval", "2")
     running = Operator(teams[0], broker.bootstrap_servers, folder, flags)
     running.start()
     yield running
@@ -175,6 +177,41 @@ def test_a_topic_in_kafka_before_any_log_is_adopted_and_kept(
     )
     assert "adopted, not created by Distributary" in kept[0]["message"]
     assert ends(admin, "legacy-ledger") == {0: (0, 1)}
+
+
+def test_a_log_deleted_while_the_operator_was_down_has_its_claim_swept(
+    teams: tuple[Cluster, Cluster], operator: Operator, broker: EmbeddedBroker
+) -> None:
+    first, second = teams
+    first.apply(log("ledger", deletionPolicy="Retain"))
+    waiting(operator, "Log ledger Ready", lambda: is_true(first.get("dlog", "ledger"), "Ready"))
+    produce(broker.bootstrap_servers, "ledger", records(3))
+    second.apply(log("books", deletionPolicy="Retain", topicName="ledger"))
+    waiting(
+        operator,
+        "team b's Log books TopicTaken",
+        lambda: stalled_by(second, "books", "TopicTaken"),
+    )
+
+    operator.stop()  # no operator sees the deletion: no on.delete handler, no finalizer
+    first.kubectl("delete", "dlog", "ledger", "-n", NS_A, "--wait=true", "--timeout=30s")
+    operator.start()
+    waiting(
+        operator,
+        "team b's Log books Ready on topic ledger",
+        lambda: is_true(second.get("dlog", "books"), "Ready"),
+    )
+    assert (second.get("dlog", "books") or {})["status"]["topicName"] == "ledger"
+    with TopicReader(broker.bootstrap_servers) as reader:
+        kept, ends_then = reader.last("ledger", 10)
+    assert ends_then == {0: 3}
+    assert [(r.offset, r.key, r.value) for r in kept] == [
+        (n, b"k", f"v{n}".encode()) for n in range(3)
+    ]
+    said = operator.log_file.read_text(errors="replace").splitlines()
+    swept = [line for line in said if f"{NS_A}/ledger is gone" in line]
+    assert len(swept) == 1
+    assert swept[0].endswith(f"Log {NS_A}/ledger is gone: released its claims on ledger")
 
 
 def test_per_namespace_topic_names_give_each_team_its_own_topic(

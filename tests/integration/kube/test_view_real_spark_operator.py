@@ -1,17 +1,17 @@
-"""A view's revision run by the Kubeflow Spark operator's real controller, nodes played by kwok.
+"""A view's revision run by the Kubeflow Spark operator's real controller and webhook, nodes
+played by kwok.
 
-The controller (v2.3.0, built from its Go module, webhook disabled) submits the view's
-SparkApplication with pyspark's spark-submit, which creates the driver pod on the API server; a
-stand-in scheduler binds it to kwok's fake node and kwok moves it to Running, so the application
-goes through the real state machine: SUBMITTED, RUNNING, and FAILED when the driver pod fails. The
-view follows it (Starting, Ready, Restarting after its back-off with the controller's own error
-message, Ready again), and deleting the view has the garbage collector remove the application.
-Two things differ from a cluster whose Spark operator runs its webhook, as the chart's does by
-default: the webhook makes each driver pod owned by its application, so without it a deleted
-application leaves its driver pod behind (the tests delete it where the garbage collector would),
-and `env` entries reach no pod (ours are `envVars`, which the controller passes itself). The
-controller of v2.3.0 puts no finalizer on applications. kwok runs no container, so no Spark code
-runs and no record flows: these tests check control flow only, never data.
+The controller (v2.3.0, built from its Go module) submits the view's SparkApplication with
+pyspark's spark-submit, which creates the driver pod on the API server; the operator's webhook
+(the chart's configurations, failing closed) defaults and validates the application and mutates
+the pod, making it owned by its application; a stand-in scheduler binds it to kwok's fake node and
+kwok moves it to Running. So the application goes through the real state machine: SUBMITTED,
+RUNNING, and FAILED when the driver pod fails. The view follows it (Starting, Ready, Restarting
+after its back-off with the controller's own error message, Ready again); the garbage collector
+removes a failed application's driver before the view submits it again, and deleting the view
+removes the application and its driver. The controller of v2.3.0 puts no finalizer on
+applications. kwok runs no container, so no Spark code runs and no record flows: these tests check
+control flow only, never data.
 """
 
 from __future__ import annotations
@@ -28,10 +28,12 @@ from tests.integration.kube.spark_operator_bed import (
     app_state,
     container_env,
     fail_pod,
-    remove_pod,
 )
+from tests.integration.spark_pipelines import produce
 
 from distributary.devtools.sparkoperator import NODE, SparkOperatorBed
+from distributary.kafka.admin import KafkaAdmin
+from distributary.local.broker import EmbeddedBroker
 from distributary.plan.spark import DEFAULT_SERVICE_ACCOUNT
 
 NAMESPACE = VIEW_NAMESPACE
@@ -42,10 +44,16 @@ OPERATOR_FLAGS = (
     "--image", IMAGE,
     "--restart-delay", "2",
     "--max-restart-delay", "4",
+    "--checkpoint-claim", "rs-checkpoints",
+    "--checkpoint-mount-path", "/mnt/checkpoints",
+    "--checkpoint-root", "file:///mnt/checkpoints/root",
 )  # fmt: skip
+NODE_LOCAL_CHECKPOINTS = False  # checkpoints on the claim, mounted into the driver
 VIEW = "rs-big-clicks"
-APPLICATION = f"{VIEW}-r1"
+APPLICATION, APPLICATION_2 = f"{VIEW}-r1", f"{VIEW}-r2"
 DRIVER = f"{APPLICATION}-driver"
+GROUP, GROUP_2 = (f"distributary.{NAMESPACE}.{VIEW}.r{n}" for n in (1, 2))
+REWIND = {"requestId": "rs-again-1", "to": {"from": "Earliest"}}
 CLICKS = {
     "apiVersion": "distributary.dev/v1alpha1",
     "kind": "Log",
@@ -144,6 +152,15 @@ def test_the_driver_pod_carries_our_image_arguments_conf_account_and_resources(
     for key, value in spec["sparkConf"].items():
         assert properties.get(key) == value, key
     assert properties["spark.sql.shuffle.partitions"] == "7"
+    # The checkpoint claim, mounted where the runner's checkpoints are: the webhook's work.
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]
+              if v.get("persistentVolumeClaim")}  # fmt: skip
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert [mounts[v] for v, claim in claims.items() if claim == "rs-checkpoints"] == [
+        "/mnt/checkpoints"
+    ]
+    checkpoint = json.loads(container["args"][-1])["checkpoint_location"]
+    assert checkpoint.startswith("file:///mnt/checkpoints/root/"), checkpoint
     # A view's driver needs no environment of ours: its runner reads the spec argument.
     assert not {name for name in container_env(running) if name.startswith("DISTRIBUTARY_")}
 
@@ -159,13 +176,13 @@ def test_a_failed_driver_fails_the_application_and_the_view_restarts_it(
     waiting(
         operator, "the controller's FAILED", lambda: app_state(cluster, APPLICATION) == "FAILED"
     )
-    # Without its webhook, v2.3.0 leaves the failed driver pod behind when the application goes:
-    # only the webhook makes a driver pod owned by its application (kubeflow/spark-operator#2492)
-    # and a pod of the same name refuses the resubmission. Where the webhook runs the garbage
-    # collector removes it; here the test does.
+    # The webhook made the driver pod owned by its application, so the garbage collector removes
+    # it when the view deletes the failed application; a pod of that name left behind would
+    # refuse the resubmission.
     failed = cluster.get("pod", DRIVER) or {}
-    assert not failed["metadata"].get("ownerReferences")
-    remove_pod(cluster, DRIVER)
+    assert [(o["kind"], o["uid"]) for o in failed["metadata"]["ownerReferences"]] == [
+        ("SparkApplication", before)
+    ]
     restarting = waiting(
         operator,
         "the view Restarting after the controller failed the application",
@@ -190,31 +207,119 @@ def test_a_failed_driver_fails_the_application_and_the_view_restarts_it(
             application(cluster).get("metadata", {}).get("uid") not in (None, before)
             and app_state(cluster, APPLICATION) == "RUNNING"
         ),
-        timeout=60,
+        timeout=180,  # spark-submit starts a JVM: slow on a busy machine
     )
     waiting(operator, "the view Ready again", lambda: is_true(view(cluster), "Ready"))
     assert spark_status(cluster)["attempts"] == 1
     assert application(cluster)["status"]["submissionAttempts"] == 1
 
 
-def test_deleting_the_view_collects_the_application_but_not_its_driver(
+def driver_uid(cluster: Cluster, pod: str = DRIVER) -> str | None:
+    return (cluster.get("pod", pod) or {}).get("metadata", {}).get("uid")
+
+
+def last_rewind(cluster: Cluster) -> dict[str, Any]:
+    return dict((view(cluster).get("status") or {}).get("lastRewind") or {})
+
+
+def test_a_rewind_deletes_the_application_moves_the_group_once_its_driver_is_gone_and_resubmits(
+    running: dict[str, Any], cluster: Cluster, operator: Operator, broker: EmbeddedBroker
+) -> None:
+    """The operator deletes the application; the garbage collector deletes its driver pod (the
+    webhook's owner reference), and only then is the group moved; the application is applied
+    again and the controller submits a new driver. kwok runs no driver, so the test commits the
+    group's offsets where a driver would have read to."""
+    waiting(operator, "the view Ready", lambda: is_true(view(cluster), "Ready"))
+    admin = KafkaAdmin(broker.bootstrap_servers)
+    produce(broker.bootstrap_servers, "rs-clicks", [(n % 2, None, b"{}") for n in range(20)])
+    admin.commit(GROUP, {"rs-clicks": {0: 6, 1: 4}})
+    app_before, driver_before = application(cluster)["metadata"]["uid"], driver_uid(cluster)
+    assert driver_before is not None
+    cluster.apply({**BIG_CLICKS, "spec": {**BIG_CLICKS["spec"], "rewind": REWIND}})
+    done = waiting(
+        operator,
+        "the rewind done",
+        lambda: last_rewind(cluster) if last_rewind(cluster).get("phase") == "Done" else None,
+        timeout=120,
+    )
+    assert {(m["partition"], m["toOffset"]) for m in done["offsets"]} == {(0, 0), (1, 0)}
+    assert admin.committed(GROUP) == {"rs-clicks": {0: 0, 1: 0}}
+    waiting(
+        operator,
+        "the application applied again and RUNNING under the controller with a new driver",
+        lambda: (
+            application(cluster).get("metadata", {}).get("uid") not in (None, app_before)
+            and app_state(cluster, APPLICATION) == "RUNNING"
+            and driver_uid(cluster) not in (None, driver_before)
+        ),
+        timeout=180,  # spark-submit starts a JVM: slow on a busy machine
+    )
+    assert application(cluster)["status"]["submissionAttempts"] == 1
+    waiting(operator, "the view Ready after the rewind", lambda: is_true(view(cluster), "Ready"))
+    assert admin.committed(GROUP) == {"rs-clicks": {0: 0, 1: 0}}  # no late commit undid it
+
+
+def test_an_edit_runs_revision_2_through_the_controller_and_cuts_over_to_it(
+    running: dict[str, Any], cluster: Cluster, operator: Operator, broker: EmbeddedBroker
+) -> None:
+    """Revision 2's application is submitted beside revision 1's; once its group has read to
+    the end (committed by the test where a driver would), readers switch to it and revision 1's
+    application and, through the garbage collector, its driver go."""
+    edited = {
+        **BIG_CLICKS["spec"],
+        "sql": "SELECT user, amount FROM clicks WHERE amount >= 20",
+        "upgrade": {"cutoverWindow": "2s"},
+        "rewind": REWIND,
+    }
+    cluster.apply({**BIG_CLICKS, "spec": edited})
+    waiting(
+        operator,
+        f"{APPLICATION_2} RUNNING under the controller beside {APPLICATION}",
+        lambda: app_state(cluster, APPLICATION_2) == "RUNNING",
+        timeout=180,
+    )
+    assert app_state(cluster, APPLICATION) == "RUNNING"
+    assert (view(cluster)["status"] or {}).get("servingRevision") == 1
+    admin = KafkaAdmin(broker.bootstrap_servers)
+    ends = admin.end_offsets(["rs-clicks"])
+    admin.commit(GROUP_2, ends)
+    waiting(
+        operator,
+        "revision 2 serving",
+        lambda: (view(cluster).get("status") or {}).get("servingRevision") == 2,
+        timeout=120,
+    )
+    output = cluster.get("dlog", VIEW) or {}
+    assert output["status"]["topicName"] == f"{VIEW}.r2"
+    waiting(
+        operator,
+        f"{APPLICATION} and its driver gone",
+        lambda: not application(cluster) and not cluster.get("pod", DRIVER),
+        timeout=90,
+    )
+    assert app_state(cluster, APPLICATION_2) == "RUNNING"
+    waiting(operator, "the view Ready on revision 2", lambda: is_true(view(cluster), "Ready"))
+
+
+def test_deleting_the_view_collects_the_application_and_its_driver(
     running: dict[str, Any], cluster: Cluster, operator: Operator
 ) -> None:
     """The controller of v2.3.0 has no finalizer on SparkApplications: deleting the view has the
-    garbage collector delete the application at once; the driver pod, owned by nothing without
-    the webhook, stays (upstream issue kubeflow/spark-operator#2492)."""
-    waiting(operator, "a running driver pod", lambda: app_state(cluster, APPLICATION) == "RUNNING")
-    assert not application(cluster)["metadata"].get("finalizers")
+    garbage collector delete the application at once, and then its driver pod, which the webhook
+    made the application's."""
+    serving = (view(cluster).get("status") or {}).get("servingRevision")
+    name = f"{VIEW}-r{serving}"
+    waiting(operator, "a running driver pod", lambda: app_state(cluster, name) == "RUNNING")
+    assert not (cluster.get(SPARK_APPLICATION, name) or {})["metadata"].get("finalizers")
     cluster.kubectl("delete", "dview", VIEW, "-n", NAMESPACE, "--timeout=60s")
     waiting(
         operator,
-        "the SparkApplication garbage-collected",
-        lambda: not application(cluster),
-        timeout=60,
+        "the SparkApplication and its driver pod garbage-collected",
+        lambda: (
+            not cluster.get(SPARK_APPLICATION, name) and not cluster.get("pod", f"{name}-driver")
+        ),
+        timeout=90,
     )
-    driver = cluster.get("pod", DRIVER) or {}
-    assert driver["status"]["phase"] == "Running"
-    remove_pod(cluster, DRIVER)
 
 
 def _mebibytes(quantity: str) -> int:

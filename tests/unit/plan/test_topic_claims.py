@@ -18,6 +18,7 @@ from distributary.plan.claims import (
     parse_record,
     record_key,
     record_value,
+    stale_claims,
     taken_message,
 )
 
@@ -113,6 +114,71 @@ def test_records_read_back_as_written_and_foreign_ones_are_skipped() -> None:
     assert parse_record(b"orders team-b/orders", None, 8) is None
     assert parse_record(b"orders", b"not json", 9) is None
     assert parse_record(b"orders", b"{}", 9) is None
+
+
+HERE = "3f6b-kube-system-uid"  # this Kubernetes cluster
+
+
+def held(
+    topic: str, who: Claimant, offset: int, *, released: bool = False, cluster: str | None = HERE
+) -> ClaimRecord:
+    return ClaimRecord(topic, who, released, True, offset, cluster)
+
+
+def test_a_sweep_releases_the_standing_claims_of_a_deleted_log() -> None:
+    view = claimant_of("team-a", "orders", {"kind": "DerivedView", "name": "enrich"})
+    claims = Claims([held("orders", A, 0), held("orders.r1", view, 1), held("payments", B, 2)])
+    stale = stale_claims(claims, 3, {"team-b/orders"}, None, HERE)
+    assert stale == {Claimant("team-a", "orders"): ["orders", "orders.r1"]}
+
+
+def test_a_sweep_keeps_the_claims_of_a_listed_log() -> None:
+    claims = Claims([held("orders", A, 0), held("payments", A, 1)])
+    assert stale_claims(claims, 2, {"team-a/orders"}, None, HERE) == {}
+    assert stale_claims(claims, 2, {"team-a/orders"}, ["team-a"], HERE) == {}
+
+
+def test_a_sweep_keeps_a_claim_newer_than_the_end_read_before_the_listing() -> None:
+    # appended after the sweep began: its Log may have been made after the listing
+    claims = Claims([held("orders", A, 0), held("payments", B, 5)])
+    assert stale_claims(claims, 5, set(), None, HERE) == {A: ["orders"]}
+    assert stale_claims(claims, 6, set(), None, HERE) == {A: ["orders"], B: ["payments"]}
+
+
+def test_a_sweep_keeps_the_claims_of_namespaces_it_does_not_watch() -> None:
+    claims = Claims([held("orders", A, 0), held("payments", B, 1)])
+    assert stale_claims(claims, 2, set(), ["team-b"], HERE) == {B: ["payments"]}
+    assert stale_claims(claims, 2, set(), [], HERE) == {}
+
+
+def test_a_sweep_ignores_released_claims() -> None:
+    claims = Claims([held("orders", A, 0), held("orders", A, 1, released=True)])
+    assert stale_claims(claims, 2, set(), None, HERE) == {}
+    # claimed again after a release: the standing record is the latest one
+    claims.add(held("orders", A, 2))
+    assert stale_claims(claims, 2, set(), None, HERE) == {}
+    assert stale_claims(claims, 3, set(), None, HERE) == {A: ["orders"]}
+
+
+def test_a_sweep_keeps_the_claims_of_another_kubernetes_cluster_and_of_no_known_cluster() -> None:
+    # Installations in other clusters share the claims topic; their Logs are in no listing here.
+    claims = Claims(
+        [
+            held("orders", A, 0, cluster="another-cluster"),
+            held("payments", B, 1, cluster=None),
+            held("refunds", B, 2),
+        ]
+    )
+    assert stale_claims(claims, 3, set(), None, HERE) == {B: ["refunds"]}
+    assert stale_claims(claims, 3, set(), None, None) == {}
+
+
+def test_a_record_names_the_cluster_that_wrote_it() -> None:
+    value = record_value(B, released=False, created=True, cluster=HERE)
+    parsed = parse_record(record_key("orders", B).encode(), json.dumps(value).encode(), 3)
+    assert parsed is not None
+    assert parsed.cluster == HERE
+    assert "cluster" not in record_value(B, released=False, created=True)
 
 
 def test_internal_topics_of_any_installation_are_reserved() -> None:

@@ -13,6 +13,7 @@ from distributary.api.job import StreamJob
 from distributary.api.log import Log, LogStatus
 from distributary.api.view import DerivedView
 from distributary.backends.base import Owner, RevisionApp
+from distributary.plan.conditions import Problem
 from distributary.plan.log_status import LogReconcile
 from distributary.plan.runner_spec import RunnerSpec
 from distributary.plan.spark import Application
@@ -130,11 +131,15 @@ class FakeRuntime:
     failing: set[int] = field(default_factory=set)
     specs: list[RunnerSpec] = field(default_factory=list)  # every runner spec asked to run
     ended_as: str = "FAILED"  # the state of an ended application (COMPLETED: exit code 0)
+    # Revisions submitted whose driver cannot start, and why (`plan.driver_pods`).
+    stuck: dict[int, Problem] = field(default_factory=dict)
 
     def _app(self, namespace: str, name: str, revision: int) -> RevisionApp:
         def state() -> AppState:
             if revision in self.failing:
                 return AppState(self.ended_as, ended=True, failed=True, message="it failed")
+            if name in self.running and revision in self.stuck:
+                return AppState("SUBMITTED", not_starting=self.stuck[revision])
             if name in self.running:
                 return AppState("RUNNING", running=True)
             return AppState("ABSENT")
