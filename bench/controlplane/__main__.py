@@ -12,7 +12,7 @@ Why it is shaped this way:
 - By default no Spark operator runs, and the benchmark stands in for it as most tests do: each
   SparkApplication the operator creates is set to RUNNING through the status subresource, once.
   The operator's watch of SparkApplications sees it, as it would in a cluster. With
-  `--real-spark-operator` the Spark operator's real controller (no webhook) submits each one
+  `--real-spark-operator` the Spark operator's real controller (with its webhook) submits each one
   with spark-submit and kwok runs the driver pods (`distributary.devtools.sparkoperator`): the
   figures then include a JVM per view and the controller's own API requests, as in a cluster.
 - Readiness is read from watches, not polls: a poll lists every object each time and would load
