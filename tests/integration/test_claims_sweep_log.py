@@ -9,28 +9,17 @@ reading the claims topic sees what the sweep released.
 
 from __future__ import annotations
 
-import uuid
+from tests.integration.test_topic_claims_log import claims_topic
 
-from distributary.backends.direct import DirectTopics
-from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.claims import ClaimsLog
 from distributary.local.broker import EmbeddedBroker
 from distributary.plan.claims import Claimant
-from distributary.plan.topics import DesiredTopic
 
 GONE = Claimant("team-a", "gone")
 AGAIN = Claimant("team-a", "again")
 LATE = Claimant("team-a", "late")
 ELSEWHERE = Claimant("team-x", "theirs")
 REMOTE = Claimant("team-a", "remote")  # team-a of another Kubernetes cluster
-
-
-def claims_topic(broker: EmbeddedBroker) -> str:
-    name = f"distributary.sweep-{uuid.uuid4().hex[:8]}.claims"
-    DirectTopics(KafkaAdmin(broker.bootstrap_servers)).apply(
-        DesiredTopic(name, 1, None, {"cleanup.policy": "compact"})
-    )
-    return name
 
 
 def test_a_sweep_releases_only_claims_older_than_the_listing(broker: EmbeddedBroker) -> None:
