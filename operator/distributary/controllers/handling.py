@@ -85,7 +85,12 @@ class Namespace:
         outputs of the views in it that have a revision catching up."""
         namespace = str((resource.get("metadata") or {}).get("namespace"))
         writers = [*self._items("views", namespace), *self._items("jobs", namespace)]
-        logs, lineage = planning_bodies(self._items("logs", namespace), writers, dict(resource))
+        logs = self._items("logs", namespace)
+        if resource.get("kind") == "StreamJob":
+            # A job makes the dead-letter topic of the Log it writes: to it, a Log being deleted
+            # is gone, or it would make again the topic that Log's deletion has just removed.
+            logs = [log for log in logs if not (log.get("metadata") or {}).get("deletionTimestamp")]
+        logs, lineage = planning_bodies(logs, writers, dict(resource))
         allowed = self.services.settings.allowed_sql_functions
         pipeline, children, _invalid = namespace_pipeline(logs, lineage, allowed_functions=allowed)
         return Lineage(pipeline, children, reprocessing_outputs(lineage))
