@@ -90,7 +90,7 @@ READERS = (APPEND, UPSERT)  # the views reading the events
 VIEWS = (APPEND, UPSERT, DOWNSTREAM)  # upstream first
 # SIGKILLs from outside; crashes after a transaction come on top. More for a longer run:
 # DISTRIBUTARY_TEST_KILLS=30 (each restart starts a JVM: a few kills keep the suite short).
-KILLS = int(os.environ.get("DISTRIBUTARY_TEST_KILLS", "4"))
+KILLS = int(os.environ.get("DISTRIBUTARY_TEST_KILLS", "3"))
 CRASHES_AFTER_TRANSACTION = 1
 SEED = int(os.environ.get("DISTRIBUTARY_TEST_SEED", "1313"))
 BACKLOG = 200

@@ -8,8 +8,9 @@ them on a plaintext broker: so every client of a run (topic creation, the append
 Spark's Kafka source and sink, the exactly-once writer, dead letters, progress, positions) spoke
 TLS and authenticated. The password is written in no file of the state folder, the runner's log
 or the command's output; a wrong one is refused within seconds, naming what to fix. A StreamJob
-runs over mTLS, and the operator runs the example over SASL_SSL (`e2e/local.py --secured`) with
-its credentials from its environment, as the chart gives them.
+runs over mTLS, and the operator runs the example over SASL_SSL (`e2e/local.py --secured`, which
+is `make e2e-local` on a secured broker) with its credentials from its environment, as the chart
+gives them.
 """
 
 from __future__ import annotations
@@ -318,9 +319,15 @@ def test_the_clickstream_example_converges_through_the_operator_over_sasl_ssl(
     assert result.returncode == 0, result.stderr[-4000:]
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert summary["kafka"] == "SASL_SSL"
+    assert set(summary["views"]) == set(VIEWS)
     for name, view in summary["views"].items():
         assert view == {"revision": 1, "outputTopic": f"{name}.r1", "lag": 0, "ready": True}, name
     assert summary["logs"]["page-views"]["records"] == len(demo_records())
+    # The view's filter keeps some; written in transactions, its topic's offsets also count one
+    # commit marker per transaction and partition.
+    kept = len(enriched(demo_records()))
+    assert summary["logs"]["enriched-page-views"]["records"] >= kept
+    assert "derivedview.distributary.dev/views-per-country" in result.stdout  # kubectl apply
     # The operator took the password from its environment; none of its statuses, events (in
     # etcd), logs, runner specs or the runners' logs holds it.
     given = state / "client.properties"
