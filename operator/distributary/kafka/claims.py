@@ -27,7 +27,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from distributary.kafka.admin import KafkaAdminError
-from distributary.kafka.cluster import client_config
+from distributary.kafka.cluster import NO_LEADER_YET, client_config
 from distributary.plan.claims import (
     Claimant,
     ClaimRecord,
@@ -42,9 +42,6 @@ from distributary.plan.claims import (
 )
 
 TIMEOUT = 15.0  # seconds a read to the end of the log or a write may take
-# What a just-made topic's partition answers until its leader is elected (not always flagged
-# retriable by librdkafka).
-NO_LEADER_YET = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,11 @@ def client_config(
     return {"bootstrap.servers": bootstrap_servers, "log_level": 2, **extra}
 
 
+# What a partition answers until its leader is elected (a topic just made, a broker just
+# started): not always flagged retriable by librdkafka, and worth asking again.
+NO_LEADER_YET = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
+
+
 def cluster_ready(
     bootstrap_servers: str, timeout: float = 2.0, client: Mapping[str, str] | None = None
 ) -> bool:

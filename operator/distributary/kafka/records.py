@@ -26,7 +26,7 @@ from confluent_kafka import (
 )
 
 from distributary.errors import DistributaryError
-from distributary.kafka.cluster import client_config
+from distributary.kafka.cluster import NO_LEADER_YET, client_config
 from distributary.schema import EncodedRecord
 
 Offsets = dict[str, dict[int, int]]
@@ -67,14 +67,8 @@ class Produced:
     seconds: float
 
 
-# What a broker answers while it elects a partition's leader.
-_NO_LEADER_YET = frozenset(
-    {
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError._TRANSPORT,
-    }
-)
+# What a broker just started answers while it elects a partition's leader.
+_NO_LEADER_YET = NO_LEADER_YET | {KafkaError._TRANSPORT}
 
 
 def _partitions(client: Producer | Consumer, topic: str, servers: str, timeout: float) -> list[int]:

@@ -11,10 +11,10 @@ reprocessing 43%: 1.2M of 2.8M records"). Each revision's row in `status.revisio
 phase, topic, consumer group, inputs, lag and progress, and its dead letters as its runner counts
 them (`status.deadLetters`: the serving revision's). Problems only the user can fix (bad SQL, a
 missing input, an application that keeps failing, a driver pod the cluster cannot start, a refused
-change) make the view Stalled; waiting
-for an input's topic, an application that is starting or restarting makes it Reconciling. An
-application keeps failing when it failed several times within a window and has not run stably
-since (`plan.restarts`, which `status.sparkApplication` keeps the history for). A query Spark
+change) make the view Stalled; waiting for an input's topic, an application that is starting or
+restarting makes it Reconciling. An application keeps failing when it failed several times within
+a window and has not run stably since (`plan.restarts`, which `status.sparkApplication` keeps the
+history for). A query Spark
 refused at start (its runner reported QueryRefused for the very runner spec it runs) is a problem
 of its own, not a failure: it is not restarted (`query_refused`), and a revision serving beside it
 serves on.
