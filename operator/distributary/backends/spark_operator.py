@@ -12,6 +12,7 @@ fixed, so nothing is deleted or restarted for it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -40,6 +41,11 @@ from distributary.plan.spark import (
 from distributary.plan.spark_state import DRIVER_PENDING, AppState, spark_application_state
 
 KIND = "SparkApplication"
+# Seconds an application applied afresh waits for the driver pod its deleted predecessor left
+# (the garbage collector removes it): a pod of that name makes the Spark operator's submission
+# fail, which would count as one more failure. After that, it is applied anyway.
+DRIVER_GONE_WAIT = 15.0
+DRIVER_GONE_POLL = 0.5
 
 
 def as_applied(app: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -132,6 +138,8 @@ class SparkOperatorRuntime:
             if current is not None and holds(current, wanted):
                 seen: AppState = read.pop("state", None) or spark_application_state(current)
                 return seen
+            if current is None:
+                self._await_driver_gone(namespace, name)
             # The applied object carries the Spark operator's status: no second read needed.
             applied = spark_application_state(self.kube.apply(wanted))
             return self._driver(namespace, name, revision, applied)
@@ -144,6 +152,15 @@ class SparkOperatorRuntime:
             self.kube.delete(SPARK_APPLICATION_API_VERSION, KIND, namespace, name)
 
         return RevisionApp(namespace, name, state, start, remove)
+
+    def _await_driver_gone(self, namespace: str, name: str) -> None:
+        """Wait, `DRIVER_GONE_WAIT` at most, until no driver pod of application `name` is left
+        (one of a deleted application of the same name, as a restart leaves it)."""
+        deadline = time.monotonic() + DRIVER_GONE_WAIT
+        while self.kube.get("v1", "Pod", namespace, driver_pod_name(name)) is not None:
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(DRIVER_GONE_POLL)
 
     def keep(self, owner: Owner, revisions: Sequence[int]) -> None:
         """Nothing: a SparkApplication runs on until it is deleted."""

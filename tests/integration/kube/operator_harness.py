@@ -78,6 +78,12 @@ def condition(resource: dict[str, Any] | None, type_: str) -> dict[str, Any] | N
     return None
 
 
+def with_reason(resource: dict[str, Any] | None, type_: str, reason: str) -> dict[str, Any] | None:
+    """The condition `type_` of a resource when its reason is `reason`, else None."""
+    found = condition(resource, type_)
+    return found if found and found["reason"] == reason else None
+
+
 def is_true(resource: dict[str, Any] | None, type_: str) -> bool:
     """The condition is True and was computed from the resource's current generation."""
     found = condition(resource, type_)

@@ -25,7 +25,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from tests.integration.kube.operator_harness import Cluster, Operator, condition, is_true, waiting
+from tests.integration.kube.operator_harness import (
+    Cluster,
+    Operator,
+    condition,
+    is_true,
+    waiting,
+    with_reason,
+)
 from tests.integration.kube.spark_operator_bed import (
     JOB_NAMESPACE,
     SPARK_APPLICATION,
@@ -201,11 +208,7 @@ def test_a_driver_that_keeps_failing_backs_off_stalls_and_recovers(
     restarting = waiting(
         operator,
         "the job Restarting",
-        lambda: (
-            (found := condition(job(cluster), "Reconciling"))
-            and found["reason"] == "Restarting"
-            and found
-        ),
+        lambda: with_reason(job(cluster), "Reconciling", "Restarting"),
     )
     assert "ExitCode: 137, Reason: OOMKilled" in restarting["message"]
     rerun(cluster, operator, uid, 2)
@@ -269,11 +272,7 @@ def test_a_missing_kafka_secret_is_said_and_the_driver_starts_once_it_is_made(
     stuck = waiting(
         operator,
         "the job saying its driver does not start",
-        lambda: (
-            (found := condition(job(cluster), "Ready"))
-            and found["reason"] == "DriverNotStarting"
-            and found
-        ),
+        lambda: with_reason(job(cluster), "Ready", "DriverNotStarting"),
         timeout=30,
     )
     assert stuck["status"] == "False"

@@ -20,7 +20,13 @@ import json
 from typing import Any
 
 import pytest
-from tests.integration.kube.operator_harness import Cluster, Operator, condition, is_true, waiting
+from tests.integration.kube.operator_harness import (
+    Cluster,
+    Operator,
+    is_true,
+    waiting,
+    with_reason,
+)
 from tests.integration.kube.spark_operator_bed import (
     SPARK_APPLICATION,
     SPARK_CRDS,
@@ -186,11 +192,7 @@ def test_a_failed_driver_fails_the_application_and_the_view_restarts_it(
     restarting = waiting(
         operator,
         "the view Restarting after the controller failed the application",
-        lambda: (
-            (found := condition(view(cluster), "Reconciling"))
-            and found["reason"] == "Restarting"
-            and found
-        ),
+        lambda: with_reason(view(cluster), "Reconciling", "Restarting"),
     )
     assert "the streaming application ended (FAILED)" in restarting["message"]
     assert "ExitCode: 137, Reason: OOMKilled" in restarting["message"]

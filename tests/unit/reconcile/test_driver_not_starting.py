@@ -15,6 +15,7 @@ from tests.unit.reconcile import test_view_reconcile as views
 from tests.unit.reconcile.fakes import NS, Parts, parts
 from tests.unit.reconcile.test_view_reconcile import log
 
+from distributary.backends import spark_operator
 from distributary.backends.spark_operator import SparkOperatorRuntime
 from distributary.plan.conditions import Problem
 from distributary.plan.driver_pods import DRIVER_NOT_STARTING
@@ -75,8 +76,8 @@ class PodsKube:
 
     def get(self, api: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         self.journal.append(("get", kind))
-        if kind == "Pod":
-            return copy.deepcopy(self.pod)
+        if kind == "Pod":  # the driver of the application, once there is one
+            return copy.deepcopy(self.pod) if self.app is not None else None
         return copy.deepcopy(self.app)
 
     def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
@@ -139,5 +140,47 @@ def test_a_driver_that_starts_or_is_not_made_yet_is_no_problem(
     runtime = SparkOperatorRuntime(kube, "dist/job:1")  # type: ignore[arg-type]
     job = make_job()
     runtime.job_app(job, 2, None, job_app(job)).start()
+    kube.journal.clear()
     assert runtime.job_app(job, 2, None, job_app(job)).state().not_starting is None
     assert (("get", "Pod") in kube.journal) == (state == "SUBMITTED")
+
+
+class LeftoverKube(PodsKube):
+    """No application, and the driver pod a deleted one left, gone after `reads` reads."""
+
+    def __init__(self, reads: int) -> None:
+        super().__init__("SUBMITTED", waiting_pod("", ""))
+        self.reads = reads
+
+    def get(self, api: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        if kind == "Pod" and self.app is None:
+            self.journal.append(("get", kind))
+            self.reads -= 1
+            return copy.deepcopy(self.pod) if self.reads >= 0 else None
+        return super().get(api, kind, namespace, name)
+
+
+def test_an_application_applied_afresh_waits_until_the_old_driver_pod_is_gone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A pod of the same name would make the Spark operator's submission fail.
+    monkeypatch.setattr(spark_operator, "DRIVER_GONE_POLL", 0.01)
+    kube = LeftoverKube(reads=2)
+    runtime = SparkOperatorRuntime(kube, "dist/job:1")  # type: ignore[arg-type]
+    job = make_job()
+    runtime.job_app(job, 2, None, job_app(job)).start()
+    assert [e for e in kube.journal if e != ("get", "SparkApplication")][:4] == [
+        ("get", "Pod"), ("get", "Pod"), ("get", "Pod"), ("apply", "sessionize-job-r2"),
+    ]  # fmt: skip
+
+
+def test_a_driver_pod_that_stays_is_waited_for_only_so_long(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(spark_operator, "DRIVER_GONE_POLL", 0.01)
+    monkeypatch.setattr(spark_operator, "DRIVER_GONE_WAIT", 0.1)
+    kube = LeftoverKube(reads=10_000)
+    runtime = SparkOperatorRuntime(kube, "dist/job:1")  # type: ignore[arg-type]
+    job = make_job()
+    runtime.job_app(job, 2, None, job_app(job)).start()
+    assert ("apply", "sessionize-job-r2") in kube.journal
