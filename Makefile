@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test unit integration lint demo crds docs clean helm chart-lint devcluster e2e-local e2e-kind locks
+.PHONY: install system-packages test unit integration lint demo crds docs clean helm chart-lint devcluster e2e-local e2e-kind locks
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,13 +15,17 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-test: $(STAMP)
+# PostgreSQL and Redis, which the integration tests start for real (apt-get, only when missing).
+system-packages:
+	tools/system-packages.sh
+
+test: $(STAMP) system-packages
 	$(BIN)/python -m pytest
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit
 
-integration: $(STAMP)
+integration: $(STAMP) system-packages
 	$(BIN)/python -m pytest tests/integration
 
 lint: $(STAMP)

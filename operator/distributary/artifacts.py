@@ -26,6 +26,7 @@ SPARK_VERSION = "4.1.1"  # equal to the pinned pyspark
 SCALA_BINARY = "2.13"
 LOG4J_VERSION = "2.24.3"
 SLF4J_VERSION = "2.0.17"
+DEBEZIUM_VERSION = "3.4.3.Final"
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,20 @@ KAFKA_BROKER = Bundle(
         f"org.apache.kafka:kafka-tools:{KAFKA_VERSION}",
         f"org.apache.logging.log4j:log4j-slf4j2-impl:{LOG4J_VERSION}",
         # A direct pin, so Maven picks the slf4j 2 API that the log4j binding above needs.
+        f"org.slf4j:slf4j-api:{SLF4J_VERSION}",
+    ),
+)
+
+# A Kafka Connect worker (distributed mode) with Debezium's PostgreSQL connector on its classpath,
+# for change data capture on one machine (`distributary.local.connect`).
+KAFKA_CONNECT = Bundle(
+    "kafka-connect",
+    (
+        f"org.apache.kafka:connect-runtime:{KAFKA_VERSION}",
+        f"org.apache.kafka:connect-json:{KAFKA_VERSION}",
+        f"org.apache.kafka:connect-transforms:{KAFKA_VERSION}",
+        f"io.debezium:debezium-connector-postgres:{DEBEZIUM_VERSION}",
+        f"org.apache.logging.log4j:log4j-slf4j2-impl:{LOG4J_VERSION}",
         f"org.slf4j:slf4j-api:{SLF4J_VERSION}",
     ),
 )

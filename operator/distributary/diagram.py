@@ -17,7 +17,8 @@ DiagramFormat = Literal["mermaid", "dot"]
 
 
 def _node_id(ref: Ref) -> str:
-    kind = {"Log": "log", "DerivedView": "view", "StreamJob": "job"}.get(ref.kind, "node")
+    kinds = {"Log": "log", "DerivedView": "view", "StreamJob": "job", "Source": "source"}
+    kind = kinds.get(ref.kind, "node")
     return f"{kind}_{re.sub(r'[^A-Za-z0-9]', '_', ref.namespace)}_" + re.sub(
         r"[^A-Za-z0-9]", "_", ref.name
     )
@@ -33,6 +34,8 @@ def _label(pipeline: Pipeline, ref: Ref) -> str:
             if output.mode == "append"
             else f"{name}\\nupsert by " + (", ".join(output.key or []))
         )
+    if ref in pipeline.captures:
+        return f"{name}\\nPostgreSQL {pipeline.captures[ref].spec.postgres.database}"
     return name
 
 
@@ -52,6 +55,8 @@ def to_mermaid(pipeline: Pipeline) -> str:
             shape = f'[("{label}")]'
         elif ref.kind == "DerivedView":
             shape = f'("{label}")'
+        elif ref.kind == "Source":
+            shape = f'{{{{"{label}"}}}}'
         else:
             shape = f'[["{label}"]]'
         lines.append(f"    {_node_id(ref)}{shape}")
@@ -64,7 +69,7 @@ def to_mermaid(pipeline: Pipeline) -> str:
 
 def to_dot(pipeline: Pipeline) -> str:
     """The pipeline as a Graphviz digraph, left to right."""
-    shapes = {"Log": "cylinder", "DerivedView": "box", "StreamJob": "box3d"}
+    shapes = {"Log": "cylinder", "DerivedView": "box", "StreamJob": "box3d", "Source": "hexagon"}
     lines = ["digraph pipeline {", "    rankdir=LR;", '    node [fontname="Helvetica"];']
     for ref in pipeline.order:
         style = ', style="rounded"' if ref.kind == "DerivedView" else ""

@@ -27,6 +27,7 @@ from distributary.api import (
     Log,
     Resource,
     ResourceError,
+    Source,
     StreamJob,
     label_part,
     parse_resource,
@@ -39,6 +40,7 @@ from distributary.api.admission import (
     yaml_documents,
 )
 from distributary.api.names import topic_names
+from distributary.api.source import SourceTable
 from distributary.event_time import event_time_problems, log_columns
 from distributary.query_rules import query_problems
 from distributary.sql import (
@@ -53,7 +55,7 @@ from distributary.sql import (
     unsafe_calls,
 )
 
-_KIND_RANK = {"Log": 0, "DerivedView": 1, "StreamJob": 2}
+_KIND_RANK = {"Log": 0, "Source": 1, "DerivedView": 2, "StreamJob": 3}
 _FIELD_MESSAGE = re.compile(r"^([A-Za-z][\w.\[\]-]*): (.*)$", re.DOTALL)
 
 
@@ -239,17 +241,19 @@ def load_pipeline(
 class Pipeline:
     """Logs, views and jobs, the edges between them, their order, and what is wrong.
 
-    Logs include each view's derived output log. Edges run from a log to each view or job that
-    reads it, and from a view or job to each log it writes.
+    Logs include each view's derived output log and each Source's table Logs. Edges run from a
+    log to each view or job that reads it, and from a Source, view or job to each log it writes.
     """
 
     logs: dict[Ref, Log] = field(default_factory=dict)
     views: dict[Ref, DerivedView] = field(default_factory=dict)
     jobs: dict[Ref, StreamJob] = field(default_factory=dict)
+    captures: dict[Ref, Source] = field(default_factory=dict)  # Sources (change data capture)
     problems: tuple[SpecProblem, ...] = ()
     order: tuple[Ref, ...] = ()
     edges: tuple[tuple[Ref, Ref], ...] = ()
     skipped: int = 0
+    allowed_functions: frozenset[str] = frozenset()
     _sources: dict[Ref, str | None] = field(default_factory=dict)
     _writers: dict[Ref, Ref] = field(default_factory=dict)
     _inputs: dict[Ref, dict[str, Log]] = field(default_factory=dict)
@@ -267,6 +271,35 @@ class Pipeline:
         (the operator's setting), and no other: by default, none."""
         return _Builder(resources, allowed_functions).pipeline
 
+    def declared(self) -> list[Declared]:
+        """The resources as they were read, with their files (the Logs views and Sources
+        derive left out)."""
+        found: list[Declared] = []
+        resources: list[tuple[Ref, Resource]] = [
+            *self.logs.items(),
+            *self.captures.items(),
+            *self.views.items(),
+            *self.jobs.items(),
+        ]
+        for ref, resource in resources:
+            if ref.kind == "Log" and self.writer(ref) in (*self.views, *self.captures):
+                continue
+            found.append(Declared(resource, self._sources.get(ref)))
+        return found
+
+    def rebuilt(self, replaced: Mapping[Ref, Resource]) -> Pipeline:
+        """The pipeline again with some of its resources replaced (e.g. Sources whose tables'
+        columns were read from their databases), checked anew, loading problems kept."""
+        resources = [
+            Declared(replaced.get(Ref.of(d.resource), d.resource), d.source)
+            for d in self.declared()
+        ]
+        again = Pipeline.build(resources, allowed_functions=self.allowed_functions)
+        loading = tuple(p for p in self.problems if not p.resource)
+        again.problems = loading + again.problems
+        again.skipped = self.skipped
+        return again
+
     @property
     def ok(self) -> bool:
         """Whether no problem was found."""
@@ -275,7 +308,8 @@ class Pipeline:
     def resource(self, ref: Ref | Resource) -> Resource:
         """The resource (a derived log included) with this reference; KeyError when none."""
         ref = Ref.of(ref)
-        found = self.logs.get(ref) or self.views.get(ref) or self.jobs.get(ref)
+        found: Resource | None = self.logs.get(ref) or self.views.get(ref) or self.jobs.get(ref)
+        found = found or self.captures.get(ref)
         if found is None:
             raise KeyError(str(ref))
         return found
@@ -292,6 +326,23 @@ class Pipeline:
     def is_derived(self, log: Ref | Resource) -> bool:
         """Whether the log is a view's output rather than a declared Log."""
         return self.writer(log) in self.views
+
+    def is_captured(self, log: Ref | Resource) -> bool:
+        """Whether the log is a Source's table Log."""
+        return self.writer(log) in self.captures
+
+    def table_logs(self, source: Ref | Resource) -> dict[str, Log]:
+        """A Source's table Logs by table (schema.table), as derived from it."""
+        ref = Ref.of(source)
+        found = self.captures.get(ref)
+        if found is None:
+            return {}
+        logs = {}
+        for table in found.spec.tables:
+            log = Ref.log(found.table_log(table), ref.namespace)
+            if self._writers.get(log) == ref and log in self.logs:
+                logs[table.name] = self.logs[log]
+        return logs
 
     def readers(self, log: Ref | Resource) -> tuple[Ref, ...]:
         """The views and jobs that read a log, in order."""
@@ -336,7 +387,7 @@ class _Builder:
     def __init__(
         self, resources: Iterable[Resource | Declared], allowed_functions: frozenset[str]
     ) -> None:
-        self.pipeline = pipeline = Pipeline()
+        self.pipeline = pipeline = Pipeline(allowed_functions=allowed_functions)
         self.allowed_functions = allowed_functions
         self.problems: list[SpecProblem] = []
         self.declared_logs: set[Ref] = set()
@@ -382,11 +433,16 @@ class _Builder:
             self.declared_logs.add(ref)
         elif isinstance(resource, DerivedView):
             pipeline.views[ref] = resource
+        elif isinstance(resource, Source):
+            pipeline.captures[ref] = resource
         else:
             pipeline.jobs[ref] = resource
 
     def _assign_writers(self) -> None:
         writers = self.pipeline._writers
+        for ref, source in sorted(self.pipeline.captures.items()):
+            for index, table in enumerate(source.spec.tables):
+                self._assign_table(ref, source, index, table)
         for ref, view in sorted(self.pipeline.views.items()):
             log = Ref.log(view.output_log, ref.namespace)
             if log in self.declared_logs:
@@ -410,6 +466,27 @@ class _Builder:
         for ref, job in sorted(self.pipeline.jobs.items()):
             for index, output in enumerate(job.spec.outputs):
                 self._assign_job_output(ref, index, Ref.log(output.log, ref.namespace))
+
+    def _assign_table(self, ref: Ref, source: Source, index: int, table: SourceTable) -> None:
+        writers, log = self.pipeline._writers, Ref.log(source.table_log(table), ref.namespace)
+        field = f"spec.tables[{index}].log"
+        if log in self.declared_logs:
+            self._problem(
+                ref,
+                field,
+                f"names Log {log.name!r}, which is declared as a Log too: a Source creates its "
+                f"tables' Logs; set {field} to another name or remove the Log",
+            )
+        elif log in writers:
+            self._problem(
+                ref,
+                field,
+                f"writes Log {log.name!r}, which {writers[log]} writes too: a log has one "
+                f"writer; set {field} to another name",
+            )
+        else:
+            writers[log] = ref
+            self.pipeline.logs[log] = table_log(source, table)
 
     def _assign_job_output(self, ref: Ref, index: int, log: Ref) -> None:
         writers, path = self.pipeline._writers, f"spec.outputs[{index}].log"
@@ -439,8 +516,11 @@ class _Builder:
         return f" (did you mean {near[0]!r}?)" if near else ""
 
     def _log_names(self) -> set[Ref]:
+        pipeline = self.pipeline
         return self.declared_logs | {
-            log for log, w in self.pipeline._writers.items() if w in self.pipeline.views
+            log
+            for log, w in pipeline._writers.items()
+            if w in pipeline.views or w in pipeline.captures
         }
 
     def _connect(self) -> None:
@@ -465,7 +545,8 @@ class _Builder:
                 )
 
     def _nodes(self) -> list[Ref]:
-        return [*self._log_names(), *self.pipeline.views, *self.pipeline.jobs]
+        pipeline = self.pipeline
+        return [*self._log_names(), *pipeline.captures, *pipeline.views, *pipeline.jobs]
 
     def _report_cycle(self, cycle: list[Ref]) -> None:
         ref = min((r for r in cycle if r.kind != "Log"), key=Ref._rank)
@@ -635,6 +716,38 @@ def key_problems(
 
 
 DELETED_COLUMN = "__deleted"  # an upsert view's marker column: true writes a tombstone
+
+
+def table_log(source: Source, table: SourceTable) -> Log:
+    """The Log a Source's table becomes: compacted, keyed by the primary key, its columns the
+    table's (unknown until read from the database when the spec does not give them), with the
+    `__deleted` marker that a delete's record carries before its tombstone."""
+    columns = table.record_schema
+    spec: dict[str, Any] = {
+        "topicName": topic_names().topic(source.metadata.namespace, source.table_log(table)),
+        "partitions": table.partitions,
+        "retention": table.retention,
+        "compaction": True,
+        "schema": with_deleted_marker(columns) if columns else None,
+        "key": list(table.key) if table.key else None,
+        "deletionPolicy": table.deletion_policy,
+    }
+    return Log.model_validate(
+        {
+            "metadata": {"name": source.table_log(table), "namespace": source.metadata.namespace},
+            "spec": {k: v for k, v in spec.items() if v is not None},
+        }
+    )
+
+
+def with_deleted_marker(columns: str) -> str:
+    """A table's columns and the `__deleted` marker of a captured delete (true on the record
+    before the tombstone, false otherwise), unless the table has a column of that name."""
+    try:
+        names = {c.name.lower() for c in parse_ddl(columns)}
+    except SqlError:
+        return columns  # reported by the Log's own check
+    return columns if DELETED_COLUMN in names else f"{columns}, {DELETED_COLUMN} BOOLEAN"
 
 
 def _derive(view: DerivedView, inputs: list[Log], analysis: QueryAnalysis | None) -> Log:

@@ -1,4 +1,5 @@
-"""Fixtures that start real parts: the embedded Kafka broker (from cached Maven jars).
+"""Fixtures that start real parts: the embedded Kafka broker (from cached Maven jars), and
+PostgreSQL 15 and Redis from their Debian packages (`tools/system-packages.sh`).
 
 Each fixture starts the same launcher people use (`distributary.local.broker`), once per session,
 with its data in pytest's temporary folder; nothing here stands in for Kafka.
@@ -12,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from distributary.devtools.postgres import PostgresServer
+from distributary.devtools.redis import RedisServer
 from distributary.local.broker import EmbeddedBroker
 
 
@@ -39,4 +42,18 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]
     """A running single-node KRaft broker for the whole session."""
     state: Path = tmp_path_factory.mktemp("kafka")
     with EmbeddedBroker(state) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    """A running PostgreSQL 15 for the whole session, ready for logical decoding."""
+    with PostgresServer(tmp_path_factory.mktemp("postgres")) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A running Redis (no persistence) for the whole session."""
+    with RedisServer(tmp_path_factory.mktemp("redis")) as running:
         yield running

@@ -1,4 +1,4 @@
-"""The Distributary API: pydantic models of the three kinds, the only source of the CRDs.
+"""The Distributary API: pydantic models of the kinds, the only source of the CRDs.
 
 `parse_resource` turns one YAML document into a typed resource, with errors that name the resource
 and the field; `KINDS` maps each kind to its model and its CRD's names.
@@ -15,12 +15,13 @@ from pydantic import BaseModel, ValidationError
 from distributary.api.common import API_GROUP, API_VERSION, GROUP_VERSION, Condition
 from distributary.api.job import StreamJob
 from distributary.api.log import Log
+from distributary.api.source import Source
 from distributary.api.view import DerivedView
 from distributary.errors import DistributaryError
 
-ResourceT = TypeVar("ResourceT", Log, DerivedView, StreamJob)
+ResourceT = TypeVar("ResourceT", Log, DerivedView, StreamJob, Source)
 
-Resource = Log | DerivedView | StreamJob
+Resource = Log | DerivedView | StreamJob | Source
 
 __all__ = [
     "API_GROUP",
@@ -33,6 +34,7 @@ __all__ = [
     "Log",
     "Resource",
     "ResourceError",
+    "Source",
     "StreamJob",
     "label_part",
     "parse_resource",
@@ -55,6 +57,7 @@ KINDS: dict[str, Kind] = {
     "Log": Kind("Log", Log, "logs", "log", "dlog"),
     "DerivedView": Kind("DerivedView", DerivedView, "derivedviews", "derivedview", "dview"),
     "StreamJob": Kind("StreamJob", StreamJob, "streamjobs", "streamjob", "sjob"),
+    "Source": Kind("Source", Source, "sources", "source", "dsrc"),
 }
 
 
@@ -158,7 +161,7 @@ def describe(document: dict[str, Any]) -> str:
 
 
 def parse_resource(document: dict[str, Any]) -> Resource:
-    """Validate one document as a Log, DerivedView or StreamJob, or raise `ResourceError`."""
+    """Validate one document as a resource of one of `KINDS`, or raise `ResourceError`."""
     label = describe(document)
     api_version = document.get("apiVersion")
     if api_version != GROUP_VERSION:
@@ -173,7 +176,7 @@ def parse_resource(document: dict[str, Any]) -> Resource:
     except ValidationError as exc:
         problems = [_problem(e) for e in _first_per_field(exc.errors())]
         raise ResourceError(label, problems) from None
-    assert isinstance(resource, Log | DerivedView | StreamJob)
+    assert isinstance(resource, Log | DerivedView | StreamJob | Source)
     return resource
 
 

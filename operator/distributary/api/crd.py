@@ -62,6 +62,18 @@ PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
         },
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ],
+    "Source": [
+        {"name": "Ready", "type": "string", "jsonPath": f"{_READY}.status"},
+        {"name": "Reason", "type": "string", "jsonPath": f"{_READY}.reason"},
+        {"name": "Connector", "type": "string", "jsonPath": ".status.connectorState"},
+        {
+            "name": "Lag",
+            "type": "integer",
+            "jsonPath": ".status.slot.lagBytes",
+            "description": "WAL bytes the connector has not confirmed.",
+        },
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ],
 }
 
 _SCALARS = (str, int, float, bool)

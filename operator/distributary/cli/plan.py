@@ -36,6 +36,7 @@ from distributary.plan.pipeline import (
     PlanSettings,
     plan_pipeline,
 )
+from distributary.plan.source_plan import connector_name
 
 F = TypeVar("F", bound=Callable[..., Any])
 TOPIC_BACKENDS = click.Choice(["strimzi", "direct"])
@@ -106,6 +107,19 @@ def _render_text(plan: PipelinePlan, pipeline: Pipeline, settings: PlanSettings)
         )
     if not plan.views and not plan.jobs:
         lines.append("  (none)")
+    if pipeline.captures:
+        lines.append("")
+        lines.append("Change data capture (Debezium on Kafka Connect):")
+    for ref, source in sorted(pipeline.captures.items()):
+        postgres = source.spec.postgres
+        lines.append(
+            f"  + {connector_name(source)}  Source {ref.name}: PostgreSQL {postgres.host}:"
+            f"{postgres.port}/{postgres.database} as {postgres.user}, slot and publication "
+            f"{source.identifier}, snapshot {source.spec.snapshot.mode}"
+        )
+        for table, log in pipeline.table_logs(source).items():
+            columns = log.spec.record_schema or "columns read from the table"
+            lines.append(f"      {table} -> {log.topic} (keyed by the primary key; {columns})")
     return "\n".join(lines)
 
 

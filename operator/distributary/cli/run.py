@@ -27,7 +27,9 @@ from distributary.cli.errors import UserError, require_pyspark
 from distributary.cli.options import KAFKA_CONFIG, PIPELINE_PATHS, kafka_connection
 from distributary.cli.produce import append_file
 from distributary.cli.validate import load_checked
+from distributary.graph import Pipeline
 from distributary.local.run import LocalRun, failed_views, watch
+from distributary.local.sources import resolve_sources
 from distributary.local.state import DEFAULT_STATE_DIR
 from distributary.local.status import Snapshot, one_line, render
 
@@ -103,6 +105,20 @@ def _run(run: LocalRun, produce: list[tuple[str, Path]], until_caught_up: bool) 
         return watch(run, bootstrap, show, until_caught_up, lambda: signals.requested)
 
 
+def with_databases(pipeline: Pipeline, secrets_dir: Path | None) -> Pipeline:
+    """The pipeline with each Source's tables as its database has them, or a UserError after
+    printing every problem (nothing was run)."""
+    if not pipeline.captures:
+        return pipeline
+    resolved, problems = resolve_sources(pipeline, secrets_dir)
+    for problem in problems:
+        click.echo(problem, err=True)
+    if problems:
+        count = len(problems)
+        raise UserError(f"{count} problem{'s' if count != 1 else ''} found; nothing was run")
+    return resolved
+
+
 @click.command()
 @PIPELINE_PATHS
 @click.option("--bootstrap-servers", help="Use this Kafka instead of starting the embedded one.")
@@ -115,6 +131,13 @@ def _run(run: LocalRun, produce: list[tuple[str, Path]], until_caught_up: bool) 
     help="Where the broker's data, checkpoints and logs live; a second run resumes from it.",
 )
 @click.option("--until-caught-up", is_flag=True, help="Exit once every view has caught up.")
+@click.option(
+    "--secrets",
+    "secrets_dir",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    help="Secrets the resources name, as Kubernetes mounts them: DIR/<secret>/<key> (e.g. a "
+    "Source's database password).",
+)
 @click.option(
     "--produce",
     "produce",
@@ -135,13 +158,14 @@ def run(
     kafka_config: Path | None,
     state_dir: Path,
     until_caught_up: bool,
+    secrets_dir: Path | None,
     produce: tuple[str, ...],
     cores: int,
 ) -> None:
     """Run a pipeline on this machine: Kafka (embedded unless given), topics, every view on
     local Spark, and a live table of positions and lag. Ctrl-C stops it; running again resumes."""
     require_pyspark("run")
-    pipeline = load_checked(paths, "run")
+    pipeline = with_databases(load_checked(paths, "run"), secrets_dir)
     pairs = _produce_pairs(produce)
     bootstrap_servers, security = kafka_connection(kafka_config, bootstrap_servers)
     if security is not None and not bootstrap_servers:
@@ -159,6 +183,7 @@ def run(
         kafka_security=security,
         cores=cores,
         say=lambda text: click.echo(text, err=True),
+        secrets_dir=secrets_dir.resolve() if secrets_dir else None,
     )
     try:
         snapshot = _run(local, pairs, until_caught_up)

@@ -49,11 +49,15 @@ def load_checked(paths: Sequence[Path], doing: str | None = None) -> Pipeline:
 
 
 def _summary(pipeline: Pipeline) -> str:
-    declared = [r for r in pipeline.logs if not pipeline.is_derived(r)]
+    declared = [
+        r for r in pipeline.logs if not pipeline.is_derived(r) and not pipeline.is_captured(r)
+    ]
+    sources = len(pipeline.captures)
     return (
         f"{len(declared)} log{'s' if len(declared) != 1 else ''}, "
         f"{len(pipeline.views)} view{'s' if len(pipeline.views) != 1 else ''}, "
         f"{len(pipeline.jobs)} job{'s' if len(pipeline.jobs) != 1 else ''}"
+        + (f", {sources} source{'s' if sources != 1 else ''}" if sources else "")
     )
 
 

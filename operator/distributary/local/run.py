@@ -49,6 +49,7 @@ from distributary.kafka.progress import ProgressReader
 from distributary.local.broker import EmbeddedBroker
 from distributary.local.revisions import LocalRevisions, refused, resource_key
 from distributary.local.runtime import PipelineRuntime
+from distributary.local.sources import LocalSources
 from distributary.local.state import RunState, ServedLog, write_run_state
 from distributary.local.status import Snapshot, ViewNote, ViewRow, observe, problem_line
 from distributary.plan.conditions import Problem
@@ -58,6 +59,7 @@ from distributary.plan.pipeline import PipelinePlan, PlanSettings, plan_pipeline
 from distributary.plan.progress import PROGRESS_TOPIC
 from distributary.plan.restarts import APPLICATION_FAILING, RestartPolicy
 from distributary.plan.runner_spec import RunnerSpec
+from distributary.plan.source_plan import HEARTBEAT_RETENTION_MS, heartbeat_topic
 from distributary.plan.spark_state import QUERY_REFUSED
 from distributary.plan.topics import DesiredTopic
 from distributary.plan.view_plan import reprocessing_outputs
@@ -147,7 +149,9 @@ class LocalRun:
     say: Callable[[str], None] = lambda text: print(text, file=sys.stderr, flush=True)
     spark_conf: Mapping[str, str] = field(default_factory=dict)  # more settings, every revision
     restart_policy: RestartPolicy = field(default_factory=RestartPolicy)  # of failed applications
+    secrets_dir: Path | None = None  # Secrets as Kubernetes mounts them: <dir>/<name>/<key>
     broker: EmbeddedBroker | None = None
+    sources: LocalSources | None = None
     plan: PipelinePlan | None = None
     bootstrap: str | None = None
     revisions: LocalRevisions | None = None
@@ -209,6 +213,10 @@ class LocalRun:
         client = client_settings(self.kafka_security)
         admin = KafkaAdmin(bootstrap, client=client)
         self._make_topics(DirectTopics(admin))
+        self.sources = LocalSources(
+            self.pipeline, self.state_dir, self.secrets_dir, self.say, self.kafka_security
+        )
+        self.sources.start(bootstrap)
         self.files = PipelineFiles(self.pipeline, self.revisions, self._served())
         progress = ProgressReader(bootstrap, PROGRESS_TOPIC, client)
         jobs = LocalSparkRuntime(LocalRuntime(self.state_dir / "jobs", self.cores))
@@ -232,7 +240,11 @@ class LocalRun:
         assert self.plan is not None
         declared = [t.topic for t in self.plan.topics if not self.pipeline.is_derived(t.log)]
         compacted = {"cleanup.policy": "compact"}
-        for desired in [*declared, DesiredTopic(PROGRESS_TOPIC, 1, None, compacted)]:
+        heartbeats = [
+            DesiredTopic(heartbeat_topic(s), 1, None, {"retention.ms": str(HEARTBEAT_RETENTION_MS)})
+            for s in self.pipeline.captures.values()
+        ]
+        for desired in [*declared, *heartbeats, DesiredTopic(PROGRESS_TOPIC, 1, None, compacted)]:
             for refusal in topics.apply(desired).refusals:
                 self.say(f"warning: topic {desired.name}: {refusal.message}")
 
@@ -251,7 +263,9 @@ class LocalRun:
         return served
 
     def reconcile(self) -> None:
-        """One round: every view and job in the pipeline's order, then run.json."""
+        """One round: every Source, every view and job in the pipeline's order, then run.json."""
+        if self.sources is not None:
+            self.sources.reconcile()
         self.loop.run_until_complete(self._round())
         self._write_state()
 
@@ -433,6 +447,8 @@ class LocalRun:
         if self.services is not None:
             self.services.progress.close()
             self.services = None
+        if self.sources is not None:
+            self.sources.stop()
         if self.broker is not None:
             self.say("Stopping Kafka ...")
             self.broker.stop()

@@ -10,8 +10,13 @@ from distributary.api import KINDS
 from distributary.api.crd import crd
 
 CRDS = {name: crd(kind) for name, kind in KINDS.items()}
-SHORT_NAMES = {"Log": "dlog", "DerivedView": "dview", "StreamJob": "sjob"}
-PLURALS = {"Log": "logs", "DerivedView": "derivedviews", "StreamJob": "streamjobs"}
+SHORT_NAMES = {"Log": "dlog", "DerivedView": "dview", "StreamJob": "sjob", "Source": "dsrc"}
+PLURALS = {
+    "Log": "logs",
+    "DerivedView": "derivedviews",
+    "StreamJob": "streamjobs",
+    "Source": "sources",
+}
 
 
 def _version(name: str) -> dict[str, Any]:

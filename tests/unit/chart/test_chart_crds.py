@@ -32,14 +32,14 @@ def test_each_chart_crd_equals_the_generated_one() -> None:
         assert text == generated.get(name), f"charts/distributary/crds/{name} differs: {FIX}"
 
 
-def test_chart_crds_are_the_three_distributary_kinds() -> None:
+def test_chart_crds_are_the_distributary_kinds() -> None:
     kinds = set()
     for text in yaml_files(CHART_CRDS).values():
         crd = yaml.safe_load(text)
         assert crd["kind"] == "CustomResourceDefinition"
         assert crd["spec"]["group"] == "distributary.dev"
         kinds.add(crd["spec"]["names"]["kind"])
-    assert kinds == {"Log", "DerivedView", "StreamJob"}
+    assert kinds == {"Log", "DerivedView", "StreamJob", "Source"}
 
 
 def test_chart_has_no_other_files_beside_the_crds() -> None:

@@ -1,0 +1,399 @@
+"""The Sources of a `distributary run`: their tables read from their databases, one Kafka Connect
+worker carrying their connectors, and what became of them.
+
+Before anything runs, each Source's tables are read from its database (`resolve_sources`): a
+table's Log gets the table's columns and primary key, and a table that is missing, has no primary
+key or has a column that cannot be carried exactly stops the run with a message naming the field
+and the fix. Then one Connect worker (distributed mode, state under `<state dir>/connect`, its
+configs, offsets and statuses in Kafka) runs one Debezium connector per Source; a second run finds
+the connectors and their offsets and carries on from where the first stopped, in the same slot.
+
+Each round (`LocalSources.reconcile`) applies a changed spec, pauses or resumes as the spec says,
+restarts a failed task with back-off, reads the slot (its lag and the WAL it keeps) and records
+the Source's status in `<state dir>/sources.json`. A Source no longer in the files has its
+connector deleted and its slot and publication dropped; its Logs' topics stay.
+
+Passwords are read from a folder laid out as Kubernetes mounts a Secret (`<secrets>/<name>/<key>`)
+and reach Connect as `${dir:...}` references it resolves itself: no password is written to Kafka,
+the state folder or a log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from distributary.api.source import SecretKey, Source
+from distributary.databases.postgres import (
+    DatabaseError,
+    connect,
+    drop_capture,
+    slot_reading,
+    table_shapes,
+)
+from distributary.errors import DistributaryError
+from distributary.graph import Pipeline, Ref
+from distributary.local.connect import ConnectClient, ConnectError, ConnectWorker
+from distributary.plan.kafka_connection import KafkaSecurity
+from distributary.plan.source_plan import (
+    CONNECTOR_FAILED,
+    DATA_LOSS_RISK,
+    DATABASE_UNREACHABLE,
+    PAUSED,
+    SlotReading,
+    connector_config,
+    connector_name,
+    resolve_table,
+    resolved,
+    wal_warning,
+)
+
+SOURCES_FILE = "sources.json"
+CONNECT_GROUP = "distributary-run-connect"
+CONNECT_TOPICS = "distributary-run-connect"
+SLOT_EVERY = 5.0  # seconds between readings of each slot
+RESTART_AFTER = (5.0, 15.0, 60.0)  # back-off of a failed task's restarts
+LOGGER = logging.getLogger("distributary.run")
+
+
+class SourceError(DistributaryError, RuntimeError):
+    """A Source cannot run; the message names the Source, the field and the fix."""
+
+
+def secret_value(secrets_dir: Path | None, secret: SecretKey, label: str) -> str:
+    """The value of a Secret's key from the secrets folder, as Kubernetes would mount it."""
+    if secrets_dir is None:
+        raise SourceError(
+            f"{label}: spec.postgres.passwordSecret names Secret {secret.name!r}: give "
+            f"--secrets DIR with the password in DIR/{secret.name}/{secret.key}"
+        )
+    path = secrets_dir / secret.name / secret.key
+    try:
+        return path.read_text("utf-8").rstrip("\n")
+    except OSError:
+        raise SourceError(
+            f"{label}: spec.postgres.passwordSecret: there is no file {path}: write the "
+            f"password of Secret {secret.name!r}, key {secret.key!r}, there"
+        ) from None
+
+
+def password_reference(secrets_dir: Path, secret: SecretKey) -> str:
+    """What a connector config says instead of the password: Connect reads the file itself."""
+    return f"${{dir:{(secrets_dir / secret.name).resolve()}:{secret.key}}}"
+
+
+def resolve_sources(pipeline: Pipeline, secrets_dir: Path | None) -> tuple[Pipeline, list[str]]:
+    """The pipeline with every Source's tables as their databases have them, and every problem
+    found (each names the Source, the field and the fix)."""
+    if not pipeline.captures:
+        return pipeline, []
+    problems: list[str] = []
+    replaced: dict[Ref, Source] = {}
+    for ref, source in sorted(pipeline.captures.items()):
+        label = str(ref)
+        try:
+            password = secret_value(secrets_dir, source.spec.postgres.password_secret, label)
+            with connect(source.spec.postgres, password) as db:
+                shapes = table_shapes(db, [t.name for t in source.spec.tables])
+        except (SourceError, DatabaseError) as exc:
+            problems.append(str(exc) if isinstance(exc, SourceError) else f"{label}: {exc}")
+            continue
+        tables = [
+            resolve_table(source, index, table, shapes.get(table.name))
+            for index, table in enumerate(source.spec.tables)
+        ]
+        problems.extend(f"{label} {problem}" for t in tables for problem in t.problems)
+        replaced[ref] = resolved(source, tables)
+    rebuilt = pipeline.rebuilt(replaced)
+    problems.extend(str(p) for p in rebuilt.problems if p not in pipeline.problems)
+    return rebuilt, problems
+
+
+@dataclass
+class _Watch:
+    """What a run keeps in memory of one Source between rounds."""
+
+    applied: dict[str, str] | None = None
+    paused: bool | None = None
+    failures: int = 0
+    restart_due: float = 0.0
+    slot_due: float = 0.0
+    slot: dict[str, Any] | None = None
+
+
+@dataclass
+class LocalSources:
+    """The Sources of one run and the Connect worker that carries them."""
+
+    pipeline: Pipeline
+    state_dir: Path
+    secrets_dir: Path | None
+    say: Callable[[str], None]
+    security: KafkaSecurity | None = None
+    worker: ConnectWorker | None = None
+    client: ConnectClient | None = None
+    watches: dict[Ref, _Watch] = field(default_factory=dict)
+    said: set[str] = field(default_factory=set)
+    statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def path(self) -> Path:
+        """Where the Sources' statuses are kept."""
+        return self.state_dir / SOURCES_FILE
+
+    def start(self, bootstrap: str) -> None:
+        """Start the worker (when a Source, or one removed since the last run, needs it), drop
+        what removed Sources left, and apply every Source's connector."""
+        self.statuses = self._load()
+        current = {f"{r.namespace}/{r.name}" for r in self.pipeline.captures}
+        removed = {k: v for k, v in self.statuses.items() if k not in current}
+        if not self.pipeline.captures and not removed:
+            return
+        folder = self.state_dir / "connect"
+        folder.mkdir(parents=True, exist_ok=True)
+        self.say(f"Starting a Kafka Connect worker in {folder} ...")
+        self.worker = ConnectWorker(
+            folder,
+            bootstrap,
+            group_id=CONNECT_GROUP,
+            topic_prefix=CONNECT_TOPICS,
+            security=self.security,
+            secrets_dir=self.secrets_dir,
+        ).start()
+        self.client = ConnectClient(self.worker.url)
+        self.say(f"Kafka Connect serves on {self.worker.url}")
+        for key, entry in sorted(removed.items()):
+            self._remove(key, entry)
+        self.reconcile()
+
+    def _remove(self, key: str, entry: Mapping[str, Any]) -> None:
+        """A Source gone from the files: its connector deleted, its slot and publication dropped
+        (its Logs' topics stay)."""
+        assert self.client is not None
+        name = str(entry.get("connector") or "")
+        if name:
+            self.client.delete(name)
+        source = _recorded_source(entry)
+        if source is not None:
+            try:
+                password = secret_value(
+                    self.secrets_dir, source.spec.postgres.password_secret, f"Source/{key}"
+                )
+                with connect(source.spec.postgres, password) as db:
+                    dropped = drop_capture(db, source.identifier, source.identifier)
+            except (SourceError, DatabaseError) as exc:
+                self.say(f"source {key}: removed from the files, but {exc}; drop its slot "
+                         f"{source.identifier!r} by hand or it keeps the server's WAL")  # fmt: skip
+                return
+            what = " and ".join(dropped) if dropped else "nothing left to drop"
+            self.say(f"source {key}: removed from the files: {what} dropped; its Logs stay")
+        self.statuses.pop(key, None)
+        self._save()
+
+    def reconcile(self) -> None:
+        """One round over every Source: apply, pause or resume, restart what failed, observe.
+        A worker that died is started again first (its connectors resume from their committed
+        offsets: exactly once)."""
+        if self.client is None or self.worker is None:
+            return
+        code = self.worker.exit_code()
+        if code is not None:
+            self.say(f"Kafka Connect exited (code {code}; see {self.worker.log_file}); "
+                     "starting it again")  # fmt: skip
+            self.worker.stop()
+            self.worker.start()
+            self.watches.clear()  # configs and pauses are applied again
+        for ref, source in sorted(self.pipeline.captures.items()):
+            try:
+                self._reconcile(ref, source)
+            except (ConnectError, SourceError) as exc:
+                self._say_once(f"source {ref.name}: {exc}")
+        self._save()
+
+    def _reconcile(self, ref: Ref, source: Source) -> None:
+        assert self.client is not None
+        watch = self.watches.setdefault(ref, _Watch())
+        name = connector_name(source)
+        config = self._config(source)
+        if watch.applied != config:
+            self.client.put_config(name, config)
+            watch.applied = config
+        wanted = source.spec.paused
+        if watch.paused != wanted:
+            (self.client.pause if wanted else self.client.resume)(name)
+            watch.paused = wanted
+            self.say(f"source {ref.name}: {'paused' if wanted else 'reading changes'}")
+        state = self.client.status(name) or {}
+        tasks = state.get("tasks") or []
+        failed = [t for t in tasks if t.get("state") == "FAILED"]
+        connector_state = str((state.get("connector") or {}).get("state") or "UNASSIGNED")
+        if connector_state == "FAILED" or failed:
+            self._restart_later(ref, watch, name, state, failed)
+        elif (
+            connector_state == "RUNNING"
+            and tasks
+            and all(t.get("state") == "RUNNING" for t in tasks)
+        ):
+            watch.failures = 0
+        self._observe_slot(ref, source, watch)
+        self._record(ref, source, name, connector_state, tasks, watch)
+
+    def _config(self, source: Source) -> dict[str, str]:
+        assert self.secrets_dir is not None  # resolve_sources needed the password
+        topics = {table: log.topic for table, log in self.pipeline.table_logs(source).items()}
+        password = password_reference(self.secrets_dir, source.spec.postgres.password_secret)
+        return connector_config(source, topics, password)
+
+    def _restart_later(
+        self, ref: Ref, watch: _Watch, name: str, state: Mapping[str, Any], failed: list[Any]
+    ) -> None:
+        assert self.client is not None
+        trace = str((failed[0] if failed else state.get("connector") or {}).get("trace") or "")
+        first = trace.strip().splitlines()[0] if trace.strip() else "no reason given"
+        now = time.monotonic()
+        if watch.restart_due == 0.0:
+            delay = RESTART_AFTER[min(watch.failures, len(RESTART_AFTER) - 1)]
+            watch.restart_due = now + delay
+            log = self.worker.log_file if self.worker else "the worker's log"
+            self.say(f"source {ref.name}: the connector failed ({first}); restarting it in "
+                     f"{delay:.0f}s (see {log})")  # fmt: skip
+        elif now >= watch.restart_due:
+            watch.failures += 1
+            watch.restart_due = 0.0
+            self.client.restart(name)
+
+    def _observe_slot(self, ref: Ref, source: Source, watch: _Watch) -> None:
+        now = time.monotonic()
+        if now < watch.slot_due:
+            return
+        watch.slot_due = now + SLOT_EVERY
+        try:
+            password = secret_value(
+                self.secrets_dir, source.spec.postgres.password_secret, str(ref)
+            )
+            with connect(source.spec.postgres, password) as db:
+                reading, seconds = slot_reading(db, source.identifier)
+        except (SourceError, DatabaseError) as exc:
+            watch.slot = {"error": str(exc)}
+            self._say_once(f"source {ref.name}: {exc}")
+            return
+        watch.slot = {
+            "name": source.identifier,
+            "active": reading.active if reading.exists else None,
+            "retainedWalBytes": reading.retained_bytes,
+            "lagBytes": reading.lag_bytes,
+            "lagSeconds": seconds,
+        }
+        warning = wal_warning(source, reading)
+        if warning is not None:
+            self._say_once(f"source {ref.name}: warning: {warning}")
+
+    def _record(
+        self,
+        ref: Ref,
+        source: Source,
+        name: str,
+        connector_state: str,
+        tasks: list[Any],
+        watch: _Watch,
+    ) -> None:
+        key = f"{ref.namespace}/{ref.name}"
+        slot = watch.slot or {}
+        running = (
+            connector_state == "RUNNING"
+            and bool(tasks)
+            and all(t.get("state") == "RUNNING" for t in tasks)
+        )
+        if "error" in slot:
+            ready = ("False", DATABASE_UNREACHABLE, str(slot["error"]))
+        elif source.spec.paused:
+            ready = ("False", PAUSED, "paused by spec.paused; changes wait in the slot")
+        elif connector_state == "FAILED" or any(t.get("state") == "FAILED" for t in tasks):
+            failed = "the connector failed; it is restarted with back-off"
+            ready = ("False", CONNECTOR_FAILED, failed)
+        elif running:
+            ready = ("True", "Capturing", "the connector reads the slot")
+        else:
+            ready = ("False", "Starting", f"the connector is {connector_state}")
+        conditions = [_condition("Ready", *ready)]
+        reading = slot.get("retainedWalBytes")
+        if isinstance(reading, int):
+            risk = wal_warning(source, SlotReading(True, bool(slot.get("active")), reading))
+            if risk is not None:
+                conditions.append(_condition(DATA_LOSS_RISK, "True", DATA_LOSS_RISK, risk))
+        tables = [
+            {"name": table, "log": log.metadata.name, "topic": log.topic,
+             "columns": log.spec.record_schema, "key": list(log.spec.key or [])}
+            for table, log in self.pipeline.table_logs(source).items()
+        ]  # fmt: skip
+        self.statuses[key] = {
+            "namespace": ref.namespace,
+            "name": ref.name,
+            "connector": name,
+            "spec": source.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+            "status": {
+                "conditions": conditions,
+                "connector": name,
+                "connectorState": connector_state,
+                "tables": tables,
+                "slot": {k: v for k, v in slot.items() if k != "error"} or None,
+                "publication": source.identifier,
+            },
+        }
+
+    def _say_once(self, text: str) -> None:
+        if text not in self.said:
+            self.said.add(text)
+            self.say(text)
+
+    def _load(self) -> dict[str, dict[str, Any]]:
+        try:
+            data = json.loads(self.path.read_text("utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            raise SourceError(
+                f"{self.path} cannot be read ({exc}): move it away to start the Sources afresh "
+                "(their connectors and slots are found again)"
+            ) from None
+        return dict(data) if isinstance(data, dict) else {}
+
+    def _save(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(self.statuses, indent=2, sort_keys=True)
+        fd, temporary = tempfile.mkstemp(dir=self.state_dir, prefix=".sources-")
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        os.replace(temporary, self.path)
+
+    def stop(self) -> None:
+        """Stop the worker (its connectors commit their offsets; the slots stay)."""
+        if self.worker is not None:
+            self.say("Stopping Kafka Connect ...")
+            self.worker.stop()
+            self.worker = None
+            self.client = None
+
+
+def _condition(kind: str, status: str, reason: str, message: str) -> dict[str, str]:
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"type": kind, "status": status, "reason": reason, "message": message,
+            "lastTransitionTime": now}  # fmt: skip
+
+
+def _recorded_source(entry: Mapping[str, Any]) -> Source | None:
+    """The Source a status entry was recorded from (to find its database again)."""
+    metadata = {"namespace": entry.get("namespace"), "name": entry.get("name")}
+    try:
+        return Source.model_validate({"metadata": metadata, "spec": entry.get("spec")})
+    except ValueError:
+        LOGGER.debug("an unreadable Source entry in %s", SOURCES_FILE)
+        return None

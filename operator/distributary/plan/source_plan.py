@@ -1,0 +1,292 @@
+"""A Source's desired state: its tables' Logs and its Debezium connector, from its spec and what the
+database says of its tables. Pure: the database is read by `databases.postgres`, Connect is called
+by a runtime; here is only what to ask of them.
+
+Each table becomes a compacted Log keyed by its primary key, whose columns are the table's as
+Debezium writes them with the settings below (`decimal.handling.mode=string`,
+`time.precision.mode=connect`, JSON without schemas): see `spark_type` for the mapping, which
+refuses a column type it cannot carry exactly rather than guess.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from distributary.api.log import quantity_bytes
+from distributary.api.source import Source, SourceTable
+from distributary.graph import DELETED_COLUMN
+from distributary.sql import SqlError, parse_ddl
+
+CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
+JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
+UNWRAP = "io.debezium.transforms.ExtractNewRecordState"
+ROUTER = "org.apache.kafka.connect.transforms.RegexRouter"
+CAST = "org.apache.kafka.connect.transforms.Cast$Value"
+IS_TOMBSTONE = "org.apache.kafka.connect.transforms.predicates.RecordIsTombstone"
+HEARTBEAT_MS = 10_000
+HEARTBEAT_PREFIX = "distributary-heartbeat"
+HEARTBEAT_RETENTION_MS = 3_600_000
+
+# Reasons of a Source's conditions.
+TABLE_PROBLEM = "TableProblem"  # a table missing, without a primary key, or with a column refused
+DATABASE_UNREACHABLE = "DatabaseUnreachable"
+CONNECTOR_FAILED = "ConnectorFailed"
+DATA_LOSS_RISK = "DataLossRisk"
+PAUSED = "Paused"
+
+_SCALARS = {
+    "smallint": "SMALLINT",
+    "integer": "INT",
+    "bigint": "BIGINT",
+    "real": "FLOAT",
+    "double precision": "DOUBLE",
+    "boolean": "BOOLEAN",
+    "text": "STRING",
+    "uuid": "STRING",
+    "json": "STRING",
+    "jsonb": "STRING",
+    "xml": "STRING",
+    "citext": "STRING",
+    "inet": "STRING",
+    "cidr": "STRING",
+    "macaddr": "STRING",
+    "money": "STRING",
+    "numeric": "STRING",  # no precision given: any number of digits, kept exactly as text
+    "bytea": "BINARY",  # base64 in JSON, which Spark decodes
+    "timestamp with time zone": "TIMESTAMP",  # an ISO-8601 string in UTC
+    "timestamp without time zone": "BIGINT",  # milliseconds since the epoch
+    "date": "INT",  # days since the epoch
+    "time without time zone": "INT",  # milliseconds since midnight
+}
+_SIZED = re.compile(r"^(character varying|character|bit varying|varchar|char)(\(\d+\))?$")
+_NUMERIC = re.compile(r"^numeric\((\d+),(\d+)\)$")
+_PRECISION = re.compile(r"^(timestamp|time)\(\d\) (with|without) time zone$")
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column as the database describes it (`format_type` of its type)."""
+
+    name: str
+    type: str
+    enum: bool = False  # a user-defined enum type: its labels, as strings
+
+
+@dataclass(frozen=True)
+class TableShape:
+    """A table's columns, in order, and its primary key."""
+
+    name: str
+    columns: tuple[Column, ...]
+    primary_key: tuple[str, ...]
+
+
+def spark_type(column: Column) -> str | None:
+    """The Spark type of a column's values as the connector writes them; None when refused."""
+    pg = column.type
+    if column.enum:
+        return "STRING"
+    if pg.endswith("[]"):
+        element = spark_type(Column(column.name, pg[:-2]))
+        return f"ARRAY<{element}>" if element is not None else None
+    precise = _PRECISION.match(pg)
+    if precise:
+        pg = f"{precise.group(1)} {precise.group(2)} time zone"
+    numeric = _NUMERIC.match(pg)
+    if numeric:
+        precision, scale = int(numeric.group(1)), int(numeric.group(2))
+        return f"DECIMAL({precision},{scale})" if precision <= 38 else "STRING"
+    if _SIZED.match(pg):
+        return "STRING"
+    return _SCALARS.get(pg)
+
+
+def _quoted(name: str) -> str:
+    return f"`{name.replace('`', '``')}`"
+
+
+@dataclass(frozen=True)
+class ResolvedTable:
+    """A table's Log columns and key as the database has them, or why it cannot be captured."""
+
+    table: str
+    columns: str | None
+    key: tuple[str, ...]
+    problems: tuple[str, ...] = ()
+
+
+def resolve_table(
+    source: Source, index: int, table: SourceTable, shape: TableShape | None
+) -> ResolvedTable:
+    """What the Log of `table` holds given the table's `shape` in the database (None: there is
+    no such table), each problem naming the field and the fix."""
+    field = f"spec.tables[{index}]"
+    where = f"database {source.spec.postgres.database!r}"
+    if shape is None:
+        return ResolvedTable(table.name, None, (), (
+            f"{field}.name: there is no table {table.name!r} in {where}, or user "
+            f"{source.spec.postgres.user!r} may not read it: create it, grant SELECT on it, or "
+            "fix the name",
+        ))  # fmt: skip
+    problems: list[str] = []
+    if not shape.primary_key:
+        problems.append(
+            f"{field}.name: table {table.name!r} has no primary key, so its rows have no key "
+            "and a delete or update could not be told apart: add a primary key to the table"
+        )
+    typed: list[str] = []
+    for column in shape.columns:
+        kind = spark_type(column)
+        if kind is None:
+            problems.append(
+                f"{field}.name: column {column.name!r} of {table.name!r} is of type "
+                f"{column.type!r}, which Distributary cannot carry exactly yet: change the "
+                "column's type or capture a view of the table without it"
+            )
+        else:
+            typed.append(f"{_quoted(column.name)} {kind}")
+    if table.key is not None and [k.lower() for k in table.key] != [
+        k.lower() for k in shape.primary_key
+    ]:
+        problems.append(
+            f"{field}.key: is {list(table.key)} but the primary key of {table.name!r} is "
+            f"{list(shape.primary_key)}: the Log is keyed as the connector keys its records, by "
+            "the primary key; remove spec.tables[].key or set it to the primary key"
+        )
+    columns = ", ".join(typed) if typed else None
+    if table.record_schema is not None and columns is not None:
+        problems.extend(_schema_problems(field, table.record_schema, columns))
+    return ResolvedTable(table.name, columns, shape.primary_key, tuple(problems))
+
+
+def _schema_problems(field: str, declared: str, derived: str) -> list[str]:
+    try:
+        wanted = {c.name.lower(): c.type for c in parse_ddl(declared)}
+        have = {c.name.lower(): c.type for c in parse_ddl(derived)}
+    except SqlError as exc:
+        return [f"{field}.schema: {exc}: write it as Spark DDL, e.g. 'id INT, name STRING'"]
+    wanted.pop(DELETED_COLUMN, None)
+    if wanted == have:
+        return []
+    return [
+        f"{field}.schema: is {declared!r} but the table's columns are {derived!r}: remove "
+        "spec.tables[].schema to follow the table, or make the two agree"
+    ]
+
+
+def resolved(source: Source, tables: Sequence[ResolvedTable]) -> Source:
+    """The Source with each table's schema and key as the database has them (problems aside),
+    so its table Logs carry the columns views read."""
+    found = {t.table: t for t in tables}
+    updated = []
+    for table in source.spec.tables:
+        got = found.get(table.name)
+        if got is None or got.columns is None:
+            updated.append(table)
+            continue
+        updated.append(
+            table.model_copy(update={"record_schema": got.columns, "key": list(got.key) or None})
+        )
+    spec = source.spec.model_copy(update={"tables": updated})
+    return source.model_copy(update={"spec": spec})
+
+
+def connector_name(source: Source) -> str:
+    """The Connect connector of a Source: unique per namespace and name."""
+    return f"distributary.{source.metadata.namespace}.{source.metadata.name}"
+
+
+def topic_prefix(source: Source) -> str:
+    """Debezium's topic.prefix: the start of the topics it names before they are routed, and of
+    its heartbeat topic."""
+    return connector_name(source)
+
+
+def heartbeat_topic(source: Source) -> str:
+    """Where the connector's heartbeats go: they let the slot's position advance while the
+    captured tables are idle and others are written (else the server keeps their WAL)."""
+    return f"{HEARTBEAT_PREFIX}.{topic_prefix(source)}"
+
+
+def connector_config(source: Source, topics: Mapping[str, str], password: str) -> dict[str, str]:
+    """The Debezium connector's configuration. `topics` maps each table (schema.table) to its
+    Log's topic; `password` is a reference Connect resolves (a config provider's
+    `${dir:...:key}`), never the password itself."""
+    postgres = source.spec.postgres
+    prefix = topic_prefix(source)
+    tables = [t.name for t in source.spec.tables]
+    config = {
+        "connector.class": CONNECTOR_CLASS,
+        "tasks.max": "1",
+        "plugin.name": "pgoutput",
+        "database.hostname": postgres.host,
+        "database.port": str(postgres.port),
+        "database.user": postgres.user,
+        "database.password": password,
+        "database.dbname": postgres.database,
+        "database.sslmode": postgres.ssl_mode,
+        "topic.prefix": prefix,
+        "slot.name": source.identifier,
+        "publication.name": source.identifier,
+        "publication.autocreate.mode": "filtered",
+        "table.include.list": ",".join(re.escape(t) for t in tables),
+        "snapshot.mode": "initial" if source.spec.snapshot.mode == "Initial" else "no_data",
+        "decimal.handling.mode": "string",
+        "time.precision.mode": "connect",
+        "binary.handling.mode": "base64",
+        "heartbeat.interval.ms": str(HEARTBEAT_MS),
+        "topic.heartbeat.prefix": HEARTBEAT_PREFIX,
+        "key.converter": JSON_CONVERTER,
+        "key.converter.schemas.enable": "false",
+        "value.converter": JSON_CONVERTER,
+        "value.converter.schemas.enable": "false",
+        # Records and the connector's offsets are committed in one Kafka transaction, so a
+        # worker that dies loses and repeats nothing (readers at read_committed).
+        "exactly.once.support": "required",
+        "transaction.boundary": "poll",
+        "transforms": ",".join(["unwrap", "deleted", *(f"route{i}" for i in range(len(tables)))]),
+        "transforms.unwrap.type": UNWRAP,
+        "transforms.unwrap.delete.tombstone.handling.mode": "rewrite-with-tombstone",
+        # Debezium writes the marker as the text "true"/"false"; the Log's column is a boolean.
+        "transforms.deleted.type": CAST,
+        "transforms.deleted.spec": f"{DELETED_COLUMN}:boolean",
+        "transforms.deleted.predicate": "tombstone",
+        "transforms.deleted.negate": "true",
+        "predicates": "tombstone",
+        "predicates.tombstone.type": IS_TOMBSTONE,
+    }
+    for index, table in enumerate(tables):
+        schema, name = table.split(".", 1)
+        config[f"transforms.route{index}.type"] = ROUTER
+        config[f"transforms.route{index}.regex"] = re.escape(f"{prefix}.{schema}.{name}")
+        config[f"transforms.route{index}.replacement"] = topics[table]
+    return config
+
+
+@dataclass(frozen=True)
+class SlotReading:
+    """The replication slot as the database server reports it."""
+
+    exists: bool
+    active: bool = False
+    retained_bytes: int | None = None  # WAL kept for the slot (from its restart_lsn)
+    lag_bytes: int | None = None  # WAL since the position the connector confirmed
+
+
+def wal_warning(source: Source, slot: SlotReading) -> str | None:
+    """The DataLossRisk message when the slot keeps more WAL than `spec.walWarning`, else
+    None: a slot that nobody reads keeps the server's WAL until its disk fills."""
+    if not slot.exists or slot.retained_bytes is None:
+        return None
+    limit = quantity_bytes(source.spec.wal_warning)
+    if slot.retained_bytes <= limit:
+        return None
+    reading = "nobody reads it" if not slot.active else "the connector confirms too slowly"
+    return (
+        f"replication slot {source.identifier!r} keeps {slot.retained_bytes} bytes of WAL on "
+        f"the database server, over spec.walWarning ({source.spec.wal_warning}), and "
+        f"{reading}: the server's disk fills until the Source reads again; resume or fix the "
+        "Source, or delete it (which drops the slot)"
+    )
