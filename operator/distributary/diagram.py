@@ -17,7 +17,8 @@ DiagramFormat = Literal["mermaid", "dot"]
 
 
 def _node_id(ref: Ref) -> str:
-    kinds = {"Log": "log", "DerivedView": "view", "StreamJob": "job", "Source": "source"}
+    kinds = {"Log": "log", "DerivedView": "view", "StreamJob": "job", "Source": "source",
+             "Sink": "sink"}  # fmt: skip
     kind = kinds.get(ref.kind, "node")
     return f"{kind}_{re.sub(r'[^A-Za-z0-9]', '_', ref.namespace)}_" + re.sub(
         r"[^A-Za-z0-9]", "_", ref.name
@@ -34,6 +35,9 @@ def _label(pipeline: Pipeline, ref: Ref) -> str:
             if output.mode == "append"
             else f"{name}\\nupsert by " + (", ".join(output.key or []))
         )
+    if ref in pipeline.sinks:
+        target = pipeline.sinks[ref].spec.postgres
+        return f"{name}\\n{target.mode} into {target.table}"
     if ref in pipeline.captures:
         return f"{name}\\nPostgreSQL {pipeline.captures[ref].spec.postgres.database}"
     return name
@@ -57,6 +61,8 @@ def to_mermaid(pipeline: Pipeline) -> str:
             shape = f'("{label}")'
         elif ref.kind == "Source":
             shape = f'{{{{"{label}"}}}}'
+        elif ref.kind == "Sink":
+            shape = f'[/"{label}"/]'
         else:
             shape = f'[["{label}"]]'
         lines.append(f"    {_node_id(ref)}{shape}")
@@ -69,7 +75,8 @@ def to_mermaid(pipeline: Pipeline) -> str:
 
 def to_dot(pipeline: Pipeline) -> str:
     """The pipeline as a Graphviz digraph, left to right."""
-    shapes = {"Log": "cylinder", "DerivedView": "box", "StreamJob": "box3d", "Source": "hexagon"}
+    shapes = {"Log": "cylinder", "DerivedView": "box", "StreamJob": "box3d", "Source": "hexagon",
+              "Sink": "folder"}  # fmt: skip
     lines = ["digraph pipeline {", "    rankdir=LR;", '    node [fontname="Helvetica"];']
     for ref in pipeline.order:
         style = ', style="rounded"' if ref.kind == "DerivedView" else ""

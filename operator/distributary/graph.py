@@ -27,6 +27,7 @@ from distributary.api import (
     Log,
     Resource,
     ResourceError,
+    Sink,
     Source,
     StreamJob,
     label_part,
@@ -55,7 +56,7 @@ from distributary.sql import (
     unsafe_calls,
 )
 
-_KIND_RANK = {"Log": 0, "Source": 1, "DerivedView": 2, "StreamJob": 3}
+_KIND_RANK = {"Log": 0, "Source": 1, "DerivedView": 2, "StreamJob": 3, "Sink": 4}
 _FIELD_MESSAGE = re.compile(r"^([A-Za-z][\w.\[\]-]*): (.*)$", re.DOTALL)
 
 
@@ -249,6 +250,7 @@ class Pipeline:
     views: dict[Ref, DerivedView] = field(default_factory=dict)
     jobs: dict[Ref, StreamJob] = field(default_factory=dict)
     captures: dict[Ref, Source] = field(default_factory=dict)  # Sources (change data capture)
+    sinks: dict[Ref, Sink] = field(default_factory=dict)
     problems: tuple[SpecProblem, ...] = ()
     order: tuple[Ref, ...] = ()
     edges: tuple[tuple[Ref, Ref], ...] = ()
@@ -280,6 +282,7 @@ class Pipeline:
             *self.captures.items(),
             *self.views.items(),
             *self.jobs.items(),
+            *self.sinks.items(),
         ]
         for ref, resource in resources:
             if ref.kind == "Log" and self.writer(ref) in (*self.views, *self.captures):
@@ -309,7 +312,7 @@ class Pipeline:
         """The resource (a derived log included) with this reference; KeyError when none."""
         ref = Ref.of(ref)
         found: Resource | None = self.logs.get(ref) or self.views.get(ref) or self.jobs.get(ref)
-        found = found or self.captures.get(ref)
+        found = found or self.captures.get(ref) or self.sinks.get(ref)
         if found is None:
             raise KeyError(str(ref))
         return found
@@ -405,6 +408,8 @@ class _Builder:
             if ref in pipeline.views:
                 self._check_view(ref)
         self._check_topics()
+        for ref in sorted(pipeline.sinks):
+            self._check_sink(ref)
         pipeline.order = tuple(order)
         pipeline.edges = tuple(sorted(self.edges, key=lambda e: (e[0]._rank(), e[1]._rank())))
         ranked = sorted(self.problems, key=lambda p: p.resource)
@@ -435,6 +440,8 @@ class _Builder:
             pipeline.views[ref] = resource
         elif isinstance(resource, Source):
             pipeline.captures[ref] = resource
+        elif isinstance(resource, Sink):
+            pipeline.sinks[ref] = resource
         else:
             pipeline.jobs[ref] = resource
 
@@ -530,6 +537,7 @@ class _Builder:
         readers: list[tuple[Ref, list[str]]] = [
             (ref, [i.log for i in view.spec.inputs]) for ref, view in self.pipeline.views.items()
         ] + [(ref, [i.log for i in job.spec.inputs]) for ref, job in self.pipeline.jobs.items()]
+        readers += [(ref, [sink.spec.log]) for ref, sink in self.pipeline.sinks.items()]
         for ref, names in sorted(readers):
             for index, name in enumerate(names):
                 log = Ref.log(name, ref.namespace)
@@ -538,7 +546,7 @@ class _Builder:
                     continue
                 self._problem(
                     ref,
-                    f"spec.inputs[{index}].log",
+                    "spec.log" if ref.kind == "Sink" else f"spec.inputs[{index}].log",
                     f"names no Log {name!r} in "
                     f"namespace {ref.namespace!r}{self._near(log)}: declare a Log "
                     "of that name or fix the name",
@@ -546,7 +554,13 @@ class _Builder:
 
     def _nodes(self) -> list[Ref]:
         pipeline = self.pipeline
-        return [*self._log_names(), *pipeline.captures, *pipeline.views, *pipeline.jobs]
+        return [
+            *self._log_names(),
+            *pipeline.captures,
+            *pipeline.views,
+            *pipeline.jobs,
+            *pipeline.sinks,
+        ]
 
     def _report_cycle(self, cycle: list[Ref]) -> None:
         ref = min((r for r in cycle if r.kind != "Log"), key=Ref._rank)
@@ -653,6 +667,36 @@ class _Builder:
         log = Ref.log(view.output_log, ref.namespace)
         if pipeline._writers.get(log) == ref:
             pipeline.logs[log] = _derive(view, list(inputs.values()), analysis)
+
+    def _check_sink(self, ref: Ref) -> None:
+        """A Sink's table is keyed as its Log is (upsert), and made from the Log's columns."""
+        sink = self.pipeline.sinks[ref]
+        log = self.pipeline.logs.get(Ref.log(sink.spec.log, ref.namespace))
+        if log is None:
+            return
+        target = sink.spec.postgres
+        writer = self.pipeline.writer(log)
+        captured = writer in self.pipeline.captures
+        if target.mode == "upsert" and not log.spec.key and not captured:
+            self._problem(
+                ref,
+                "spec.postgres.mode",
+                f"is upsert, but Log {log.metadata.name!r} has no key: a table of the latest "
+                "record per key needs one; key the Log (a view: output.mode upsert with a key), "
+                "or set mode: append",
+            )
+        elif (
+            target.key is not None
+            and log.spec.key
+            and [k.lower() for k in target.key] != [k.lower() for k in log.spec.key]
+        ):
+            self._problem(
+                ref,
+                "spec.postgres.key",
+                f"is {list(target.key)}, but Log {log.metadata.name!r} is keyed by "
+                f"{list(log.spec.key)}: a row's key is its records' key; remove "
+                "spec.postgres.key or make it the Log's key",
+            )
 
     def _analyze(
         self, ref: Ref, view: DerivedView, inputs: Mapping[str, Log]

@@ -15,13 +15,14 @@ from pydantic import BaseModel, ValidationError
 from distributary.api.common import API_GROUP, API_VERSION, GROUP_VERSION, Condition
 from distributary.api.job import StreamJob
 from distributary.api.log import Log
+from distributary.api.sink import Sink
 from distributary.api.source import Source
 from distributary.api.view import DerivedView
 from distributary.errors import DistributaryError
 
-ResourceT = TypeVar("ResourceT", Log, DerivedView, StreamJob, Source)
+ResourceT = TypeVar("ResourceT", Log, DerivedView, StreamJob, Source, Sink)
 
-Resource = Log | DerivedView | StreamJob | Source
+Resource = Log | DerivedView | StreamJob | Source | Sink
 
 __all__ = [
     "API_GROUP",
@@ -34,6 +35,7 @@ __all__ = [
     "Log",
     "Resource",
     "ResourceError",
+    "Sink",
     "Source",
     "StreamJob",
     "label_part",
@@ -58,6 +60,7 @@ KINDS: dict[str, Kind] = {
     "DerivedView": Kind("DerivedView", DerivedView, "derivedviews", "derivedview", "dview"),
     "StreamJob": Kind("StreamJob", StreamJob, "streamjobs", "streamjob", "sjob"),
     "Source": Kind("Source", Source, "sources", "source", "dsrc"),
+    "Sink": Kind("Sink", Sink, "sinks", "sink", "dsink"),
 }
 
 
@@ -176,7 +179,7 @@ def parse_resource(document: dict[str, Any]) -> Resource:
     except ValidationError as exc:
         problems = [_problem(e) for e in _first_per_field(exc.errors())]
         raise ResourceError(label, problems) from None
-    assert isinstance(resource, Log | DerivedView | StreamJob | Source)
+    assert isinstance(resource, Log | DerivedView | StreamJob | Source | Sink)
     return resource
 
 

@@ -62,6 +62,13 @@ PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
         },
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ],
+    "Sink": [
+        {"name": "Ready", "type": "string", "jsonPath": f"{_READY}.status"},
+        {"name": "Reason", "type": "string", "jsonPath": f"{_READY}.reason"},
+        {"name": "Topic", "type": "string", "jsonPath": ".status.topic"},
+        {"name": "Lag", "type": "integer", "jsonPath": ".status.lag"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ],
     "Source": [
         {"name": "Ready", "type": "string", "jsonPath": f"{_READY}.status"},
         {"name": "Reason", "type": "string", "jsonPath": f"{_READY}.reason"},

@@ -120,6 +120,15 @@ def _render_text(plan: PipelinePlan, pipeline: Pipeline, settings: PlanSettings)
         for table, log in pipeline.table_logs(source).items():
             columns = log.spec.record_schema or "columns read from the table"
             lines.append(f"      {table} -> {log.topic} (keyed by the primary key; {columns})")
+    if pipeline.sinks:
+        lines.append("")
+        lines.append("Sinks (a process each, exactly once into PostgreSQL):")
+    for ref, sink in sorted(pipeline.sinks.items()):
+        target = sink.spec.postgres
+        lines.append(
+            f"  + {ref.name}  reads Log {sink.spec.log}; {target.mode} into {target.table} at "
+            f"{target.host}:{target.port}/{target.database} as {target.user}"
+        )
     return "\n".join(lines)
 
 

@@ -52,12 +52,13 @@ def _summary(pipeline: Pipeline) -> str:
     declared = [
         r for r in pipeline.logs if not pipeline.is_derived(r) and not pipeline.is_captured(r)
     ]
-    sources = len(pipeline.captures)
+    sources, sinks = len(pipeline.captures), len(pipeline.sinks)
     return (
         f"{len(declared)} log{'s' if len(declared) != 1 else ''}, "
         f"{len(pipeline.views)} view{'s' if len(pipeline.views) != 1 else ''}, "
         f"{len(pipeline.jobs)} job{'s' if len(pipeline.jobs) != 1 else ''}"
         + (f", {sources} source{'s' if sources != 1 else ''}" if sources else "")
+        + (f", {sinks} sink{'s' if sinks != 1 else ''}" if sinks else "")
     )
 
 

@@ -293,6 +293,30 @@ class TopicReader:
         finally:
             self._consumer.unassign()
 
+    def batches(
+        self,
+        positions: Mapping[str, Mapping[int, int]],
+        stop: Callable[[], bool] = lambda: False,
+        size: int = 5000,
+        wait: float = 0.5,
+    ) -> Iterator[list[Record]]:
+        """What each poll brings of the records at or after `positions`, as committed readers
+        see them (at most `size`; an empty list after `wait` seconds of nothing), until
+        `stop()` is true."""
+        self._consumer.assign(
+            [
+                TopicPartition(t, p, o)
+                for t, offsets in positions.items()
+                for p, o in offsets.items()
+            ]
+        )
+        try:
+            while not stop():
+                found = [_record(m) for m in self._consumer.consume(size, wait)]
+                yield [r for r in found if r is not None]
+        finally:
+            self._consumer.unassign()
+
 
 def _record(message: Message) -> Record | None:
     """The record in a message; None for the end of a partition. Other errors raise."""

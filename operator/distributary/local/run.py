@@ -49,6 +49,7 @@ from distributary.kafka.progress import ProgressReader
 from distributary.local.broker import EmbeddedBroker
 from distributary.local.revisions import LocalRevisions, refused, resource_key
 from distributary.local.runtime import PipelineRuntime
+from distributary.local.sinks import LocalSinks
 from distributary.local.sources import LocalSources
 from distributary.local.state import RunState, ServedLog, write_run_state
 from distributary.local.status import Snapshot, ViewNote, ViewRow, observe, problem_line
@@ -152,6 +153,7 @@ class LocalRun:
     secrets_dir: Path | None = None  # Secrets as Kubernetes mounts them: <dir>/<name>/<key>
     broker: EmbeddedBroker | None = None
     sources: LocalSources | None = None
+    sinks: LocalSinks | None = None
     plan: PipelinePlan | None = None
     bootstrap: str | None = None
     revisions: LocalRevisions | None = None
@@ -217,6 +219,9 @@ class LocalRun:
             self.pipeline, self.state_dir, self.secrets_dir, self.say, self.kafka_security
         )
         self.sources.start(bootstrap)
+        self.sinks = LocalSinks(
+            self.pipeline, self.state_dir, self.secrets_dir, self.say, self.kafka_security, admin
+        )
         self.files = PipelineFiles(self.pipeline, self.revisions, self._served())
         progress = ProgressReader(bootstrap, PROGRESS_TOPIC, client)
         jobs = LocalSparkRuntime(LocalRuntime(self.state_dir / "jobs", self.cores))
@@ -427,6 +432,19 @@ class LocalRun:
         reconcile, while it did not run)."""
         assert self.runtime is not None
         self.runtime.flush()
+        if self.sinks is not None and self.bootstrap is not None:
+            self.sinks.reconcile(self.bootstrap, self._serving_topic)
+
+    def _serving_topic(self, namespace: str, log: str) -> str:
+        """The topic readers of a Log read now (a view's output: its serving revision's)."""
+        assert self.plan is not None
+        assert self.files is not None
+        planned = next(
+            (t.topic.name for t in self.plan.topics
+             if t.log.name == log and t.log.namespace == namespace),
+            log,
+        )  # fmt: skip
+        return self.files.served.get(log, planned)
 
     def restart_runner(self) -> None:
         """Stop the runner (its queries checkpoint) and start it on the current specs."""
@@ -447,6 +465,8 @@ class LocalRun:
         if self.services is not None:
             self.services.progress.close()
             self.services = None
+        if self.sinks is not None:
+            self.sinks.stop()
         if self.sources is not None:
             self.sources.stop()
         if self.broker is not None:

@@ -49,12 +49,14 @@ from distributary.plan.source_plan import (
     DATABASE_UNREACHABLE,
     PAUSED,
     SlotReading,
+    TableShape,
     connector_config,
     connector_name,
     resolve_table,
     resolved,
     wal_warning,
 )
+from distributary.sql import parse_ddl
 
 SOURCES_FILE = "sources.json"
 CONNECT_GROUP = "distributary-run-connect"
@@ -281,6 +283,7 @@ class LocalSources:
             )
             with connect(source.spec.postgres, password) as db:
                 reading, seconds = slot_reading(db, source.identifier)
+                shapes = table_shapes(db, [t.name for t in source.spec.tables])
         except (SourceError, DatabaseError) as exc:
             watch.slot = {"error": str(exc)}
             self._say_once(f"source {ref.name}: {exc}")
@@ -295,6 +298,27 @@ class LocalSources:
         warning = wal_warning(source, reading)
         if warning is not None:
             self._say_once(f"source {ref.name}: warning: {warning}")
+        for table, log in self.pipeline.table_logs(source).items():
+            self._say_drift(
+                ref, table, log.metadata.name, log.spec.record_schema, shapes.get(table)
+            )
+
+    def _say_drift(
+        self, ref: Ref, table: str, log: str, columns: str | None, shape: TableShape | None
+    ) -> None:
+        """Say once when a table has columns its Log's schema does not (added while running)."""
+        if shape is None:
+            self._say_once(f"source {ref.name}: warning: table {table} is gone from the database "
+                           "(or may no longer be read): no more changes of it arrive")  # fmt: skip
+            return
+        known = {c.name.lower() for c in parse_ddl(columns)} if columns else set()
+        new = [c.name for c in shape.columns if c.name.lower() not in known]
+        if known and new:
+            self._say_once(
+                f"source {ref.name}: table {table} has new column(s) {', '.join(new)}: its "
+                f"records carry them from the first change on; Log {log}'s schema gains them "
+                "when the run starts again (views reading it then reprocess)"
+            )
 
     def _record(
         self,

@@ -189,13 +189,16 @@ def test_a_document_is_ours_by_its_group_or_kind(document: dict[str, Any], ours:
         ({**LOG, "apiVersion": "distributary.dev/v1"}, "write distributary.dev/v1alpha1"),
         (
             {**LOG, "kind": "Logs"},
-            "(did you mean 'Log'?): write one of Log, DerivedView, StreamJob, Source",
+            "(did you mean 'Log'?): write one of Log, DerivedView, StreamJob, Source, Sink",
         ),
         ({"kind": "Log", "metadata": {"name": "x"}}, "write apiVersion: distributary.dev/v1alpha1"),
-        ({**LOG, "kind": None}, "write kind: with one of Log, DerivedView, StreamJob, Source"),
+        (
+            {**LOG, "kind": None},
+            "write kind: with one of Log, DerivedView, StreamJob, Source, Sink",
+        ),
         (
             {**LOG, "kind": ["Log"]},
-            "is not a string: write one of Log, DerivedView, StreamJob, Source",
+            "is not a string: write one of Log, DerivedView, StreamJob, Source, Sink",
         ),
     ],
 )

@@ -10,12 +10,19 @@ from distributary.api import KINDS
 from distributary.api.crd import crd
 
 CRDS = {name: crd(kind) for name, kind in KINDS.items()}
-SHORT_NAMES = {"Log": "dlog", "DerivedView": "dview", "StreamJob": "sjob", "Source": "dsrc"}
+SHORT_NAMES = {
+    "Log": "dlog",
+    "DerivedView": "dview",
+    "StreamJob": "sjob",
+    "Source": "dsrc",
+    "Sink": "dsink",
+}
 PLURALS = {
     "Log": "logs",
     "DerivedView": "derivedviews",
     "StreamJob": "streamjobs",
     "Source": "sources",
+    "Sink": "sinks",
 }
 
 

@@ -39,7 +39,7 @@ def test_chart_crds_are_the_distributary_kinds() -> None:
         assert crd["kind"] == "CustomResourceDefinition"
         assert crd["spec"]["group"] == "distributary.dev"
         kinds.add(crd["spec"]["names"]["kind"])
-    assert kinds == {"Log", "DerivedView", "StreamJob", "Source"}
+    assert kinds == {"Log", "DerivedView", "StreamJob", "Source", "Sink"}
 
 
 def test_chart_has_no_other_files_beside_the_crds() -> None:

@@ -45,7 +45,9 @@ def pins(extra: str | None = None) -> dict[str, str]:
     declared = project["optional-dependencies"][extra] if extra else project["dependencies"]
     result = {}
     for dependency in declared:
-        name, version = re.fullmatch(r"([A-Za-z0-9._-]+)(?:\[[a-z,]+\])?==(\S+)", dependency).groups()  # type: ignore[union-attr]
+        name, version = re.fullmatch(
+            r"([A-Za-z0-9._-]+)(?:\[[a-z,]+\])?==(\S+)", dependency
+        ).groups()  # type: ignore[union-attr]
         result[canonical(name)] = version
     return result
 

@@ -1,0 +1,199 @@
+"""A Sink's table and statements, from its Log's schema: what to create, what to add when the Log
+gains columns, what to refuse, and the SQL of a batch. Pure: `sinks.postgres` runs it.
+
+The records of a batch and the offsets they end at are written in one transaction, with the
+offsets in the table `distributary_sink_offsets` of the target's schema: the rows and the
+position can never disagree, so a replay skips what was applied and a crash loses nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from pydantic import BaseModel, Field
+
+from distributary.api.sink import Sink
+from distributary.plan.kafka_connection import KafkaSecurity
+from distributary.sql import parse_ddl
+
+OFFSETS_TABLE = "distributary_sink_offsets"
+DELETED_COLUMN = "__deleted"
+
+_SCALARS = {
+    "TINYINT": "smallint",
+    "SMALLINT": "smallint",
+    "INT": "integer",
+    "INTEGER": "integer",
+    "BIGINT": "bigint",
+    "LONG": "bigint",
+    "FLOAT": "real",
+    "REAL": "real",
+    "DOUBLE": "double precision",
+    "BOOLEAN": "boolean",
+    "STRING": "text",
+    "BINARY": "bytea",
+    "DATE": "date",
+    "TIMESTAMP": "timestamp with time zone",
+    "TIMESTAMP_NTZ": "timestamp without time zone",
+}
+_DECIMAL = re.compile(r"^DECIMAL\((\d+),\s*(\d+)\)$")
+
+
+def pg_type(spark: str) -> str:
+    """The PostgreSQL type of a column of the Spark type `spark`: nested types as jsonb."""
+    text = spark.upper().strip()
+    decimal = _DECIMAL.match(text)
+    if decimal:
+        return f"numeric({decimal.group(1)},{decimal.group(2)})"
+    if text.startswith(("ARRAY", "STRUCT", "MAP")):
+        return "jsonb"
+    if text.startswith("VARCHAR") or text.startswith("CHAR"):
+        return "text"
+    return _SCALARS.get(text, "text")
+
+
+def quoted(name: str) -> str:
+    """A PostgreSQL identifier, quoted."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def table_name(table: str) -> str:
+    """`schema.table`, quoted."""
+    schema, name = table.split(".", 1)
+    return f"{quoted(schema)}.{quoted(name)}"
+
+
+class SinkRun(BaseModel):
+    """What a Sink's process needs: the topic, the table and how to reach both. Holds no
+    secret: the password is read from `password_file`, the Kafka password from the environment
+    or its own file, as for every Distributary client."""
+
+    name: str = Field(description="namespace/name of the Sink.")
+    group: str = Field(description="The consumer group its position is mirrored to.")
+    bootstrap_servers: str
+    kafka_security: KafkaSecurity | None = None
+    topic: str
+    columns: list[tuple[str, str]] = Field(description="The Log's columns: (name, Spark type).")
+    key: list[str] = Field(default_factory=list)
+    mode: str = "upsert"
+    table: str
+    host: str
+    port: int
+    database: str
+    user: str
+    ssl_mode: str = "prefer"
+    password_file: str
+
+
+def sink_run(
+    sink: Sink,
+    columns: str,
+    key: Sequence[str],
+    topic: str,
+    bootstrap_servers: str,
+    password_file: str,
+    kafka_security: KafkaSecurity | None = None,
+) -> SinkRun:
+    """The process spec of `sink` reading `topic`, whose records have `columns` (Spark DDL) and
+    are keyed by `key`. Raises SqlError when the columns do not parse."""
+    target = sink.spec.postgres
+    parsed = [c for c in parse_ddl(columns) if c.name.lower() != DELETED_COLUMN]
+    namespace, name = sink.metadata.namespace, sink.metadata.name
+    return SinkRun(
+        name=f"{namespace}/{name}",
+        group=f"distributary.{namespace}.{name}.sink",
+        bootstrap_servers=bootstrap_servers,
+        kafka_security=kafka_security,
+        topic=topic,
+        columns=[(c.name, c.type) for c in parsed],
+        key=list(target.key or key) if target.mode == "upsert" else [],
+        mode=target.mode,
+        table=target.table,
+        host=target.host,
+        port=target.port,
+        database=target.database,
+        user=target.user,
+        ssl_mode=target.ssl_mode,
+        password_file=password_file,
+    )
+
+
+def create_table(run: SinkRun) -> str:
+    """The table as the Log's columns make it, keyed as the Log is in upsert mode."""
+    columns = [f"{quoted(n)} {pg_type(t)}" for n, t in run.columns]
+    if run.mode == "upsert" and run.key:
+        columns.append(f"PRIMARY KEY ({', '.join(quoted(k) for k in run.key)})")
+    return f"CREATE TABLE IF NOT EXISTS {table_name(run.table)} ({', '.join(columns)})"
+
+
+def create_offsets(run: SinkRun) -> str:
+    """The table of every Sink's position in the target's schema."""
+    schema = run.table.split(".", 1)[0]
+    return (
+        f"CREATE TABLE IF NOT EXISTS {quoted(schema)}.{OFFSETS_TABLE} (sink text NOT NULL, "
+        "topic text NOT NULL, partition integer NOT NULL, next_offset bigint NOT NULL, "
+        "PRIMARY KEY (sink, topic, partition))"
+    )
+
+
+@dataclass(frozen=True)
+class Migration:
+    """What to do to a table that exists: columns to add, or why it cannot be used."""
+
+    add: tuple[str, ...] = ()
+    problems: tuple[str, ...] = ()
+
+
+def migration(run: SinkRun, existing: Mapping[str, str], primary_key: Sequence[str]) -> Migration:
+    """Columns the Log has and the table lacks are added; a column whose type differs, a key
+    that is not the Log's, or a column the table requires that the Log lacks is refused (the
+    Sink stops rather than write rows wrongly)."""
+    problems: list[str] = []
+    add: list[str] = []
+    have = {n.lower(): t for n, t in existing.items()}
+    for name, spark in run.columns:
+        wanted = pg_type(spark)
+        found = have.get(name.lower())
+        if found is None:
+            add.append(f"ALTER TABLE {table_name(run.table)} ADD COLUMN {quoted(name)} {wanted}")
+        elif found != wanted:
+            problems.append(
+                f"column {name!r} of {run.table} is {found}, but the Log's {spark} needs "
+                f"{wanted}: alter the column, or write to a new table"
+            )
+    if run.mode == "upsert" and [k.lower() for k in primary_key] != [k.lower() for k in run.key]:
+        problems.append(
+            f"{run.table}'s primary key is {list(primary_key)}, but the Log is keyed by "
+            f"{run.key}: give the table that primary key, or write to a new table"
+        )
+    return Migration(tuple(add), tuple(problems))
+
+
+def upsert(run: SinkRun) -> str:
+    """One row's INSERT, replacing the row of its key in upsert mode."""
+    names = [n for n, _ in run.columns]
+    values = ", ".join(f"%s::{pg_type(t)}" for _, t in run.columns)
+    insert = (
+        f"INSERT INTO {table_name(run.table)} ({', '.join(quoted(n) for n in names)}) "
+        f"VALUES ({values})"
+    )
+    if run.mode != "upsert" or not run.key:
+        return insert
+    keys = {k.lower() for k in run.key}
+    others = [n for n in names if n.lower() not in keys]
+    conflict = ", ".join(quoted(k) for k in run.key)
+    if not others:
+        return f"{insert} ON CONFLICT ({conflict}) DO NOTHING"
+    updates = ", ".join(f"{quoted(n)} = EXCLUDED.{quoted(n)}" for n in others)
+    return f"{insert} ON CONFLICT ({conflict}) DO UPDATE SET {updates}"
+
+
+def delete(run: SinkRun) -> str:
+    """The DELETE of a key's row (a tombstone, or a record marked `__deleted`)."""
+    types = {n.lower(): t for n, t in run.columns}
+    where = " AND ".join(
+        f"{quoted(k)} = %s::{pg_type(types.get(k.lower(), 'STRING'))}" for k in run.key
+    )
+    return f"DELETE FROM {table_name(run.table)} WHERE {where}"

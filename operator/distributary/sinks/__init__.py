@@ -1,0 +1,1 @@
+"""Sinks: serving stores kept equal to logs (`python -m distributary.sinks --spec FILE`)."""

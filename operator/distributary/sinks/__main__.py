@@ -1,0 +1,7 @@
+"""`python -m distributary.sinks --spec FILE`: one Sink's process."""
+
+import sys
+
+from distributary.sinks.postgres import main
+
+sys.exit(main())

@@ -1,0 +1,244 @@
+"""A Sink's process: a PostgreSQL table kept equal to a log, exactly once.
+
+At start it makes the table from the Log's columns when it is missing (adding the columns the Log
+has gained since, refusing a type or key it cannot keep), then reads its position, per partition,
+from `distributary_sink_offsets` in the same database. It reads the log from there as a committed
+reader and applies each poll's records in one transaction that also moves the position: the rows
+and the position commit together or not at all. So a process killed at any point, or a second
+one started beside it (the position rows are locked for the transaction), neither loses nor
+repeats a record; records at or past the committed position are the only ones applied.
+
+In upsert mode a key's latest record in the batch replaces its row, and a tombstone (or a record
+whose `__deleted` is true) deletes it; in append mode every record is a row. The position is
+mirrored to the Sink's consumer group after each commit, for Kafka's own tools.
+
+This module is a plain Kafka consumer rather than a Spark query: a table's writes all go through
+one database connection, so Spark's executors would add a JVM and a checkpoint and nothing that
+makes the table more right; the exactly-once guarantee is the database transaction's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import psycopg
+
+from distributary.kafka.admin import KafkaAdmin
+from distributary.kafka.connection import client_settings
+from distributary.kafka.records import Record, TopicReader
+from distributary.plan.sink_plan import (
+    DELETED_COLUMN,
+    OFFSETS_TABLE,
+    SinkRun,
+    create_offsets,
+    create_table,
+    delete,
+    migration,
+    quoted,
+    upsert,
+)
+
+STOP = {"requested": False}
+MIRROR_EVERY = 2.0  # seconds between mirrorings of the position to the consumer group
+
+
+class SinkRefusedError(RuntimeError):
+    """The table cannot be kept as the spec asks; the message says why and what to do."""
+
+
+def connect_sink(run: SinkRun) -> psycopg.Connection[Any]:
+    """A connection to the Sink's database as its user (autocommit: each write says its
+    transaction)."""
+    password = Path(run.password_file).read_text("utf-8").rstrip("\n")
+    return psycopg.connect(
+        host=run.host,
+        port=run.port,
+        dbname=run.database,
+        user=run.user,
+        password=password,
+        sslmode=run.ssl_mode,
+        connect_timeout=10,
+        application_name=f"distributary-sink {run.name}",
+        autocommit=True,  # each write is an explicit transaction (`db.transaction()`)
+    )
+
+
+def prepare(db: psycopg.Connection[Any], run: SinkRun) -> None:
+    """The offsets table, and the target table made or migrated (or SinkRefusedError)."""
+    schema, table = run.table.split(".", 1)
+    with db.transaction():
+        db.execute(create_offsets(run))
+        rows = db.execute(
+            "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+            "WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped",
+            (f"{quoted(schema)}.{quoted(table)}",),
+        ).fetchall()
+        if not rows:
+            db.execute(create_table(run))
+            return
+        key = [
+            r[0]
+            for r in db.execute(
+                "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+                "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = to_regclass(%s) AND "
+                "i.indisprimary ORDER BY array_position(i.indkey::int2[], a.attnum)",
+                (f"{quoted(schema)}.{quoted(table)}",),
+            ).fetchall()
+        ]
+        change = migration(run, dict(rows), key)
+        if change.problems:
+            raise SinkRefusedError("; ".join(change.problems))
+        for statement in change.add:
+            db.execute(statement)
+
+
+def positions(db: psycopg.Connection[Any], run: SinkRun) -> dict[int, int]:
+    """The committed position: the next offset to apply, per partition."""
+    schema = run.table.split(".", 1)[0]
+    rows = db.execute(
+        f"SELECT partition, next_offset FROM {quoted(schema)}.{OFFSETS_TABLE} "
+        "WHERE sink = %s AND topic = %s",
+        (run.name, run.topic),
+    ).fetchall()
+    return {int(p): int(o) for p, o in rows}
+
+
+def _value(raw: Any, spark: str) -> Any:
+    """A JSON value as the column's SQL parameter (nested values as JSON text)."""
+    if raw is None:
+        return None
+    if isinstance(raw, dict | list):
+        return json.dumps(raw)
+    if isinstance(raw, bool):
+        return raw
+    return str(raw) if spark.upper().startswith(("DECIMAL", "TIMESTAMP", "DATE")) else raw
+
+
+def apply(db: psycopg.Connection[Any], run: SinkRun, records: Sequence[Record]) -> int:
+    """Apply a poll's records and move the position, in one transaction; the records applied
+    (those before the committed position are skipped: a replay)."""
+    schema = run.table.split(".", 1)[0]
+    with db.transaction():
+        # One writer per Sink at a time, even before its position rows exist: a second process
+        # of the same Sink waits here, then skips what the first applied.
+        db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"{run.name} {run.topic}",))
+        rows = db.execute(
+            f"SELECT partition, next_offset FROM {quoted(schema)}.{OFFSETS_TABLE} "
+            "WHERE sink = %s AND topic = %s FOR UPDATE",
+            (run.name, run.topic),
+        ).fetchall()
+        committed = {int(p): int(o) for p, o in rows}
+        fresh = [r for r in records if r.offset >= committed.get(r.partition, 0)]
+        if not fresh:
+            return 0
+        _write(db, run, fresh)
+        ends: dict[int, int] = {}
+        for record in fresh:
+            ends[record.partition] = max(ends.get(record.partition, 0), record.offset + 1)
+        with db.cursor() as cursor:
+            cursor.executemany(
+                f"INSERT INTO {quoted(schema)}.{OFFSETS_TABLE} (sink, topic, partition, "
+                "next_offset) VALUES (%s, %s, %s, %s) ON CONFLICT (sink, topic, partition) "
+                "DO UPDATE SET next_offset = EXCLUDED.next_offset",
+                [(run.name, run.topic, p, o) for p, o in sorted(ends.items())],
+            )
+    return len(fresh)
+
+
+def _write(db: psycopg.Connection[Any], run: SinkRun, records: Sequence[Record]) -> None:
+    names = [n for n, _ in run.columns]
+    types = [t for _, t in run.columns]
+    if run.mode != "upsert":
+        rows = []
+        for record in records:
+            if record.value is None:
+                continue
+            value = json.loads(record.value)
+            rows.append([_value(value.get(n), t) for n, t in run.columns])
+        with db.cursor() as cursor:
+            cursor.executemany(upsert(run), rows)
+        return
+    latest: dict[bytes, Record] = {}
+    for record in records:  # in offset order per partition; a key lives in one partition
+        latest[record.key or b""] = record
+    upserts, deletes = [], []
+    key_types = dict(run.columns)
+    for key, record in latest.items():
+        value = json.loads(record.value) if record.value is not None else None
+        if value is None or value.get(DELETED_COLUMN) in (True, "true"):
+            key_value = json.loads(key) if key else {}
+            deletes.append([_value(key_value.get(k), key_types.get(k, "STRING")) for k in run.key])
+        else:
+            upserts.append([_value(value.get(n), t) for n, t in zip(names, types, strict=True)])
+    with db.cursor() as cursor:
+        if deletes:
+            cursor.executemany(delete(run), deletes)
+        if upserts:
+            cursor.executemany(upsert(run), upserts)
+
+
+def run_sink(run: SinkRun, stop: Any = lambda: STOP["requested"]) -> None:
+    """Keep the table equal to the log until asked to stop."""
+    client = client_settings(run.kafka_security)
+    admin = KafkaAdmin(run.bootstrap_servers, client=client)
+    with connect_sink(run) as db:
+        prepare(db, run)
+        reader = TopicReader(run.bootstrap_servers, client=client)
+        try:
+            partitions = reader.watermarks(run.topic)
+            start = positions(db, run)
+            lost = {p: (start[p], first) for p, (first, _) in partitions.items()
+                    if p in start and start[p] < first}  # fmt: skip
+            if lost:
+                raise SinkRefusedError(
+                    f"records of {run.topic} were deleted before this Sink applied them "
+                    f"(partition: (position, first kept) {lost}): the table would miss them; "
+                    f"write to a new table to build it from what the log keeps"
+                )
+            at = {p: start.get(p, first) for p, (first, _end) in partitions.items()}
+            print(f"sink {run.name}: {run.topic} -> {run.table} from {at}", flush=True)
+            mirrored = 0.0
+            for batch in reader.batches({run.topic: at}, stop):
+                if batch:
+                    apply(db, run, batch)
+                    for record in batch:
+                        at[record.partition] = max(at[record.partition], record.offset + 1)
+                if time.monotonic() - mirrored >= MIRROR_EVERY:
+                    mirrored = time.monotonic()
+                    try:
+                        admin.commit(run.group, {run.topic: dict(at)})
+                    except Exception as exc:  # the table's position is the database's
+                        print(f"sink {run.name}: mirroring to {run.group}: {exc}", flush=True)
+        finally:
+            reader.close()
+
+
+def _stop(_signum: int, _frame: FrameType | None) -> None:
+    STOP["requested"] = True
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m distributary.sinks --spec FILE`."""
+    parser = argparse.ArgumentParser(prog="python -m distributary.sinks")
+    parser.add_argument("--spec", required=True, type=Path)
+    args = parser.parse_args(argv)
+    run = SinkRun.model_validate_json(args.spec.read_text("utf-8"))
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        run_sink(run)
+    except SinkRefusedError as exc:
+        print(f"sink {run.name}: refused: {exc}", file=sys.stderr, flush=True)
+        return 3
+    except (psycopg.Error, OSError) as exc:
+        print(f"sink {run.name}: {exc}", file=sys.stderr, flush=True)
+        return 1
+    return 0
