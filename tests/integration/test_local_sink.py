@@ -215,6 +215,7 @@ def test_tables_equal_the_log_after_ten_kills_while_records_arrive(
         assert written[0] > 1000
         restarts = said.read_text().count("its process exited")
         assert restarts >= KILLS, said.read_text()[-3000:]
+        _read_your_writes(folders["state"], broker, database)
     finally:
         stop.set()
         run.send_signal(signal.SIGINT)
@@ -272,3 +273,21 @@ def _dies_before_commit(db: Any, run: SinkRun, batch: list[Record]) -> None:
     with db.transaction():
         apply(db, run, batch)  # its own transaction is a savepoint of this one
         raise RuntimeError("the process dies before the commit")
+
+
+def _read_your_writes(state: Path, broker: EmbeddedBroker, database: PostgresServer) -> None:
+    """`distributary wait SINK --covers` returns once the record is in the table, so a reader of
+    the table that waits first sees its own write."""
+    for n in range(3):
+        account = 1000 + n
+        [(partition, offset)] = produce(broker.bootstrap_servers, TOPIC, [_record(account, 1)])
+        result = subprocess.run(
+            [sys.executable, "-m", "distributary.cli", "wait", "accounts", "--covers",
+             f"accounts:{partition}:{offset}", "--state-dir", str(state), "--timeout", "60"],
+            capture_output=True, text=True, timeout=120, cwd=ROOT, check=False,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert result.stdout.startswith("accounts: done (table public.accounts"), result.stdout
+        assert _rows(database, f"SELECT owner FROM accounts WHERE id = {account}") == [
+            (f"o{account}",)
+        ]

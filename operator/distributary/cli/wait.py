@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import click
+import psycopg
 
 from distributary.cli.errors import UserError
 from distributary.cli.named_log import run_broker
 from distributary.cli.options import KAFKA_CONFIG, kafka_connection
 from distributary.cli.validate import load_checked
+from distributary.graph import Ref
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.connection import client_settings
 from distributary.kube.resources import Kube
@@ -32,6 +34,9 @@ from distributary.local.state import RunState, read_run_state
 from distributary.plan.kafka_connection import KafkaSecurity
 from distributary.plan.pipeline import PlanSettings, plan_pipeline
 from distributary.plan.positions import parse_cover, uncovered
+from distributary.plan.sink_plan import SinkRun
+from distributary.sinks.postgres import connect_sink
+from distributary.sinks.postgres import positions as sink_positions
 
 API = "distributary.dev/v1alpha1"
 Positions = dict[str, dict[int, int]]
@@ -65,6 +70,9 @@ def _local_probe(
     client: Mapping[str, str] | None = None,
 ) -> Probe:
     pipeline = load_checked([Path(p) for p in state.paths])
+    sink = pipeline.sinks.get(Ref("Sink", namespace, name))
+    if sink is not None:
+        return _sink_probe(state_dir, sink.spec.log, name, namespace, servers, client)
     plan = plan_pipeline(pipeline, PlanSettings(backend="direct"))
     planned = next(
         (v for v in plan.views if (v.view.name, v.view.namespace) == (name, namespace)), None
@@ -107,6 +115,37 @@ def _local_probe(
     return probe
 
 
+def _sink_probe(
+    state_dir: Path,
+    log: str,
+    name: str,
+    namespace: str,
+    servers: str,
+    client: Mapping[str, str] | None = None,
+) -> Probe:
+    """A Sink's position as its table holds it (committed with the rows: a record covered is
+    in the table), read from its database as the run's Sink process reads it."""
+    spec = state_dir / "sinks" / f"{namespace}.{name}.json"
+    admin = KafkaAdmin(servers, client=client)
+
+    def probe() -> tuple[Positions, bool, str]:
+        if not spec.exists():
+            return {log: {}}, False, "the Sink has not started yet"
+        run = SinkRun.model_validate_json(spec.read_text("utf-8"))
+        try:
+            with connect_sink(run) as db:
+                held = sink_positions(db, run)
+        except psycopg.errors.UndefinedTable:
+            held = {}
+        except psycopg.Error as exc:
+            raise UserError(f"Sink {namespace}/{name}: reading its position: {exc}") from None
+        ends = admin.end_offsets([run.topic]).get(run.topic, {})
+        lag = sum(max(0, end - held.get(p, 0)) for p, end in ends.items())
+        return {log: held}, lag == 0, f"table {run.table}, lag {lag}"
+
+    return probe
+
+
 def wait_for_view(
     probe: Probe,
     covers: list[tuple[str, int, int]],
@@ -124,7 +163,7 @@ def wait_for_view(
         for log, _, _ in covers:
             if log not in positions and positions:
                 reads = ", ".join(sorted(positions))
-                raise UserError(f"the view does not read log {log!r}; it reads {reads}")
+                raise UserError(f"it does not read log {log!r}; it reads {reads}")
         missing = uncovered(covers, positions)
         if not missing and (is_caught_up or not caught_up):
             return detail
@@ -141,7 +180,7 @@ def wait_for_view(
 
 
 @click.command()
-@click.argument("view")
+@click.argument("view", metavar="VIEW_OR_SINK")
 @click.option(
     "--covers",
     "covers",
@@ -181,7 +220,8 @@ def wait(
     kubeconfig: Path | None,
     kafka_config: Path | None,
 ) -> None:
-    """Wait until VIEW has read the given records (--covers) or everything (--caught-up).
+    """Wait until a view has read the given records (--covers) or everything (--caught-up);
+    for a Sink of a `distributary run`, until they are in its table.
 
     Exits 0 once it has, 1 with what is still missing when --timeout passes first."""
     parsed = [parse_cover(c) for c in covers]
