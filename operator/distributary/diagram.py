@@ -36,8 +36,10 @@ def _label(pipeline: Pipeline, ref: Ref) -> str:
             else f"{name}\\nupsert by " + (", ".join(output.key or []))
         )
     if ref in pipeline.sinks:
-        target = pipeline.sinks[ref].spec.postgres
-        return f"{name}\\n{target.mode} into {target.table}"
+        target, cache = pipeline.sinks[ref].spec.postgres, pipeline.sinks[ref].spec.redis
+        if target is not None:
+            return f"{name}\\n{target.mode} into {target.table}"
+        return f"{name}\\nRedis {cache.key_prefix if cache else ''}<key>"
     if ref in pipeline.captures:
         return f"{name}\\nPostgreSQL {pipeline.captures[ref].spec.postgres.database}"
     return name

@@ -677,6 +677,15 @@ class _Builder:
         target = sink.spec.postgres
         writer = self.pipeline.writer(log)
         captured = writer in self.pipeline.captures
+        if sink.spec.redis is not None and not log.spec.key and not captured:
+            self._problem(
+                ref,
+                "spec.log",
+                f"names Log {log.metadata.name!r}, which has no key: a Redis key per record key "
+                "needs one; key the Log (a view: output.mode upsert with a key)",
+            )
+        if target is None:
+            return
         if target.mode == "upsert" and not log.spec.key and not captured:
             self._problem(
                 ref,

@@ -1,12 +1,14 @@
-"""Sinks under `distributary run`: PostgreSQL tables kept equal to a log, exactly once, while the
-Sinks' processes are killed with SIGKILL ten times and records keep arriving.
+"""Sinks under `distributary run`: PostgreSQL tables and a Redis cache kept equal to a log, exactly
+once, while the Sinks' processes are killed with SIGKILL ten times and records keep arriving.
 
-One keyed Log of accounts feeds two Sinks: `accounts` (upsert: a row per key, the latest record,
-deleted by a tombstone) and `account-events` (append: a row per record). A writer appends
+One keyed Log of accounts feeds three Sinks: `accounts` (upsert: a row per key, the latest
+record, deleted by a tombstone), `account-events` (append: a row per record) and `account-cache`
+(Redis: a key `account:<id>` per account holding its latest record). A writer appends
 updates and tombstones without pause while both Sink processes are killed ten times; the run
 starts them again each time. Afterwards each table is compared exactly with what the log implies:
 the upsert table with the latest record of each key (tombstoned keys absent), the append table
-with every record as a multiset (a record applied twice or never would show). The offsets each
+with every record as a multiset (a record applied twice or never would show), the cache's keys
+with the latest records. The offsets each
 table holds are the log's end offsets. The password is in no file of the state folder.
 """
 
@@ -27,9 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from tests.integration.spark_pipelines import latest_table, produce, read_topic, wait_for_run
 
 from distributary.devtools.postgres import PostgresServer
+from distributary.devtools.redis import RedisServer
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.records import Record
 from distributary.local.broker import EmbeddedBroker
@@ -80,6 +84,13 @@ spec:
     sslMode: disable
     table: public.account_events
     mode: append
+---
+apiVersion: distributary.dev/v1alpha1
+kind: Sink
+metadata: {{name: account-cache}}
+spec:
+  log: accounts
+  redis: {{host: 127.0.0.1, port: {{redis_port}}, keyPrefix: "account:"}}
 """
 
 
@@ -92,10 +103,15 @@ def database(postgres: PostgresServer) -> PostgresServer:
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory: pytest.TempPathFactory, database: PostgresServer) -> dict[str, Path]:
+def folders(
+    tmp_path_factory: pytest.TempPathFactory, database: PostgresServer, redis_server: RedisServer
+) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("local-sink")
     (root / "pipeline").mkdir()
-    (root / "pipeline" / "pipeline.yaml").write_text(PIPELINE.replace("{port}", str(database.port)))
+    text = PIPELINE.replace("{port}", str(database.port))
+    (root / "pipeline" / "pipeline.yaml").write_text(
+        text.replace("{redis_port}", str(redis_server.port))
+    )
     (root / "secrets" / "serving-db").mkdir(parents=True)
     (root / "secrets" / "serving-db" / "password").write_text(PASSWORD)
     return {"pipeline": root / "pipeline", "secrets": root / "secrets", "state": root / "state"}
@@ -156,7 +172,10 @@ def _positions(database: PostgresServer) -> dict[str, dict[int, int]]:
 
 
 def test_tables_equal_the_log_after_ten_kills_while_records_arrive(
-    folders: dict[str, Path], broker: EmbeddedBroker, database: PostgresServer
+    folders: dict[str, Path],
+    broker: EmbeddedBroker,
+    database: PostgresServer,
+    redis_server: RedisServer,
 ) -> None:
     admin = KafkaAdmin(broker.bootstrap_servers)
     said = folders["state"].parent / "run.err"
@@ -207,9 +226,24 @@ def test_tables_equal_the_log_after_ten_kills_while_records_arrive(
             lambda: all(p == ends for p in _positions(database).values()),
             run, said, 120,
         )  # fmt: skip
+        cache = redis.Redis(port=redis_server.port)
+        wait_for_run(
+            "the cache holds the whole log",
+            lambda: {int(p): int(o) for p, o in cache.hgetall(
+                f"distributary:sink:default/account-cache:{TOPIC}").items()} == ends,
+            run, said, 120,
+        )  # fmt: skip
         table, events = _tables(database)
         want_table, want_events = _expected(broker)
         assert table == want_table
+        cached = {
+            int(k.decode().removeprefix("account:")): json.loads(v)
+            for k in cache.keys("account:*")
+            if (v := cache.get(k)) is not None
+        }
+        assert {
+            i: (v["id"], v["owner"], Decimal(v["balance"]), v["tags"]) for i, v in cached.items()
+        } == want_table
         assert sum(events.values()) == sum(want_events.values())
         assert events == want_events, "records applied twice or never"
         assert written[0] > 1000

@@ -1,9 +1,10 @@
 """The `Sink` kind: a serving store kept equal to a log, and fed from nothing else.
 
-A Sink reads one Log and keeps a PostgreSQL table equal to it: in `upsert` mode a row per key (the
-latest record of the key; a tombstone deletes the row), in `append` mode a row per record. The
-records of each batch and the offsets they end at are written in one database transaction, so the
-table is exactly what the log implies even across crashes and replays.
+A Sink reads one Log and keeps a PostgreSQL table equal to it (in `upsert` mode a row per key,
+the latest record of the key, deleted by a tombstone; in `append` mode a row per record), or a
+Redis cache (a key per record key, its latest record as JSON, optionally expiring). The records
+of each batch and the offsets they end at are written in one transaction of the store, so the
+store is exactly what the log implies even across crashes and replays.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from distributary.api.common import (
     ApiModel,
     ColumnName,
     Conditions,
+    Duration,
     KubeName,
     ObjectMeta,
     StatusModel,
     cel,
     validations,
 )
-from distributary.api.source import TABLE_PATTERN, PostgresConnection
+from distributary.api.source import HOST_PATTERN, TABLE_PATTERN, PostgresConnection, SecretKey
 
 
 class PostgresTable(PostgresConnection):
@@ -64,14 +66,58 @@ class PostgresTable(PostgresConnection):
         return self
 
 
+class RedisCache(ApiModel):
+    """A Redis database, and how the log's records become its keys."""
+
+    host: Annotated[str, StringConstraints(pattern=HOST_PATTERN)] = Field(
+        description="The Redis server's host name or address."
+    )
+    port: Annotated[int, Field(ge=1, le=65535)] = Field(default=6379, description="Its port.")
+    database: Annotated[int, Field(ge=0, le=1024)] = Field(
+        default=0, description="The database number."
+    )
+    password_secret: SecretKey | None = Field(
+        default=None, description="The password (AUTH), from a Secret; none when unset."
+    )
+    key_prefix: Annotated[str, StringConstraints(max_length=256)] = Field(
+        default="",
+        description="Each record key becomes the Redis key <keyPrefix><key values joined by ':'>, "
+        "e.g. account:42.",
+    )
+    ttl: Duration | None = Field(
+        default=None,
+        description="Keys expire this long after their last write (a cache); never when unset.",
+    )
+
+
 class SinkSpec(ApiModel):
-    """The log a store is derived from, and the store."""
+    """The log a store is derived from, and the store: a PostgreSQL table or a Redis cache."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "has(self.postgres) != has(self.redis)",
+                "give one store: postgres or redis",
+            ),
+        )
+    )
 
     log: KubeName = Field(
         description="The Log it reads, in the same namespace (a view's output: the revision "
         "that serves)."
     )
-    postgres: PostgresTable = Field(description="The PostgreSQL table it keeps.")
+    postgres: PostgresTable | None = Field(
+        default=None, description="The PostgreSQL table it keeps."
+    )
+    redis: RedisCache | None = Field(
+        default=None, description="The Redis keys it keeps: the latest record of each key."
+    )
+
+    @model_validator(mode="after")
+    def _check_store(self) -> SinkSpec:
+        if (self.postgres is None) == (self.redis is None):
+            raise ValueError("give one store: postgres or redis")
+        return self
 
 
 class SinkStatus(StatusModel):

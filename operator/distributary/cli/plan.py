@@ -122,13 +122,20 @@ def _render_text(plan: PipelinePlan, pipeline: Pipeline, settings: PlanSettings)
             lines.append(f"      {table} -> {log.topic} (keyed by the primary key; {columns})")
     if pipeline.sinks:
         lines.append("")
-        lines.append("Sinks (a process each, exactly once into PostgreSQL):")
+        lines.append("Sinks (a process each, exactly once into the store):")
     for ref, sink in sorted(pipeline.sinks.items()):
-        target = sink.spec.postgres
-        lines.append(
-            f"  + {ref.name}  reads Log {sink.spec.log}; {target.mode} into {target.table} at "
-            f"{target.host}:{target.port}/{target.database} as {target.user}"
-        )
+        target, cache = sink.spec.postgres, sink.spec.redis
+        if target is not None:
+            lines.append(
+                f"  + {ref.name}  reads Log {sink.spec.log}; {target.mode} into {target.table} "
+                f"at {target.host}:{target.port}/{target.database} as {target.user}"
+            )
+        elif cache is not None:
+            ttl = f", expiring after {cache.ttl}" if cache.ttl else ""
+            lines.append(
+                f"  + {ref.name}  reads Log {sink.spec.log}; keys {cache.key_prefix}<key> in "
+                f"Redis {cache.host}:{cache.port}/{cache.database}{ttl}"
+            )
     return "\n".join(lines)
 
 

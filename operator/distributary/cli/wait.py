@@ -20,6 +20,7 @@ from typing import Any
 
 import click
 import psycopg
+import redis
 
 from distributary.cli.errors import UserError
 from distributary.cli.named_log import run_broker
@@ -37,6 +38,7 @@ from distributary.plan.positions import parse_cover, uncovered
 from distributary.plan.sink_plan import SinkRun
 from distributary.sinks.postgres import connect_sink
 from distributary.sinks.postgres import positions as sink_positions
+from distributary.sinks.redis import RedisStore
 
 API = "distributary.dev/v1alpha1"
 Positions = dict[str, dict[int, int]]
@@ -133,17 +135,30 @@ def _sink_probe(
             return {log: {}}, False, "the Sink has not started yet"
         run = SinkRun.model_validate_json(spec.read_text("utf-8"))
         try:
-            with connect_sink(run) as db:
-                held = sink_positions(db, run)
-        except psycopg.errors.UndefinedTable:
-            held = {}
-        except psycopg.Error as exc:
+            held = _held(run)
+        except (psycopg.Error, redis.RedisError) as exc:
             raise UserError(f"Sink {namespace}/{name}: reading its position: {exc}") from None
         ends = admin.end_offsets([run.topic]).get(run.topic, {})
         lag = sum(max(0, end - held.get(p, 0)) for p, end in ends.items())
-        return {log: held}, lag == 0, f"table {run.table}, lag {lag}"
+        where = f"table {run.table}" if run.store == "postgres" else f"Redis {run.key_prefix}<key>"
+        return {log: held}, lag == 0, f"{where}, lag {lag}"
 
     return probe
+
+
+def _held(run: SinkRun) -> dict[int, int]:
+    """The position a Sink's store holds (none before its first batch)."""
+    if run.store == "redis":
+        store = RedisStore(run)
+        try:
+            return store.positions()
+        finally:
+            store.close()
+    try:
+        with connect_sink(run) as db:
+            return sink_positions(db, run)
+    except psycopg.errors.UndefinedTable:
+        return {}
 
 
 def wait_for_view(

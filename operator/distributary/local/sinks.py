@@ -105,16 +105,21 @@ class LocalSinks:
                 "Log's columns; declare spec.schema on the Log"
             )
             return None
-        secret = sink.spec.postgres.password_secret
-        password = (self.secrets_dir / secret.name / secret.key) if self.secrets_dir else None
-        if password is None or not password.is_file():
-            where = f"{password}" if password else f"DIR/{secret.name}/{secret.key}"
-            self._say_once(f"{label}: spec.postgres.passwordSecret: no file {where}: give "
-                           "--secrets DIR holding the password there")  # fmt: skip
-            return None
+        store = sink.spec.postgres or sink.spec.redis
+        secret = store.password_secret if store is not None else None
+        field_name = "postgres" if sink.spec.postgres is not None else "redis"
+        password = None
+        if secret is not None:
+            password = (self.secrets_dir / secret.name / secret.key) if self.secrets_dir else None
+            if password is None or not password.is_file():
+                where = f"{password}" if password else f"DIR/{secret.name}/{secret.key}"
+                self._say_once(f"{label}: spec.{field_name}.passwordSecret: no file {where}: "
+                               "give --secrets DIR holding the password there")  # fmt: skip
+                return None
         try:
             run = sink_run(sink, log.spec.record_schema, log.spec.key or [], topic, bootstrap,
-                           str(password.resolve()), self.security)  # fmt: skip
+                           str(password.resolve()) if password else None,
+                           self.security)  # fmt: skip
         except SqlError as exc:
             self._say_once(f"{label}: Log {log.metadata.name}'s schema: {exc}")
             return None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
+from distributary.api.common import duration_ms
 from distributary.api.sink import Sink
 from distributary.plan.kafka_connection import KafkaSecurity
 from distributary.sql import parse_ddl
@@ -78,13 +79,17 @@ class SinkRun(BaseModel):
     columns: list[tuple[str, str]] = Field(description="The Log's columns: (name, Spark type).")
     key: list[str] = Field(default_factory=list)
     mode: str = "upsert"
-    table: str
+    store: str = "postgres"  # or redis
+    table: str = ""
     host: str
     port: int
-    database: str
-    user: str
+    database: str = ""
+    user: str = ""
     ssl_mode: str = "prefer"
-    password_file: str
+    password_file: str | None = None
+    redis_database: int = 0
+    key_prefix: str = ""
+    ttl_seconds: int | None = None
 
 
 def sink_run(
@@ -93,14 +98,32 @@ def sink_run(
     key: Sequence[str],
     topic: str,
     bootstrap_servers: str,
-    password_file: str,
+    password_file: str | None,
     kafka_security: KafkaSecurity | None = None,
 ) -> SinkRun:
     """The process spec of `sink` reading `topic`, whose records have `columns` (Spark DDL) and
     are keyed by `key`. Raises SqlError when the columns do not parse."""
-    target = sink.spec.postgres
+    target, cache = sink.spec.postgres, sink.spec.redis
     parsed = [c for c in parse_ddl(columns) if c.name.lower() != DELETED_COLUMN]
     namespace, name = sink.metadata.namespace, sink.metadata.name
+    if target is None:
+        assert cache is not None
+        return SinkRun(
+            name=f"{namespace}/{name}",
+            group=f"distributary.{namespace}.{name}.sink",
+            bootstrap_servers=bootstrap_servers,
+            kafka_security=kafka_security,
+            topic=topic,
+            columns=[(c.name, c.type) for c in parsed],
+            key=list(key),
+            store="redis",
+            host=cache.host,
+            port=cache.port,
+            redis_database=cache.database,
+            password_file=password_file,
+            key_prefix=cache.key_prefix,
+            ttl_seconds=duration_ms(cache.ttl) // 1000 if cache.ttl else None,
+        )
     return SinkRun(
         name=f"{namespace}/{name}",
         group=f"distributary.{namespace}.{name}.sink",

@@ -2,6 +2,6 @@
 
 import sys
 
-from distributary.sinks.postgres import main
+from distributary.sinks.main import main
 
 sys.exit(main())

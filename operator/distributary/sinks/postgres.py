@@ -1,39 +1,27 @@
-"""A Sink's process: a PostgreSQL table kept equal to a log, exactly once.
+"""A Sink into PostgreSQL: a table kept equal to a log, exactly once.
 
-At start it makes the table from the Log's columns when it is missing (adding the columns the Log
-has gained since, refusing a type or key it cannot keep), then reads its position, per partition,
-from `distributary_sink_offsets` in the same database. It reads the log from there as a committed
-reader and applies each poll's records in one transaction that also moves the position: the rows
-and the position commit together or not at all. So a process killed at any point, or a second
-one started beside it (the position rows are locked for the transaction), neither loses nor
-repeats a record; records at or past the committed position are the only ones applied.
+At start the table is made from the Log's columns when it is missing (the columns the Log has
+gained since are added; a type or key it cannot keep is refused), and the position is read, per
+partition, from `distributary_sink_offsets` in the same database. Each poll's records are applied
+in one transaction that also moves the position: the rows and the position commit together or
+not at all. So a process killed at any point, or a second one started beside it (an advisory
+lock per Sink), neither loses nor repeats a record; only records at or past the committed
+position are applied.
 
 In upsert mode a key's latest record in the batch replaces its row, and a tombstone (or a record
-whose `__deleted` is true) deletes it; in append mode every record is a row. The position is
-mirrored to the Sink's consumer group after each commit, for Kafka's own tools.
-
-This module is a plain Kafka consumer rather than a Spark query: a table's writes all go through
-one database connection, so Spark's executors would add a JVM and a checkpoint and nothing that
-makes the table more right; the exactly-once guarantee is the database transaction's.
+whose `__deleted` is true) deletes it; in append mode every record is a row.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import signal
-import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import psycopg
 
-from distributary.kafka.admin import KafkaAdmin
-from distributary.kafka.connection import client_settings
-from distributary.kafka.records import Record, TopicReader
+from distributary.kafka.records import Record
 from distributary.plan.sink_plan import (
     DELETED_COLUMN,
     OFFSETS_TABLE,
@@ -46,18 +34,17 @@ from distributary.plan.sink_plan import (
     upsert,
 )
 
-STOP = {"requested": False}
-MIRROR_EVERY = 2.0  # seconds between mirrorings of the position to the consumer group
-
 
 class SinkRefusedError(RuntimeError):
-    """The table cannot be kept as the spec asks; the message says why and what to do."""
+    """The store cannot be kept as the spec asks; the message says why and what to do."""
 
 
 def connect_sink(run: SinkRun) -> psycopg.Connection[Any]:
     """A connection to the Sink's database as its user (autocommit: each write says its
     transaction)."""
-    password = Path(run.password_file).read_text("utf-8").rstrip("\n")
+    password = (
+        Path(run.password_file).read_text("utf-8").rstrip("\n") if run.password_file else None
+    )
     return psycopg.connect(
         host=run.host,
         port=run.port,
@@ -185,60 +172,22 @@ def _write(db: psycopg.Connection[Any], run: SinkRun, records: Sequence[Record])
             cursor.executemany(upsert(run), upserts)
 
 
-def run_sink(run: SinkRun, stop: Any = lambda: STOP["requested"]) -> None:
-    """Keep the table equal to the log until asked to stop."""
-    client = client_settings(run.kafka_security)
-    admin = KafkaAdmin(run.bootstrap_servers, client=client)
-    with connect_sink(run) as db:
-        prepare(db, run)
-        reader = TopicReader(run.bootstrap_servers, client=client)
-        try:
-            partitions = reader.watermarks(run.topic)
-            start = positions(db, run)
-            lost = {p: (start[p], first) for p, (first, _) in partitions.items()
-                    if p in start and start[p] < first}  # fmt: skip
-            if lost:
-                raise SinkRefusedError(
-                    f"records of {run.topic} were deleted before this Sink applied them "
-                    f"(partition: (position, first kept) {lost}): the table would miss them; "
-                    f"write to a new table to build it from what the log keeps"
-                )
-            at = {p: start.get(p, first) for p, (first, _end) in partitions.items()}
-            print(f"sink {run.name}: {run.topic} -> {run.table} from {at}", flush=True)
-            mirrored = 0.0
-            for batch in reader.batches({run.topic: at}, stop):
-                if batch:
-                    apply(db, run, batch)
-                    for record in batch:
-                        at[record.partition] = max(at[record.partition], record.offset + 1)
-                if time.monotonic() - mirrored >= MIRROR_EVERY:
-                    mirrored = time.monotonic()
-                    try:
-                        admin.commit(run.group, {run.topic: dict(at)})
-                    except Exception as exc:  # the table's position is the database's
-                        print(f"sink {run.name}: mirroring to {run.group}: {exc}", flush=True)
-        finally:
-            reader.close()
+class PostgresStore:
+    """A table and its position in one PostgreSQL database (see the module's docstring)."""
 
+    def __init__(self, run: SinkRun) -> None:
+        self.run = run
+        self.db = connect_sink(run)
+        prepare(self.db, run)
 
-def _stop(_signum: int, _frame: FrameType | None) -> None:
-    STOP["requested"] = True
+    def positions(self) -> dict[int, int]:
+        """The committed position per partition."""
+        return positions(self.db, self.run)
 
+    def apply(self, records: Sequence[Record]) -> int:
+        """Apply records and move the position in one transaction."""
+        return apply(self.db, self.run, records)
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m distributary.sinks --spec FILE`."""
-    parser = argparse.ArgumentParser(prog="python -m distributary.sinks")
-    parser.add_argument("--spec", required=True, type=Path)
-    args = parser.parse_args(argv)
-    run = SinkRun.model_validate_json(args.spec.read_text("utf-8"))
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    try:
-        run_sink(run)
-    except SinkRefusedError as exc:
-        print(f"sink {run.name}: refused: {exc}", file=sys.stderr, flush=True)
-        return 3
-    except (psycopg.Error, OSError) as exc:
-        print(f"sink {run.name}: {exc}", file=sys.stderr, flush=True)
-        return 1
-    return 0
+    def close(self) -> None:
+        """Close the connection."""
+        self.db.close()

@@ -108,3 +108,23 @@ def test_columns_the_log_gained_are_added_and_other_changes_refused() -> None:
 def test_a_key_in_append_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="only read in upsert mode"):
         _sink("append", key=["id"])
+
+
+def test_a_redis_sink_keys_each_record_by_its_key_values() -> None:
+    from distributary.sinks.redis import offsets_key, redis_key
+
+    sink = Sink.model_validate(
+        {
+            "metadata": {"name": "cache", "namespace": "bank"},
+            "spec": {"log": "accounts", "redis": {"host": "r", "keyPrefix": "acct:", "ttl": "1h"}},
+        }
+    )
+    run = sink_run(sink, COLUMNS, ["id", "owner"], "accounts", "k:9092", None)
+    assert (run.store, run.ttl_seconds, run.key) == ("redis", 3600, ["id", "owner"])
+    assert redis_key(run, b'{"id":42,"owner":"ada"}') == "acct:42:ada"
+    assert offsets_key(run) == "distributary:sink:bank/cache:accounts"
+
+
+def test_a_sink_names_one_store() -> None:
+    with pytest.raises(ValueError, match="give one store: postgres or redis"):
+        Sink.model_validate({"metadata": {"name": "s"}, "spec": {"log": "accounts"}})

@@ -1,0 +1,110 @@
+"""A Sink's process: read a log as a committed reader and keep a store equal to it.
+
+The store (`postgres.PostgresStore`, `redis.RedisStore`) holds the Sink's position beside what it
+keeps and applies each poll's records and the position they end at in one transaction, skipping
+records before the position. This loop reads from that position, refuses to start when retention
+has removed records the store never got, and mirrors the position to the Sink's consumer group
+for Kafka's own tools.
+
+A plain Kafka consumer rather than a Spark query: every write of a store goes through one
+connection, so Spark's executors would add a JVM and a checkpoint and nothing that makes the
+store more right; the exactly-once guarantee is the store's transaction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Protocol
+
+import psycopg
+import redis
+
+from distributary.kafka.admin import KafkaAdmin
+from distributary.kafka.connection import client_settings
+from distributary.kafka.records import Record, TopicReader
+from distributary.plan.sink_plan import SinkRun
+from distributary.sinks.postgres import PostgresStore, SinkRefusedError
+from distributary.sinks.redis import RedisStore
+
+REFUSED = 3  # the exit code of a Sink that refuses its store
+MIRROR_EVERY = 2.0  # seconds between mirrorings of the position to the consumer group
+STOP = {"requested": False}
+
+
+class Store(Protocol):
+    """Where a Sink keeps a log's records and its position, in one transaction."""
+
+    def positions(self) -> dict[int, int]: ...
+    def apply(self, records: Sequence[Record]) -> int: ...
+    def close(self) -> None: ...
+
+
+def open_store(run: SinkRun) -> Store:
+    """The Sink's store, made ready (a table created or migrated, a server answering)."""
+    return RedisStore(run) if run.store == "redis" else PostgresStore(run)
+
+
+def run_sink(run: SinkRun, stop: Callable[[], bool] = lambda: STOP["requested"]) -> None:
+    """Keep the store equal to the log until asked to stop."""
+    client = client_settings(run.kafka_security)
+    admin = KafkaAdmin(run.bootstrap_servers, client=client)
+    store = open_store(run)
+    reader = TopicReader(run.bootstrap_servers, client=client)
+    where = run.table if run.store == "postgres" else f"Redis keys {run.key_prefix}<key>"
+    try:
+        partitions = reader.watermarks(run.topic)
+        start = store.positions()
+        lost = {p: (start[p], first) for p, (first, _) in partitions.items()
+                if p in start and start[p] < first}  # fmt: skip
+        if lost:
+            raise SinkRefusedError(
+                f"records of {run.topic} were deleted before this Sink applied them "
+                f"(partition: (position, first kept) {lost}): the store would miss them; "
+                "write to a new table (or key prefix) to build it from what the log keeps"
+            )
+        at = {p: start.get(p, first) for p, (first, _end) in partitions.items()}
+        print(f"sink {run.name}: {run.topic} -> {where} from {at}", flush=True)
+        mirrored = 0.0
+        for batch in reader.batches({run.topic: at}, stop):
+            if batch:
+                store.apply(batch)
+                for record in batch:
+                    at[record.partition] = max(at[record.partition], record.offset + 1)
+            if time.monotonic() - mirrored >= MIRROR_EVERY:
+                mirrored = time.monotonic()
+                try:
+                    admin.commit(run.group, {run.topic: dict(at)})
+                except Exception as exc:  # the store's position is the one that counts
+                    print(f"sink {run.name}: mirroring to {run.group}: {exc}", flush=True)
+    finally:
+        reader.close()
+        store.close()
+
+
+def _stop(_signum: int, _frame: FrameType | None) -> None:
+    STOP["requested"] = True
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m distributary.sinks --spec FILE`."""
+    parser = argparse.ArgumentParser(prog="python -m distributary.sinks")
+    parser.add_argument("--spec", required=True, type=Path)
+    args = parser.parse_args(argv)
+    run = SinkRun.model_validate_json(args.spec.read_text("utf-8"))
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        run_sink(run)
+    except SinkRefusedError as exc:
+        print(f"sink {run.name}: refused: {exc}", file=sys.stderr, flush=True)
+        return REFUSED
+    except (psycopg.Error, redis.RedisError, OSError) as exc:
+        print(f"sink {run.name}: {exc}", file=sys.stderr, flush=True)
+        return 1
+    return 0
