@@ -33,7 +33,7 @@ from urllib.parse import quote
 import psycopg
 
 from distributary.errors import DistributaryError
-from distributary.local.broker import die_with_parent, free_port
+from distributary.local.broker import die_with_parent, end_process, free_port
 
 PG_VERSION = 15
 INSTALL_HINT = "run tools/system-packages.sh (it installs postgresql-15)"
@@ -268,14 +268,7 @@ class PostgresServer:
         if process is None:
             return
         atexit.unregister(self.stop)
-        if process.poll() is not None:
-            return
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        end_process(process, timeout, signum=signal.SIGINT)
 
     def kill(self) -> None:
         """Kill the server at once (SIGKILL), as a crash would."""

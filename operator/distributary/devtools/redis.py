@@ -10,7 +10,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 from types import TracebackType
 
 from distributary.errors import DistributaryError
-from distributary.local.broker import die_with_parent, free_port
+from distributary.local.broker import die_with_parent, end_process, free_port
 
 INSTALL_HINT = "run tools/system-packages.sh (it installs redis-server)"
 
@@ -115,14 +114,7 @@ class RedisServer:
         if process is None:
             return
         atexit.unregister(self.stop)
-        if process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        end_process(process, timeout)
 
     def kill(self) -> None:
         """Kill the server at once (SIGKILL), as a crash would."""

@@ -81,6 +81,27 @@ def die_with_parent() -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def end_process(
+    process: subprocess.Popen[bytes],
+    timeout: float,
+    *,
+    signum: int = signal.SIGTERM,
+    what: str | None = None,
+) -> None:
+    """Ask a child to stop (`signum`), wait up to `timeout` seconds, then kill it (saying so on
+    stderr when `what` names it)."""
+    if process.poll() is not None:
+        return
+    process.send_signal(signum)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        if what:
+            print(f"{what} did not stop within {timeout:.0f}s; killing it", file=sys.stderr)
+        process.kill()
+        process.wait()
+
+
 def free_port() -> int:
     """A TCP port on loopback that nothing listens on now."""
     with socket.socket() as sock:
@@ -377,15 +398,7 @@ class EmbeddedBroker:
             return
         atexit.unregister(self.stop)
         (self.state_dir / "broker.pid").unlink(missing_ok=True)
-        if process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            print(f"Kafka did not stop within {timeout:.0f}s; killing it", file=sys.stderr)
-            process.kill()
-            process.wait()
+        end_process(process, timeout, what="Kafka")
 
     def __enter__(self) -> EmbeddedBroker:
         return self.start() if self._process is None else self

@@ -26,7 +26,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -39,7 +38,7 @@ from urllib.parse import quote
 from distributary.artifacts import KAFKA_CONNECT, jars
 from distributary.errors import DistributaryError
 from distributary.kafka.connection import password
-from distributary.local.broker import die_with_parent, free_port, java_binary
+from distributary.local.broker import die_with_parent, end_process, free_port, java_binary
 from distributary.plan.kafka_connection import KafkaSecurity
 
 MAIN_CLASS = "org.apache.kafka.connect.cli.ConnectDistributed"
@@ -315,15 +314,7 @@ class ConnectWorker:
             return
         atexit.unregister(self.stop)
         (self.folder / "worker.pid").unlink(missing_ok=True)
-        if process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            print(f"Kafka Connect did not stop within {timeout:.0f}s; killing it", file=sys.stderr)
-            process.kill()
-            process.wait()
+        end_process(process, timeout, what="Kafka Connect")
 
     def kill(self) -> None:
         """Kill the worker at once (SIGKILL), as a crash would: nothing is flushed."""
