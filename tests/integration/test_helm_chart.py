@@ -423,6 +423,8 @@ def test_template_leaves_the_crds_to_helm_install(helm: str, tmp_path: Path) -> 
         "logs.distributary.dev",
         "derivedviews.distributary.dev",
         "streamjobs.distributary.dev",
+        "sources.distributary.dev",
+        "sinks.distributary.dev",
     }
 
 

@@ -246,4 +246,4 @@ def test_wait_returns_once_the_view_covers_a_record_and_says_what_is_missing(
         "wait", "views-per-user", "--state-dir", str(state), "--covers", "orders:0:1"
     )
     assert unknown.returncode == 1
-    assert "the view does not read log 'orders'; it reads page-views" in unknown.stderr
+    assert "it does not read log 'orders'; it reads page-views" in unknown.stderr

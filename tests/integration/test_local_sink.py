@@ -38,6 +38,7 @@ from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.records import Record
 from distributary.local.broker import EmbeddedBroker
 from distributary.plan.sink_plan import SinkRun
+from distributary.plan.topics import CreateTopic
 from distributary.sinks.postgres import apply, connect_sink, prepare
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -325,3 +326,45 @@ def _read_your_writes(state: Path, broker: EmbeddedBroker, database: PostgresSer
         assert _rows(database, f"SELECT owner FROM accounts WHERE id = {account}") == [
             (f"o{account}",)
         ]
+
+
+def test_a_run_until_caught_up_waits_for_its_sinks(
+    tmp_path: Path, broker: EmbeddedBroker, database: PostgresServer
+) -> None:
+    """`run --until-caught-up` exits once every Sink's store holds its whole log, not when the
+    views alone have caught up; its summary says each Sink's position and lag."""
+    topic = "sink-backlog"
+    pipeline = tmp_path / "pipeline"
+    pipeline.mkdir()
+    (pipeline / "p.yaml").write_text(f"""
+apiVersion: distributary.dev/v1alpha1
+kind: Log
+metadata: {{name: backlog}}
+spec: {{topicName: {topic}, partitions: 2, key: [id], schema: "id INT, n INT"}}
+---
+apiVersion: distributary.dev/v1alpha1
+kind: Sink
+metadata: {{name: backlog}}
+spec:
+  log: backlog
+  postgres: {{host: 127.0.0.1, port: {database.port}, database: {DATABASE}, user: server,
+             passwordSecret: {{name: serving-db}}, sslMode: disable, table: public.backlog,
+             mode: append}}
+""")  # fmt: skip
+    (tmp_path / "secrets" / "serving-db").mkdir(parents=True)
+    (tmp_path / "secrets" / "serving-db" / "password").write_text(PASSWORD)
+    admin = KafkaAdmin(broker.bootstrap_servers)
+    admin.create_topic(CreateTopic(topic, 2, None, {}))
+    count = 60_000
+    records = [(i % 2, b'{"id":%d}' % i, b'{"id":%d,"n":%d}' % (i, i)) for i in range(count)]
+    produce(broker.bootstrap_servers, topic, records)
+    result = subprocess.run(
+        [sys.executable, "-m", "distributary.cli", "run", str(pipeline), "--until-caught-up",
+         "--bootstrap-servers", broker.bootstrap_servers, "--state-dir", str(tmp_path / "state"),
+         "--secrets", str(tmp_path / "secrets")],
+        capture_output=True, text=True, timeout=300, cwd=ROOT, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["sinks"]["default/backlog"]["lag"] == 0
+    assert _rows(database, "SELECT count(*), count(DISTINCT id) FROM backlog") == [(count, count)]

@@ -110,17 +110,18 @@ class Run:
     def __init__(self, folders: dict[str, Path], broker: EmbeddedBroker, pipeline: Path) -> None:
         self.state = folders["state"]
         self.said = folders["state"].parent / f"run-{time.monotonic_ns()}.err"
-        self._err = self.said.open("w")
+        err = self.said.open("w")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "distributary.cli", "run", str(pipeline),
              "--bootstrap-servers", broker.bootstrap_servers,
              "--state-dir", str(folders["state"]), "--secrets", str(folders["secrets"]),
              "--cores", "1"],
             stdout=subprocess.DEVNULL,
-            stderr=self._err,
+            stderr=err,
             cwd=ROOT,
             start_new_session=True,
         )  # fmt: skip
+        err.close()  # the run writes through its own copy
 
     def wait(self, what: str, probe: Any, timeout: float = 240) -> None:
         wait_for_run(what, probe, self.process, self.said, timeout)
@@ -135,12 +136,10 @@ class Run:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         self.process.wait(30)
-        self._err.close()
 
     def stop(self) -> str:
         self.process.send_signal(signal.SIGINT)
         self.process.wait(120)
-        self._err.close()
         return self.said.read_text()
 
 
@@ -252,6 +251,9 @@ def test_changes_arrive_exactly_and_a_killed_run_loses_and_repeats_nothing(
     writer.start()
     try:
         run = Run(folders, broker, folders["pipeline"])
+        # The worker the killed run left may still commit a few records before it stops: the
+        # new run's own worker is the one to kill.
+        run.wait("its own worker serves", lambda: "Kafka Connect serves on" in run.said.read_text())
         before = len(_log(broker))
         run.wait("new rows reach the Log", lambda: len(_log(broker)) > before + 20)
         pid_file = folders["state"] / "connect" / "worker.pid"

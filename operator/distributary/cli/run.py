@@ -190,7 +190,12 @@ def run(
     finally:
         local.stop()
     if until_caught_up:
-        click.echo(json.dumps(snapshot.to_json(), separators=(",", ":")))
+        summary = snapshot.to_json()
+        if local.sources is not None and local.sources.statuses:
+            summary["sources"] = {k: v["status"] for k, v in local.sources.statuses.items()}
+        if local.sinks is not None and local.sinks.statuses:
+            summary["sinks"] = local.sinks.statuses
+        click.echo(json.dumps(summary, separators=(",", ":")))
     else:
         click.echo("stopped; run again to resume", err=True)
     sys.stdout.flush()

@@ -541,6 +541,7 @@ def watch(
         for failure in _failures(snapshot, run):
             run._say_once(failure)
         settled = caught_up(snapshot) and not run.revisions.catching_up()
+        settled = settled and (run.sinks is None or run.sinks.caught_up())
         if stopping() or (until_caught_up and settled):
             return snapshot
         time.sleep(POLL_SECONDS)

@@ -64,6 +64,7 @@ class LocalSinks:
     statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
     said: set[str] = field(default_factory=set)
     observed: float = 0.0
+    blocked: set[Ref] = field(default_factory=set)  # cannot start until the files change
 
     @property
     def folder(self) -> Path:
@@ -92,6 +93,18 @@ class LocalSinks:
             self.observed = time.monotonic()
             self._observe()
 
+    def caught_up(self) -> bool:
+        """Whether every Sink's store holds its whole log (as its mirrored group says), or the
+        Sink cannot run (it said why)."""
+        for ref in self.pipeline.sinks:
+            entry = self.processes.get(ref)
+            if ref in self.blocked or (entry is not None and entry.stalled is not None):
+                continue
+            status = self.statuses.get(f"{ref.namespace}/{ref.name}") or {}
+            if entry is None or status.get("lag") != 0:
+                return False
+        return True
+
     def _prepare(self, ref: Ref, sink: Sink, topic: str, bootstrap: str) -> _Process | None:
         log = self.pipeline.logs.get(Ref.log(sink.spec.log, ref.namespace))
         if log is None or self.admin is None:
@@ -100,6 +113,7 @@ class LocalSinks:
             return None  # the topic is made by the reconcile of its writer; next round
         label = f"sink {ref.name}"
         if not log.spec.record_schema:
+            self.blocked.add(ref)
             self._say_once(
                 f"{label}: Log {log.metadata.name} has no schema: the table is made from the "
                 "Log's columns; declare spec.schema on the Log"
@@ -115,6 +129,7 @@ class LocalSinks:
                 where = f"{password}" if password else f"DIR/{secret.name}/{secret.key}"
                 self._say_once(f"{label}: spec.{field_name}.passwordSecret: no file {where}: "
                                "give --secrets DIR holding the password there")  # fmt: skip
+                self.blocked.add(ref)
                 return None
         try:
             run = sink_run(sink, log.spec.record_schema, log.spec.key or [], topic, bootstrap,
@@ -122,6 +137,7 @@ class LocalSinks:
                            self.security)  # fmt: skip
         except SqlError as exc:
             self._say_once(f"{label}: Log {log.metadata.name}'s schema: {exc}")
+            self.blocked.add(ref)
             return None
         entry = _Process(run)
         self.processes[ref] = entry

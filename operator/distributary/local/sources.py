@@ -62,6 +62,7 @@ SOURCES_FILE = "sources.json"
 CONNECT_GROUP = "distributary-run-connect"
 CONNECT_TOPICS = "distributary-run-connect"
 SLOT_EVERY = 5.0  # seconds between readings of each slot
+WORKER_RETRY = 10.0  # seconds before a worker that failed to start again is tried again
 RESTART_AFTER = (5.0, 15.0, 60.0)  # back-off of a failed task's restarts
 LOGGER = logging.getLogger("distributary.run")
 
@@ -145,6 +146,7 @@ class LocalSources:
     watches: dict[Ref, _Watch] = field(default_factory=dict)
     said: set[str] = field(default_factory=set)
     statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
+    worker_due: float = 0.0  # when a worker that failed to start again is tried again
 
     @property
     def path(self) -> Path:
@@ -207,11 +209,20 @@ class LocalSources:
         if self.client is None or self.worker is None:
             return
         code = self.worker.exit_code()
-        if code is not None:
-            self.say(f"Kafka Connect exited (code {code}; see {self.worker.log_file}); "
-                     "starting it again")  # fmt: skip
+        if code is not None or self.worker_due:
+            if time.monotonic() < self.worker_due:
+                return
+            if code is not None:
+                self.say(f"Kafka Connect exited (code {code}; see {self.worker.log_file}); "
+                         "starting it again")  # fmt: skip
             self.worker.stop()
-            self.worker.start()
+            try:
+                self.worker.start()
+            except ConnectError as exc:  # tried again after a while; the views run on
+                self.worker_due = time.monotonic() + WORKER_RETRY
+                self.say(f"{exc}; trying again in {WORKER_RETRY:.0f}s")
+                return
+            self.worker_due = 0.0
             self.watches.clear()  # configs and pauses are applied again
         for ref, source in sorted(self.pipeline.captures.items()):
             try:
