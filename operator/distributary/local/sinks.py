@@ -28,6 +28,7 @@ from distributary.api.sink import Sink
 from distributary.graph import Pipeline, Ref
 from distributary.kafka.admin import KafkaAdmin
 from distributary.local.broker import die_with_parent
+from distributary.local.sources import SourceError, secret_file
 from distributary.plan.kafka_connection import KafkaSecurity
 from distributary.plan.sink_plan import SinkRun, sink_run
 from distributary.sql import SqlError
@@ -124,11 +125,11 @@ class LocalSinks:
         field_name = "postgres" if sink.spec.postgres is not None else "redis"
         password = None
         if secret is not None:
-            password = (self.secrets_dir / secret.name / secret.key) if self.secrets_dir else None
-            if password is None or not password.is_file():
-                where = f"{password}" if password else f"DIR/{secret.name}/{secret.key}"
-                self._say_once(f"{label}: spec.{field_name}.passwordSecret: no file {where}: "
-                               "give --secrets DIR holding the password there")  # fmt: skip
+            try:
+                password = secret_file(self.secrets_dir, secret, label,
+                                       f"spec.{field_name}.passwordSecret")  # fmt: skip
+            except SourceError as exc:
+                self._say_once(str(exc))
                 self.blocked.add(ref)
                 return None
         try:

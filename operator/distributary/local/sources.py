@@ -71,21 +71,35 @@ class SourceError(DistributaryError, RuntimeError):
     """A Source cannot run; the message names the Source, the field and the fix."""
 
 
-def secret_value(secrets_dir: Path | None, secret: SecretKey, label: str) -> str:
-    """The value of a Secret's key from the secrets folder, as Kubernetes would mount it."""
+def secret_file(
+    secrets_dir: Path | None,
+    secret: SecretKey,
+    label: str,
+    field: str = "spec.postgres.passwordSecret",
+) -> Path:
+    """The file of a Secret's key in the secrets folder, laid out as Kubernetes mounts a
+    Secret (`<dir>/<name>/<key>`); SourceError naming the resource, the field and the fix."""
     if secrets_dir is None:
         raise SourceError(
-            f"{label}: spec.postgres.passwordSecret names Secret {secret.name!r}: give "
+            f"{label}: {field} names Secret {secret.name!r}: give "
             f"--secrets DIR with the password in DIR/{secret.name}/{secret.key}"
         )
     path = secrets_dir / secret.name / secret.key
+    if not path.is_file():
+        raise SourceError(
+            f"{label}: {field}: there is no file {path}: write the "
+            f"password of Secret {secret.name!r}, key {secret.key!r}, there"
+        )
+    return path
+
+
+def secret_value(secrets_dir: Path | None, secret: SecretKey, label: str) -> str:
+    """The value of a Secret's key from the secrets folder, as Kubernetes would mount it."""
+    path = secret_file(secrets_dir, secret, label)
     try:
         return path.read_text("utf-8").rstrip("\n")
-    except OSError:
-        raise SourceError(
-            f"{label}: spec.postgres.passwordSecret: there is no file {path}: write the "
-            f"password of Secret {secret.name!r}, key {secret.key!r}, there"
-        ) from None
+    except OSError as exc:
+        raise SourceError(f"{label}: spec.postgres.passwordSecret: {path}: {exc}") from None
 
 
 def password_reference(secrets_dir: Path, secret: SecretKey) -> str:
