@@ -112,15 +112,14 @@ def planning_bodies(
 
 
 def reprocessing_outputs(bodies: Iterable[Mapping[str, Any]]) -> frozenset[str]:
-    """The output Logs of the views among `bodies` that have a revision catching up, and of the
-    views downstream of one (they reprocess in turn once it cuts over): their readers wait for
-    the cutover before they start a revision of their own, which would otherwise read the old
-    revision's topic with the new one's schema."""
+    """The output Logs of the views among `bodies` that have a revision catching up (or may be
+    about to: `_unsettled`), and of the views downstream of one (they reprocess in turn once it
+    cuts over): their readers wait for the cutover before they start a revision of their own,
+    which would otherwise read the old revision's topic with the new one's schema."""
     views = [body for body in bodies if body.get("kind") == "DerivedView"]
     found: set[str] = set()
     for body in views:
-        rows = ((body.get("status") or {}).get("revisions")) or []
-        if any(isinstance(r, Mapping) and r.get("phase") == CATCHING_UP for r in rows):
+        if _unsettled(body):
             found.update(_named_logs(body, "outputs"))
     grown = True
     while grown:  # a reader of a reprocessing output reprocesses after its cutover
@@ -131,6 +130,27 @@ def reprocessing_outputs(bodies: Iterable[Mapping[str, Any]]) -> frozenset[str]:
                 found |= outputs
                 grown = True
     return frozenset(found)
+
+
+def _unsettled(body: Mapping[str, Any]) -> bool:
+    """Whether a view that already serves has a revision catching up, or an edit whose outcome
+    its status does not show yet: a spec its reconcile has not handled (`observedGeneration`
+    behind `generation`) or a change still being classified. Either may start a reprocess, so a
+    reader that started its own new revision now could read the topic about to be replaced."""
+    status = body.get("status") or {}
+    rows = status.get("revisions") or []
+    if any(isinstance(r, Mapping) and r.get("phase") == CATCHING_UP for r in rows):
+        return True
+    if not rows:
+        return False  # a new view: its readers wait for its topic anyway
+    generation = (body.get("metadata") or {}).get("generation")
+    if generation is not None and status.get("observedGeneration") != generation:
+        return True
+    conditions = status.get("conditions") or []
+    return any(
+        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("reason") == "ChangePending"
+        for c in conditions
+    )
 
 
 def _name(body: Mapping[str, Any]) -> str:

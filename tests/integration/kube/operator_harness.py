@@ -168,9 +168,16 @@ class Operator:
         )
 
 
-def waiting(operator: Operator, what: str, probe: Callable[[], Any], timeout: float = 60) -> Any:
-    """`wait_for`, with the operator's log in the failure."""
+def waiting(
+    operator: Operator,
+    what: str,
+    probe: Callable[[], Any],
+    timeout: float = 60,
+    show: Callable[[], Any] | None = None,
+) -> Any:
+    """`wait_for`, with the operator's log in the failure (and what `show` returns then)."""
     try:
         return wait_for(what, probe, timeout)
     except AssertionError as exc:
-        raise AssertionError(f"{exc}\n--- operator log ---\n{operator.logs()}") from None
+        shown = f"\n--- then ---\n{json.dumps(show(), indent=1, default=str)}" if show else ""
+        raise AssertionError(f"{exc}{shown}\n--- operator log ---\n{operator.logs()}") from None

@@ -117,7 +117,13 @@ def live(
                 seen["sent_at_cutover"] = len(producer.sent)
             return status(cluster, "lc-per-user").get("servingRevision") == 2
 
-        waiting(operator, "revision 2 of both serving while records arrive", both_serve_2, 600)
+        waiting(
+            operator,
+            "revision 2 of both serving while records arrive",
+            both_serve_2,
+            600,
+            show=lambda: {name: status(cluster, name) for name in ("lc-big", "lc-per-user")},
+        )
         time.sleep(2)  # records still arrive after the cutovers
     finally:
         records = producer.stop()

@@ -9,13 +9,21 @@ from typing import Any
 from distributary.plan.view_plan import reprocessing_outputs
 
 
-def view(name: str, reads: str, phases: tuple[str, ...] = ("Serving",)) -> dict[str, Any]:
+def view(
+    name: str,
+    reads: str,
+    phases: tuple[str, ...] = ("Serving",),
+    generation: int = 1,
+    observed: int = 1,
+    reason: str = "Serving",
+) -> dict[str, Any]:
     rows = [{"revision": i + 1, "phase": phase} for i, phase in enumerate(phases)]
+    ready = {"type": "Ready", "status": "True", "reason": reason}
     return {
         "kind": "DerivedView",
-        "metadata": {"name": name},
+        "metadata": {"name": name, "generation": generation},
         "spec": {"inputs": [{"log": reads, "alias": "src"}], "output": {"log": name}},
-        "status": {"revisions": rows},
+        "status": {"revisions": rows, "observedGeneration": observed, "conditions": [ready]},
     }
 
 
@@ -41,3 +49,21 @@ def test_a_catch_up_further_down_holds_only_what_is_below_it() -> None:
         view("big", "events"),
     ]
     assert reprocessing_outputs(bodies) == {"mid", "per-user"}
+
+
+def test_an_edit_its_reconcile_has_not_handled_yet_is_waited_on() -> None:
+    """The upstream view's spec is new but its status is the old one's: whether it reprocesses is
+    not known yet, so its readers wait rather than start a revision on the topic it may
+    replace."""
+    bodies = [view("big", "events", generation=3, observed=2), view("per-user", "big")]
+    assert reprocessing_outputs(bodies) == {"big", "per-user"}
+
+
+def test_an_edit_still_being_classified_is_waited_on() -> None:
+    bodies = [view("big", "events", reason="ChangePending"), view("per-user", "big")]
+    assert reprocessing_outputs(bodies) == {"big", "per-user"}
+
+
+def test_a_new_view_without_revisions_holds_nothing_here() -> None:
+    new = view("big", "events", phases=(), generation=1, observed=0)
+    assert reprocessing_outputs([new, view("per-user", "big")]) == frozenset()
