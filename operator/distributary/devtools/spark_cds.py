@@ -1,0 +1,108 @@
+"""A class-data archive of Spark's driver classes, so that the many short-lived Spark drivers of
+the test suite start in about half the time.
+
+Most of a local Spark driver's start is loading and verifying the same classes of Spark's jars
+each time. The JVM can keep them in a class-data sharing archive (`-XX:ArchiveClassesAtExit`
+writes one when a JVM exits; `-XX:SharedArchiveFile` maps it at start). `archive()` makes one
+once, by a small Spark session that runs a streaming aggregation and a batch query with the Kafka
+connector's jars, and keeps it in the cache, named for the Spark and Java versions it was made
+with. `submit_opts()` gives the options that use it, meant for `SPARK_SUBMIT_OPTS`, which
+spark-submit passes to the driver's JVM only.
+
+The JVM checks that an archive matches it (its version, its class path) and goes on without it
+when it does not, so a stale or foreign archive costs nothing but the speed; the options keep
+the JVM quiet about it. What the drivers compute does not change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from distributary.artifacts import SPARK_KAFKA_CONNECTOR, cache_root, jars
+
+QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+
+# The workload whose classes are archived: a session as the runner makes one, a streaming query
+# with state (the rate source, an aggregation, a memory sink) for a few batches, a batch query.
+TRAINING = """
+import sys, time
+from pyspark.sql import SparkSession
+spark = (SparkSession.builder.master("local[2]").appName("distributary-cds")
+    .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+    .config("spark.jars", sys.argv[1]).getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+stream = (spark.readStream.format("rate").option("rowsPerSecond", 50).load()
+    .selectExpr("value % 7 AS k", "to_json(named_struct('v', value)) AS j")
+    .groupBy("k").count())
+query = (stream.writeStream.format("memory").queryName("cds").outputMode("update")
+    .trigger(processingTime="200 milliseconds").start())
+deadline = time.time() + 60
+while time.time() < deadline and (query.lastProgress or {}).get("batchId", -1) < 3:
+    time.sleep(0.2)
+query.stop()
+spark.sql("SELECT k, sum(count) FROM cds GROUP BY k").collect()
+spark.stop()
+"""
+
+
+def _java_version() -> str:
+    java = Path(os.environ["JAVA_HOME"]) / "bin" / "java" if os.environ.get("JAVA_HOME") else "java"
+    done = subprocess.run(
+        [str(java), "-version"], capture_output=True, text=True, check=False, timeout=60
+    )
+    # Without the line the JVM adds when JAVA_TOOL_OPTIONS is set: the options do not change
+    # which archive fits.
+    return "\n".join(
+        line for line in done.stderr.splitlines() if not line.startswith("Picked up")
+    ).strip()
+
+
+def archive_path() -> Path:
+    """Where the archive for this Spark and this Java lives in the cache."""
+    import pyspark
+
+    digest = hashlib.sha256(f"{pyspark.__version__}\n{_java_version()}".encode()).hexdigest()[:12]
+    return cache_root() / "cds" / f"spark-{pyspark.__version__}-{digest}.jsa"
+
+
+def archive(timeout: float = 300) -> Path | None:
+    """The archive, made first when it is not in the cache (about 15 s); None when it could not
+    be made (the drivers then start as they always did)."""
+    target = archive_path()
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+        made = Path(scratch) / target.name
+        env = {
+            **os.environ,
+            "SPARK_SUBMIT_OPTS": f"-XX:ArchiveClassesAtExit={made} {QUIET}",
+        }
+        connector = ",".join(str(j) for j in jars(SPARK_KAFKA_CONNECTOR, quiet=True))
+        try:
+            subprocess.run(
+                [sys.executable, "-c", TRAINING, connector],
+                env=env,
+                cwd=scratch,
+                capture_output=True,
+                check=False,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:
+            return None
+        if not made.exists() or made.stat().st_size == 0:
+            return None
+        made.replace(target)  # whole or not at all: other sessions may read it at once
+    return target
+
+
+def submit_opts(path: Path | None, existing: str = "") -> str:
+    """`SPARK_SUBMIT_OPTS` that map the archive at `path` (with what was set before)."""
+    if path is None:
+        return existing
+    return " ".join(part for part in (existing, f"-XX:SharedArchiveFile={path}", QUIET) if part)
