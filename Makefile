@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install system-packages test unit integration lint demo crds docs clean helm chart-lint devcluster e2e-local e2e-kind locks
+.PHONY: install system-packages test unit integration lint demo shop crds docs clean helm chart-lint devcluster e2e-local e2e-kind locks
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,12 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check operator tests bench e2e
 	$(BIN)/mypy operator/distributary
 	$(BIN)/lint-imports
+
+# The shop example end to end on one machine: orders written only to PostgreSQL, a Source, a view,
+# Sinks into a PostgreSQL table and Redis, parts killed with SIGKILL meanwhile, the stores checked
+# exactly against the orders (examples/shop/README.md).
+shop: $(STAMP) system-packages
+	$(BIN)/python examples/shop/run.py
 
 crds: $(STAMP)
 	$(BIN)/distributary crds --out crds

@@ -1,27 +1,35 @@
 """PostgreSQL as a Source sees it: its tables' shapes, the replication slot, the clean-up.
 
 Debezium reads the changes; this adapter only asks the catalog what a table is (so its Log gets
-the table's columns and key), reads the slot the connector reads from (its lag and the WAL the
-server keeps for it) and drops the slot and the publication when the Source is deleted.
+the table's columns and key) and whether the server and user allow logical decoding at all
+(`validate --database`), reads the slot the connector reads from (its lag and the WAL the server
+keeps for it) and drops the slot and the publication when the Source is deleted. A connection
+that fails says why in the server's words and which field of the Source to fix.
 """
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import psycopg
 
 from distributary.api.source import PostgresConnection
 from distributary.errors import DistributaryError
-from distributary.plan.source_plan import Column, SlotReading, TableShape
+from distributary.plan.source_plan import CaptureRights, Column, SlotReading, TableShape
 
 CONNECT_TIMEOUT = 10  # seconds
 
 
 class DatabaseError(DistributaryError, RuntimeError):
-    """The database could not be reached or refused a request; the message says which and why."""
+    """The database could not be reached or refused a request; the message says which and why,
+    `field` the part of the Source's spec to look at."""
+
+    def __init__(self, message: str, field: str = "spec.postgres") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def connect(connection: PostgresConnection, password: str) -> psycopg.Connection[Any]:
@@ -39,11 +47,42 @@ def connect(connection: PostgresConnection, password: str) -> psycopg.Connection
             application_name="distributary",
         )
     except psycopg.Error as exc:
-        where = f"{connection.host}:{connection.port}/{connection.database}"
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DatabaseError(
-            f"cannot connect to PostgreSQL at {where} as {connection.user!r}: {first}"
-        ) from None
+        raise connect_refused(connection, str(exc) or type(exc).__name__) from None
+
+
+# libpq's message opens with where it tried, which the Source's own address says better.
+_TRIED = re.compile(r'^(connection failed: )?(connection to server at "[^"]*", port \d+ failed: )?')
+
+
+def connect_refused(connection: PostgresConnection, said: str) -> DatabaseError:
+    """The error of a connection that failed, from what libpq `said`: what went wrong in the
+    server's words, the field to look at and the fix."""
+    reason = _TRIED.sub("", said.strip().splitlines()[0] if said.strip() else said)
+    reason = reason.replace("FATAL:  ", "").strip()
+    secret = connection.password_secret
+    opening = (
+        f"cannot connect to PostgreSQL at {connection.database}@{connection.host}:"
+        f"{connection.port} as {connection.user!r}: {reason}"
+    )
+    if "password authentication failed" in reason or reason.startswith("role "):
+        return DatabaseError(
+            f"{opening}: put the password of user {connection.user!r} in Secret {secret.name!r}, "
+            f"key {secret.key!r}, or fix spec.postgres.user",
+            "spec.postgres.passwordSecret",
+        )
+    if reason.startswith("database ") and reason.endswith("does not exist"):
+        return DatabaseError(
+            f"{opening}: create the database, or fix the name", "spec.postgres.database"
+        )
+    if "pg_hba.conf" in reason:
+        return DatabaseError(
+            f"{opening}: allow this machine and user in the server's pg_hba.conf, or set "
+            "spec.postgres.sslMode as it requires"
+        )
+    return DatabaseError(
+        f"{opening}: check spec.postgres.host and port, and that the server runs and accepts "
+        "TCP connections from this machine"
+    )
 
 
 _COLUMNS = """
@@ -82,6 +121,39 @@ def table_shapes(
             key = tuple(r[0] for r in cursor.fetchall())
         shapes[table] = TableShape(table, columns, key)
     return shapes
+
+
+_CAPTURE_RIGHTS = """
+SELECT current_setting('wal_level'), r.rolreplication, r.rolsuper,
+       has_database_privilege(current_database(), 'CREATE'),
+       EXISTS (SELECT 1 FROM pg_publication WHERE pubname = %s)
+FROM pg_roles r WHERE r.rolname = current_user
+"""
+_NOT_OWNED = """
+SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname || '.' || c.relname = ANY(%s) AND NOT pg_has_role(current_user, c.relowner, 'USAGE')
+ORDER BY 1
+"""
+
+
+def capture_rights(
+    db: psycopg.Connection[Any], publication: str, tables: Sequence[str]
+) -> CaptureRights:
+    """The server's `wal_level`, whether the connected user may replicate (REPLICATION or
+    superuser), and whether it may make the `publication` of `tables` (schema.table) when it
+    does not exist yet (CREATE on the database, owning each table), as Debezium does."""
+    with db.cursor() as cursor:
+        cursor.execute(_CAPTURE_RIGHTS, (publication,))
+        row = cursor.fetchone()
+        if row is None:  # the user's own role is always in pg_roles; kept for the type checker
+            raise DatabaseError("the connected user is not in pg_roles")
+        cursor.execute(_NOT_OWNED, (list(tables),))
+        not_owned = tuple(str(r[0]) for r in cursor.fetchall())
+    wal_level, replication, superuser, may_create, exists = row
+    return CaptureRights(
+        str(wal_level), bool(replication), bool(superuser), bool(exists), bool(may_create),
+        not_owned,
+    )  # fmt: skip
 
 
 _SLOT = """

@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from importlib.metadata import version
 from pathlib import Path
 
 from distributary.artifacts import SPARK_KAFKA_CONNECTOR, cache_root, jars
@@ -64,10 +65,9 @@ def _java_version() -> str:
 
 def archive_path() -> Path:
     """Where the archive for this Spark and this Java lives in the cache."""
-    import pyspark
-
-    digest = hashlib.sha256(f"{pyspark.__version__}\n{_java_version()}".encode()).hexdigest()[:12]
-    return cache_root() / "cds" / f"spark-{pyspark.__version__}-{digest}.jsa"
+    spark = version("pyspark")
+    digest = hashlib.sha256(f"{spark}\n{_java_version()}".encode()).hexdigest()[:12]
+    return cache_root() / "cds" / f"spark-{spark}-{digest}.jsa"
 
 
 def archive(timeout: float = 300) -> Path | None:

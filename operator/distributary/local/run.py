@@ -52,7 +52,16 @@ from distributary.local.runtime import PipelineRuntime
 from distributary.local.sinks import LocalSinks
 from distributary.local.sources import LocalSources
 from distributary.local.state import RunState, ServedLog, write_run_state
-from distributary.local.status import Snapshot, ViewNote, ViewRow, observe, problem_line
+from distributary.local.status import (
+    EndRow,
+    Snapshot,
+    ViewNote,
+    ViewRow,
+    observe,
+    problem_line,
+    sink_row,
+    source_row,
+)
 from distributary.plan.conditions import Problem
 from distributary.plan.kafka_connection import KafkaSecurity
 from distributary.plan.lifecycle import read_topics
@@ -365,6 +374,15 @@ class LocalRun:
             self.said.add(text)
             self.say(text)
 
+    def ends(self) -> tuple[EndRow, ...]:
+        """The Sources' and Sinks' rows of the live table, from what was last recorded."""
+        sources = self.sources.statuses if self.sources is not None else {}
+        sinks = self.sinks.statuses if self.sinks is not None else {}
+        return (
+            *(source_row(key.split("/", 1)[-1], entry) for key, entry in sorted(sources.items())),
+            *(sink_row(key.split("/", 1)[-1], entry) for key, entry in sorted(sinks.items())),
+        )
+
     def notes(self) -> dict[str, ViewNote]:
         """Each view's note (by name): the change refused, if any, and the rewinds done."""
         assert self.revisions is not None
@@ -537,6 +555,7 @@ def watch(
             run.notes(),
             jobs=run.revisions.jobs,
         )
+        snapshot = replace(snapshot, ends=run.ends())
         show(snapshot)
         for failure in _failures(snapshot, run):
             run._say_once(failure)

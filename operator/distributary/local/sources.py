@@ -4,9 +4,11 @@ worker carrying their connectors, and what became of them.
 Before anything runs, each Source's tables are read from its database (`resolve_sources`): a
 table's Log gets the table's columns and primary key, and a table that is missing, has no primary
 key or has a column that cannot be carried exactly stops the run with a message naming the field
-and the fix. Then one Connect worker (distributed mode, state under `<state dir>/connect`, its
-configs, offsets and statuses in Kafka) runs one Debezium connector per Source; a second run finds
-the connectors and their offsets and carries on from where the first stopped, in the same slot.
+and the fix, as does a server or user that does not allow capture (`wal_level`, REPLICATION, the
+right to make the publication). `validate --database` asks the same, in the same words. Then one
+Connect worker (distributed mode, state under `<state dir>/connect`, its configs, offsets and
+statuses in Kafka) runs one Debezium connector per Source; a second run finds the connectors and
+their offsets and carries on from where the first stopped, in the same slot.
 
 Each round (`LocalSources.reconcile`) applies a changed spec, pauses or resumes as the spec says,
 restarts a failed task with back-off, reads the slot (its lag and the WAL it keeps) and records
@@ -34,6 +36,7 @@ from typing import Any
 from distributary.api.source import SecretKey, Source
 from distributary.databases.postgres import (
     DatabaseError,
+    capture_rights,
     connect,
     drop_capture,
     slot_reading,
@@ -48,10 +51,13 @@ from distributary.plan.source_plan import (
     DATA_LOSS_RISK,
     DATABASE_UNREACHABLE,
     PAUSED,
+    ResolvedTable,
     SlotReading,
     TableShape,
+    capture_problems,
     connector_config,
     connector_name,
+    database_address,
     resolve_table,
     resolved,
     wal_warning,
@@ -107,31 +113,57 @@ def password_reference(secrets_dir: Path, secret: SecretKey) -> str:
     return f"${{dir:{(secrets_dir / secret.name).resolve()}:{secret.key}}}"
 
 
-def resolve_sources(pipeline: Pipeline, secrets_dir: Path | None) -> tuple[Pipeline, list[str]]:
+def resolve_sources(
+    pipeline: Pipeline,
+    secrets_dir: Path | None,
+    *,
+    say: Callable[[str], None] | None = None,
+) -> tuple[Pipeline, list[str]]:
     """The pipeline with every Source's tables as their databases have them, and every problem
-    found (each names the Source, the field and the fix)."""
+    found (each names the file, the Source, the field and the fix), including whether each
+    server and user allow capture (`wal_level`, REPLICATION, making the publication), which a
+    run would otherwise meet as a failing connector. `say` is told of each database asked."""
     if not pipeline.captures:
         return pipeline, []
     problems: list[str] = []
     replaced: dict[Ref, Source] = {}
     for ref, source in sorted(pipeline.captures.items()):
-        label = str(ref)
-        try:
-            password = secret_value(secrets_dir, source.spec.postgres.password_secret, label)
-            with connect(source.spec.postgres, password) as db:
-                shapes = table_shapes(db, [t.name for t in source.spec.tables])
-        except (SourceError, DatabaseError) as exc:
-            problems.append(str(exc) if isinstance(exc, SourceError) else f"{label}: {exc}")
-            continue
-        tables = [
-            resolve_table(source, index, table, shapes.get(table.name))
-            for index, table in enumerate(source.spec.tables)
-        ]
-        problems.extend(f"{label} {problem}" for t in tables for problem in t.problems)
-        replaced[ref] = resolved(source, tables)
+        file = pipeline.source(ref)
+        label = f"{file}: {ref}" if file else str(ref)
+        if say is not None:
+            who = source.spec.postgres.user
+            say(f"Source {ref.name}: reading {database_address(source)} as {who!r} ...")
+        tables, found = _read_source(source, label, secrets_dir)
+        problems.extend(found)
+        if tables is not None:
+            replaced[ref] = resolved(source, tables)
     rebuilt = pipeline.rebuilt(replaced)
     problems.extend(str(p) for p in rebuilt.problems if p not in pipeline.problems)
     return rebuilt, problems
+
+
+def _read_source(
+    source: Source, label: str, secrets_dir: Path | None
+) -> tuple[list[ResolvedTable] | None, list[str]]:
+    """One Source's tables as its database has them (None: it could not be asked), and the
+    problems found, each opening with `label`."""
+    try:
+        password = secret_value(secrets_dir, source.spec.postgres.password_secret, label)
+        with connect(source.spec.postgres, password) as db:
+            shapes = table_shapes(db, [t.name for t in source.spec.tables])
+            names = [t.name for t in source.spec.tables]
+            rights = capture_rights(db, source.identifier, names)
+    except SourceError as exc:
+        return None, [str(exc)]
+    except DatabaseError as exc:
+        return None, [f"{label} {exc.field}: {exc}"]
+    tables = [
+        resolve_table(source, index, table, shapes.get(table.name))
+        for index, table in enumerate(source.spec.tables)
+    ]
+    problems = [f"{label} {problem}" for t in tables for problem in t.problems]
+    problems.extend(f"{label} {problem}" for problem in capture_problems(source, rights))
+    return tables, problems
 
 
 @dataclass

@@ -114,12 +114,58 @@ def job_row(name: str, status: Mapping[str, Any]) -> JobRow:
 
 
 @dataclass(frozen=True)
+class EndRow:
+    """A Source or a Sink as the live table shows it: where it reads and writes, how far it is,
+    its lag and its state, each already in words."""
+
+    kind: str  # "source" or "sink"
+    name: str
+    where: str
+    position: str
+    lag: str
+    state: str
+
+
+def source_row(name: str, entry: Mapping[str, Any]) -> EndRow:
+    """A Source's row from what the run records of it (`<state>/sources.json`): its slot's lag in
+    bytes and seconds, the Logs it writes, the Ready reason (and a DataLossRisk)."""
+    status = entry.get("status") or {}
+    slot = status.get("slot") or {}
+    logs = ", ".join(str(t.get("log")) for t in status.get("tables") or [])
+    lag = "-"
+    if isinstance(slot.get("lagBytes"), int):
+        seconds = slot.get("lagSeconds")
+        lag = f"{slot['lagBytes']:,} B" + (f" / {seconds:.0f} s" if seconds is not None else "")
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    ready = conditions.get("Ready") or {}
+    state = "Capturing" if ready.get("status") == "True" else str(ready.get("reason") or "Starting")
+    if "DataLossRisk" in conditions:
+        state += ": " + str(conditions["DataLossRisk"].get("message"))
+    return EndRow(
+        "source", name, f"slot {slot.get('name') or '-'} -> {logs or '-'}", "", lag, state
+    )
+
+
+def sink_row(name: str, entry: Mapping[str, Any]) -> EndRow:
+    """A Sink's row from what the run records of it (`<state>/sinks.json`)."""
+    position = sum(int(o) for o in (entry.get("position") or {}).values())
+    lag = entry.get("lag")
+    if entry.get("problem"):
+        state = f"Stalled: {entry['problem']}"
+    else:
+        state = "Running" if entry.get("ready") else "Starting"
+    where = f"{entry.get('topic')} -> {entry.get('table')}"
+    return EndRow("sink", name, where, str(position), "-" if lag is None else str(lag), state)
+
+
+@dataclass(frozen=True)
 class Snapshot:
-    """Logs, views and jobs at one moment."""
+    """Logs, views and jobs (and Sources and Sinks) at one moment."""
 
     logs: tuple[LogRow, ...]
     views: tuple[ViewRow, ...]
     jobs: tuple[JobRow, ...] = ()
+    ends: tuple[EndRow, ...] = ()
 
     def all_end_offsets(self) -> dict[str, dict[int, int]]:
         """End offsets of every log's topic, to tell whether anything moved."""
@@ -278,6 +324,8 @@ def render(snapshot: Snapshot) -> Table:
         lag = "-" if job.lag is None else str(job.lag)
         state = job.state + (f" ({job.dead_letters} dead letters)" if job.dead_letters else "")
         table.add_row("job", job.name, f"r{job.revision}", str(position), lag, "", state)
+    for end in snapshot.ends:
+        table.add_row(end.kind, end.name, end.where, end.position, end.lag, "", end.state)
     return table
 
 
@@ -289,4 +337,5 @@ def one_line(snapshot: Snapshot) -> str:
         for v in snapshot.views
     ]
     parts += [f"{j.name} r{j.revision} lag {j.lag} {j.state}" for j in snapshot.jobs]
+    parts += [f"{e.kind} {e.name} lag {e.lag} {e.state}" for e in snapshot.ends]
     return "; ".join(parts) or "no views"

@@ -193,6 +193,63 @@ def resolved(source: Source, tables: Sequence[ResolvedTable]) -> Source:
     return source.model_copy(update={"spec": spec})
 
 
+@dataclass(frozen=True)
+class CaptureRights:
+    """What the database server and the Source's user allow: logical decoding needs the
+    server's `wal_level` at `logical` and a user with REPLICATION (or a superuser)."""
+
+    wal_level: str
+    replication: bool
+    superuser: bool
+    # Debezium makes the Source's publication on its first start, unless it exists: that needs
+    # CREATE on the database, and a publication of a table may be made only by its owner.
+    publication_exists: bool = True
+    may_create: bool = True
+    not_owned: tuple[str, ...] = ()
+
+
+def capture_problems(source: Source, rights: CaptureRights) -> list[str]:
+    """Why the connector could not read the server's changes as the Source's user, each problem
+    naming the field and the fix (none: it can)."""
+    postgres = source.spec.postgres
+    problems = []
+    if rights.wal_level != "logical":
+        problems.append(
+            f"spec.postgres: the server at {database_address(source)} has wal_level "
+            f"{rights.wal_level!r}, so it keeps no changes to decode: set wal_level = logical "
+            "(ALTER SYSTEM SET wal_level = logical, or postgresql.conf) and restart the server"
+        )
+    if not (rights.replication or rights.superuser):
+        problems.append(
+            f"spec.postgres.user: user {postgres.user!r} has neither REPLICATION nor superuser, "
+            f'so it may not read the server\'s changes: ALTER ROLE "{postgres.user}" '
+            "REPLICATION as a superuser, or name a user that has it"
+        )
+    if not rights.publication_exists and not rights.superuser:
+        publication, tables = source.identifier, ", ".join(t.name for t in source.spec.tables)
+        make = f"or make it yourself: CREATE PUBLICATION {publication} FOR TABLE {tables}"
+        if not rights.may_create:
+            problems.append(
+                f"spec.postgres.user: user {postgres.user!r} may not create the Source's "
+                f"publication {publication} in database {postgres.database!r}: GRANT CREATE ON "
+                f'DATABASE "{postgres.database}" TO "{postgres.user}", {make}'
+            )
+        if rights.not_owned:
+            owned = ", ".join(rights.not_owned)
+            problems.append(
+                f"spec.tables: user {postgres.user!r} does not own {owned}, and only a table's "
+                f"owner may publish it: make {postgres.user!r} the owner (ALTER TABLE ... OWNER "
+                f"TO), {make}"
+            )
+    return problems
+
+
+def database_address(source: Source) -> str:
+    """The Source's database as people name it: database@host:port."""
+    postgres = source.spec.postgres
+    return f"{postgres.database}@{postgres.host}:{postgres.port}"
+
+
 def connector_name(source: Source) -> str:
     """The Connect connector of a Source: unique per namespace and name."""
     return f"distributary.{source.metadata.namespace}.{source.metadata.name}"

@@ -78,7 +78,7 @@ def _running(documents: list[Any]) -> dict[str, Any]:
     """Each view and job of the unmutated example, running as revision 1: its spec and status."""
     bodies = [b for b in map(_stored, documents) if b is not None]
     logs = [b for b in bodies if b["kind"] == "Log"] + _children(bodies)
-    writers = [b for b in bodies if b["kind"] != "Log"]
+    writers = [b for b in bodies if b["kind"] in ("DerivedView", "StreamJob")]
     pipeline, children, _ = namespace_pipeline(logs, writers)
     found: dict[str, Any] = {}
     for body in writers:

@@ -1,0 +1,100 @@
+"""`examples/shop` end to end, as its documented command runs it, with crashes, checked outside.
+
+The example's own script (`examples/shop/run.py`, what `make shop` runs) is run on servers of
+this module's own (a PostgreSQL, a Redis and a Kafka nobody else uses, so that its slot, topics
+and keys meet no other test's): orders exist before the run (the Source's snapshot), more are placed
+while a Sink, the Connect worker, the view's Spark driver, the other Sink and the whole run are
+killed with SIGKILL in turn. Afterwards this test reads the stores itself and compares them
+exactly with what the orders table implies: the serving table and the Redis cache hold each
+customer's revenue and number of orders; the table Log holds every order exactly once (none
+lost, none written twice across the crashes of the Connect worker and of the run).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import redis
+from tests.integration.spark_pipelines import read_topic
+
+from distributary.devtools.postgres import PostgresServer
+from distributary.devtools.redis import RedisServer
+from distributary.local.broker import EmbeddedBroker
+
+ROOT = Path(__file__).resolve().parents[2]
+EXISTING, LIVE = 300, 1500
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    root = tmp_path_factory.mktemp("shop-servers")
+    with (
+        PostgresServer(root / "postgres") as postgres,
+        RedisServer(root / "redis") as cache,
+        EmbeddedBroker(root / "kafka") as kafka,
+    ):
+        yield {"postgres": postgres, "redis": cache, "kafka": kafka}
+
+
+@pytest.fixture(scope="module")
+def shop(servers: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    state = tmp_path_factory.mktemp("shop")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "shop" / "run.py"),
+         "--existing", str(EXISTING), "--orders", str(LIVE), "--rate", "50", "--crashes", "5",
+         "--state-dir", str(state), "--postgres-url", servers["postgres"].dsn(),
+         "--redis-port", str(servers["redis"].port),
+         "--bootstrap-servers", servers["kafka"].bootstrap_servers, "--json"],
+        capture_output=True, text=True, cwd=ROOT, timeout=900, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, f"the example failed:\n{done.stderr[-4000:]}"
+    return {"summary": json.loads(done.stdout.strip().splitlines()[-1]), "said": done.stderr}
+
+
+def _rows(postgres: PostgresServer, query: str) -> dict[str, tuple[Decimal, int]]:
+    with psycopg.connect(postgres.dsn("shop")) as db:
+        return {str(c): (Decimal(r), int(n)) for c, r, n in db.execute(query).fetchall()}
+
+
+def test_every_part_was_killed_while_orders_arrived(shop: dict[str, Any]) -> None:
+    summary = shop["summary"]
+    assert summary["crashes"] == [
+        "sink revenue-table", "Connect worker", "view's Spark driver", "sink revenue-cache",
+        "whole run",
+    ]  # fmt: skip
+    assert "not killed" not in shop["said"]
+    assert summary["runs"] == 2
+    assert summary["orders"] == EXISTING + LIVE
+
+
+def test_the_serving_table_and_the_cache_equal_what_the_orders_imply(
+    shop: dict[str, Any], servers: dict[str, Any]
+) -> None:
+    postgres: PostgresServer = servers["postgres"]
+    truth = _rows(postgres, "SELECT customer, sum(amount), count(*) FROM orders GROUP BY customer")
+    assert sum(n for _, n in truth.values()) == EXISTING + LIVE
+    table = _rows(postgres, "SELECT customer, revenue, orders FROM public.customer_revenue")
+    assert table == truth
+    client = redis.Redis(host="127.0.0.1", port=servers["redis"].port)
+    cache = {}
+    for key in client.scan_iter(match="revenue:*"):
+        row = json.loads(client.get(key) or b"{}", parse_float=Decimal)
+        cache[key.decode().removeprefix("revenue:")] = (Decimal(row["revenue"]), int(row["orders"]))
+    assert cache == truth
+
+
+def test_the_table_log_holds_every_order_exactly_once(
+    shop: dict[str, Any], servers: dict[str, Any]
+) -> None:
+    records = read_topic(servers["kafka"].bootstrap_servers, "shop-orders")
+    ids = Counter(json.loads(r.value)["id"] for r in records if r.value)
+    assert ids == Counter(range(1, EXISTING + LIVE + 1))
