@@ -37,7 +37,7 @@ from distributary.plan.pipeline import PlanSettings, plan_pipeline
 from distributary.plan.positions import parse_cover, uncovered
 from distributary.plan.sink_plan import SinkRun
 from distributary.sinks.postgres import connect_sink
-from distributary.sinks.postgres import positions as sink_positions
+from distributary.sinks.postgres import reader_positions as sink_positions
 from distributary.sinks.redis import RedisStore
 
 API = "distributary.dev/v1alpha1"

@@ -5,9 +5,10 @@ A Sink's process keeps its table and its position in one database transaction, s
 killed at any point and started again: it carries on from the position the table holds. A process
 that refuses its table (a column of another type, another key) exits with code 3 and is not
 started again: the Sink is Stalled, saying why, until its spec or its table changes. A Log whose
-serving topic changes under a Sink (a view's cutover) stops it the same way, loudly: the table
-holds the previous revision's rows, and carrying a cutover through to the table is a table swap
-still to come.
+serving topic changes under a Sink (a view's cutover) gets a new process on the new topic: it
+fills the new revision's table beside the one readers read (`<table>__r<N>`) and, once whole,
+switches readers to it in one transaction (`sinks.postgres.switch`); readers never see a
+half-built revision. A Redis Sink cannot switch its keys in one transaction: it stops, loudly.
 """
 
 from __future__ import annotations
@@ -79,12 +80,22 @@ class LocalSinks:
             topic = served(ref.namespace, sink.spec.log)
             entry = self.processes.get(ref)
             if entry is not None and entry.run.topic != topic and entry.stalled is None:
-                self._stall(ref, entry, (
-                    f"Log {sink.spec.log} now serves {topic}, not {entry.run.topic}: the table "
-                    f"holds the rows of the revision before; point spec.postgres.table at a new "
-                    "table to fill it from the serving revision"
-                ))  # fmt: skip
-                continue
+                if sink.spec.redis is not None:
+                    self._stall(ref, entry, (
+                        f"Log {sink.spec.log} now serves {topic}, not {entry.run.topic}: the "
+                        "cache holds the keys of the revision before, and Redis cannot switch "
+                        "them in one transaction; point spec.redis.keyPrefix at a new prefix to "
+                        "fill it from the serving revision"
+                    ))  # fmt: skip
+                    continue
+                # A new revision: its process fills the table beside the one readers read, then
+                # switches them over in one transaction (`sinks.postgres.switch`).
+                self._say_once(
+                    f"sink {ref.name}: Log {sink.spec.log} now serves {topic}: filling its table "
+                    f"beside {entry.run.table}, which readers read until it is whole"
+                )
+                self._end(entry)
+                entry = None
             if entry is None:
                 entry = self._prepare(ref, sink, topic, bootstrap)
                 if entry is None:
@@ -140,9 +151,26 @@ class LocalSinks:
             self._say_once(f"{label}: Log {log.metadata.name}'s schema: {exc}")
             self.blocked.add(ref)
             return None
+        if self.pipeline.is_derived(Ref.log(sink.spec.log, ref.namespace)):
+            run = self._columns_of_topic(ref, run)
         entry = _Process(run)
         self.processes[ref] = entry
         return entry
+
+    def _columns_of_topic(self, ref: Ref, run: SinkRun) -> SinkRun:
+        """A view's output topic holds one revision's rows, of that revision's columns: a Sink
+        that read the topic before keeps the columns it had then. The files may already define
+        the next revision (edited, catching up beside), whose columns are for its own topic."""
+        try:
+            before = SinkRun.model_validate_json(self._spec_path(ref).read_text("utf-8"))
+        except (OSError, ValueError):
+            return run
+        if before.topic != run.topic:
+            return run
+        return run.model_copy(update={"columns": before.columns, "key": before.key})
+
+    def _spec_path(self, ref: Ref) -> Path:
+        return self.folder / f"{ref.namespace}.{ref.name}.json"
 
     def _keep_running(self, ref: Ref, entry: _Process) -> None:
         if entry.stalled is not None:
@@ -170,8 +198,7 @@ class LocalSinks:
 
     def _start(self, ref: Ref, entry: _Process) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        base = f"{ref.namespace}.{ref.name}"
-        spec = self.folder / f"{base}.json"
+        spec = self._spec_path(ref)
         spec.write_text(entry.run.model_dump_json(indent=2))
         with open(self._log(ref), "ab") as out:
             entry.process = subprocess.Popen(
@@ -180,7 +207,7 @@ class LocalSinks:
                 stderr=subprocess.STDOUT,
                 preexec_fn=die_with_parent,
             )
-        (self.folder / f"{base}.pid").write_text(f"{entry.process.pid}\n")
+        (self.folder / f"{ref.namespace}.{ref.name}.pid").write_text(f"{entry.process.pid}\n")
         if entry.failures == 0:
             self.say(f"sink {ref.name}: {entry.run.topic} -> {entry.run.table} "
                      f"({entry.run.mode})")  # fmt: skip
@@ -190,10 +217,15 @@ class LocalSinks:
 
     def _stall(self, ref: Ref, entry: _Process, why: str) -> None:
         entry.stalled = why
+        self._end(entry)
+        self._say_once(f"sink {ref.name}: Stalled: {why}")
+
+    @staticmethod
+    def _end(entry: _Process) -> None:
+        """Stop an entry's process (it finishes its transaction)."""
         if entry.process is not None and entry.process.poll() is None:
             entry.process.terminate()
             entry.process.wait(30)
-        self._say_once(f"sink {ref.name}: Stalled: {why}")
 
     def _observe(self) -> None:
         if self.admin is None:

@@ -8,6 +8,7 @@ position can never disagree, so a replay skips what was applied and a crash lose
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -220,3 +221,35 @@ def delete(run: SinkRun) -> str:
         f"{quoted(k)} = %s::{pg_type(types.get(k.lower(), 'STRING'))}" for k in run.key
     )
     return f"DELETE FROM {table_name(run.table)} WHERE {where}"
+
+
+def revision_label(topic: str) -> str:
+    """A short name for the revision a topic holds: `r2` for a view's `<log>.r2`, else a digest
+    of the topic (a Log whose topic was renamed)."""
+    found = re.search(r"\.r(\d+)$", topic)
+    if found:
+        return f"r{found.group(1)}"
+    return "t" + hashlib.sha256(topic.encode()).hexdigest()[:8]
+
+
+def beside_table(table: str, topic: str) -> str:
+    """`schema.table__<revision>`: where a Sink fills the table of a new revision of its Log
+    (`topic`) beside the one readers read, until it switches them; also the name the previous
+    revision's table keeps afterwards. At most 63 characters, as PostgreSQL names are."""
+    schema, name = table.split(".", 1)
+    suffix = f"__{revision_label(topic)}"
+    return f"{schema}.{name[: 63 - len(suffix)]}{suffix}"
+
+
+def switch_statements(run: SinkRun, beside: str, retired: str | None) -> list[str]:
+    """The statements of one transaction that switch readers of `run.table` to the table filled
+    beside it: the table readers read keeps its rows under `retired` (when it exists), the
+    filled one takes its name."""
+    name = run.table.split(".", 1)[1]
+    statements = []
+    if retired is not None:
+        statements.append(
+            f"ALTER TABLE {table_name(run.table)} RENAME TO {quoted(retired.split('.', 1)[1])}"
+        )
+    statements.append(f"ALTER TABLE {table_name(beside)} RENAME TO {quoted(name)}")
+    return statements

@@ -33,6 +33,7 @@ from distributary.sinks.postgres import PostgresStore, SinkRefusedError
 from distributary.sinks.redis import RedisStore
 
 REFUSED = 3  # the exit code of a Sink that refuses its store
+BATCH = 5000  # records a poll brings at most
 MIRROR_EVERY = 2.0  # seconds between mirrorings of the position to the consumer group
 STOP = {"requested": False}
 
@@ -40,8 +41,11 @@ STOP = {"requested": False}
 class Store(Protocol):
     """Where a Sink keeps a log's records and its position, in one transaction."""
 
+    @property
+    def filling(self) -> bool: ...  # a new revision's table, beside the one readers read
     def positions(self) -> dict[int, int]: ...
     def apply(self, records: Sequence[Record]) -> int: ...
+    def switch(self) -> str | None: ...
     def close(self) -> None: ...
 
 
@@ -69,13 +73,21 @@ def run_sink(run: SinkRun, stop: Callable[[], bool] = lambda: STOP["requested"])
                 "write to a new table (or key prefix) to build it from what the log keeps"
             )
         at = {p: start.get(p, first) for p, (first, _end) in partitions.items()}
+        if store.filling:
+            where = f"{where} (filled beside it, then switched to, as a new revision)"
         print(f"sink {run.name}: {run.topic} -> {where} from {at}", flush=True)
         mirrored = 0.0
-        for batch in reader.batches({run.topic: at}, stop):
+        for batch in reader.batches({run.topic: at}, stop, size=BATCH):
             if batch:
                 store.apply(batch)
                 for record in batch:
                     at[record.partition] = max(at[record.partition], record.offset + 1)
+            if store.filling and len(batch) < BATCH:
+                # The poll drained what the topic had: the new revision's table is whole (up
+                # to what arrived since), and readers switch to it in one transaction.
+                done = store.switch()
+                if done:
+                    print(f"sink {run.name}: {done}", flush=True)
             if time.monotonic() - mirrored >= MIRROR_EVERY:
                 mirrored = time.monotonic()
                 try:

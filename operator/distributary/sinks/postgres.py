@@ -26,11 +26,14 @@ from distributary.plan.sink_plan import (
     DELETED_COLUMN,
     OFFSETS_TABLE,
     SinkRun,
+    beside_table,
     create_offsets,
     create_table,
     delete,
     migration,
     quoted,
+    switch_statements,
+    table_name,
     upsert,
 )
 
@@ -172,13 +175,101 @@ def _write(db: psycopg.Connection[Any], run: SinkRun, records: Sequence[Record])
             cursor.executemany(upsert(run), upserts)
 
 
+def _exists(db: psycopg.Connection[Any], table: str) -> bool:
+    schema, name = table.split(".", 1)
+    row = db.execute("SELECT to_regclass(%s)", (f"{quoted(schema)}.{quoted(name)}",)).fetchone()
+    return row is not None and row[0] is not None
+
+
+def _other_topics(db: psycopg.Connection[Any], run: SinkRun) -> list[str]:
+    """The topics other than the Sink's own that its table holds the rows of (the revisions
+    before), as its position rows say."""
+    schema = run.table.split(".", 1)[0]
+    rows = db.execute(
+        f"SELECT DISTINCT topic FROM {quoted(schema)}.{OFFSETS_TABLE} "
+        "WHERE sink = %s AND topic <> %s ORDER BY topic",
+        (run.name, run.topic),
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def target_table(db: psycopg.Connection[Any], run: SinkRun) -> str:
+    """The table the Sink writes now: its own, or the one beside it that it fills with a new
+    revision of its Log (a topic the table does not hold yet, while it holds another's rows),
+    until it switches readers over."""
+    beside = beside_table(run.table, run.topic)
+    if _exists(db, beside):
+        return beside
+    db.execute(create_offsets(run))
+    if _exists(db, run.table) and _other_topics(db, run) and not positions(db, run):
+        return beside
+    return run.table
+
+
+def reader_positions(db: psycopg.Connection[Any], run: SinkRun) -> dict[int, int]:
+    """The position readers of the Sink's table see: none while the Sink still fills the
+    table of its topic beside the one they read."""
+    if _exists(db, beside_table(run.table, run.topic)):
+        return {}
+    return positions(db, run)
+
+
+def switch(db: psycopg.Connection[Any], run: SinkRun) -> str | None:
+    """Switch readers of the Sink's table to the table filled beside it, in one transaction:
+    the rows readers saw keep their table under the previous revision's name, the filled table
+    takes the Sink's name and the grants the previous one had, and the previous revision's
+    position rows go. What was done, in words (None: the table was switched already)."""
+    schema = run.table.split(".", 1)[0]
+    beside = beside_table(run.table, run.topic)
+    with db.transaction():
+        db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"{run.name} {run.topic}",))
+        if not _exists(db, beside):
+            return None
+        previous = _other_topics(db, run)
+        retired = beside_table(run.table, previous[-1]) if previous else None
+        if not _exists(db, run.table):
+            retired = None
+        elif retired is not None and _exists(db, retired):
+            raise SinkRefusedError(
+                f"the table {run.table} is to keep its rows as {retired}, which exists: rename "
+                "or drop it, and the Sink switches readers to the new revision's table"
+            )
+        grants = (
+            db.execute(
+                "SELECT g.grantee::regrole::text, g.privilege_type FROM pg_class c, "
+                "aclexplode(c.relacl) g WHERE c.oid = to_regclass(%s) AND g.grantee <> c.relowner "
+                "AND g.grantee <> 0",
+                (table_name(run.table),),
+            ).fetchall()
+            if retired is not None
+            else []
+        )
+        for statement in switch_statements(run, beside, retired):
+            db.execute(statement)
+        for grantee, privilege in grants:
+            db.execute(f"GRANT {privilege} ON {table_name(run.table)} TO {grantee}")
+        db.execute(
+            f"DELETE FROM {quoted(schema)}.{OFFSETS_TABLE} WHERE sink = %s AND topic <> %s",
+            (run.name, run.topic),
+        )
+    kept = f"; the rows of {previous[-1]} stay in {retired}" if retired and previous else ""
+    return f"readers of {run.table} now read the rows of {run.topic}{kept}"
+
+
 class PostgresStore:
     """A table and its position in one PostgreSQL database (see the module's docstring)."""
 
     def __init__(self, run: SinkRun) -> None:
-        self.run = run
+        self.sink = run
         self.db = connect_sink(run)
-        prepare(self.db, run)
+        target = target_table(self.db, run)
+        self.run = run.model_copy(update={"table": target})
+        prepare(self.db, self.run)
+
+    @property
+    def filling(self) -> bool:
+        """Whether it fills a new revision's table beside the one readers read."""
+        return self.run.table != self.sink.table
 
     def positions(self) -> dict[int, int]:
         """The committed position per partition."""
@@ -187,6 +278,13 @@ class PostgresStore:
     def apply(self, records: Sequence[Record]) -> int:
         """Apply records and move the position in one transaction."""
         return apply(self.db, self.run, records)
+
+    def switch(self) -> str | None:
+        """Switch readers to the table filled beside theirs (see `switch`); from then on the
+        Sink writes the table they read."""
+        done = switch(self.db, self.sink)
+        self.run = self.sink
+        return done
 
     def close(self) -> None:
         """Close the connection."""

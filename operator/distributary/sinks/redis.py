@@ -49,6 +49,12 @@ class RedisStore:
         )  # fmt: skip
         self.client.ping()
 
+    filling = False  # keys are switched by no transaction: a new revision stalls the Sink
+
+    def switch(self) -> str | None:
+        """Nothing to switch (see `filling`)."""
+        return None
+
     def positions(self) -> dict[int, int]:
         """The committed position per partition."""
         found = self.client.hgetall(offsets_key(self.run))

@@ -7,12 +7,15 @@ import pytest
 
 from distributary.api.sink import Sink
 from distributary.plan.sink_plan import (
+    beside_table,
     create_offsets,
     create_table,
     delete,
     migration,
     pg_type,
+    revision_label,
     sink_run,
+    switch_statements,
     upsert,
 )
 
@@ -128,3 +131,24 @@ def test_a_redis_sink_keys_each_record_by_its_key_values() -> None:
 def test_a_sink_names_one_store() -> None:
     with pytest.raises(ValueError, match="give one store: postgres or redis"):
         Sink.model_validate({"metadata": {"name": "s"}, "spec": {"log": "accounts"}})
+
+
+def test_a_new_revisions_table_is_named_for_its_revision_beside_the_sinks() -> None:
+    assert revision_label("accounts.r2") == "r2"
+    assert revision_label("renamed-topic").startswith("t")
+    assert len(revision_label("renamed-topic")) == 9
+    assert beside_table("public.accounts", "accounts.r12") == "public.accounts__r12"
+    long = beside_table("public." + "a" * 70, "accounts.r3")
+    assert long == "public." + "a" * 59 + "__r3"
+    assert len(long.split(".", 1)[1]) == 63
+
+
+def test_readers_are_switched_by_two_renames_in_one_transaction() -> None:
+    run = _run()
+    assert switch_statements(run, "public.accounts__r2", "public.accounts__r1") == [
+        'ALTER TABLE "public"."accounts" RENAME TO "accounts__r1"',
+        'ALTER TABLE "public"."accounts__r2" RENAME TO "accounts"',
+    ]
+    assert switch_statements(run, "public.accounts__r2", None) == [
+        'ALTER TABLE "public"."accounts__r2" RENAME TO "accounts"'
+    ]
