@@ -115,10 +115,14 @@ def validate(
     pipeline = load_checked(paths)
     if database:
         pipeline = check_with_databases(pipeline, secrets_dir)
-    if spark:
-        check_with_spark(pipeline)
+    unread = check_with_spark(pipeline) if spark else 0
     skipped = f"; {pipeline.skipped} other document(s) skipped" if pipeline.skipped else ""
     analysed = "; Spark accepts every query" if spark and pipeline.views else ""
+    if unread:
+        analysed = (
+            f"; Spark accepts every query it analysed ({unread} left for --database: they "
+            "read a Source's table whose columns only its database has)"
+        )
     click.echo(f"valid: {_summary(pipeline)}{skipped}{analysed}")
 
 
@@ -156,14 +160,20 @@ def source_checked(name: str, source: Source) -> str:
     )
 
 
-def check_with_spark(pipeline: Pipeline) -> None:
+def check_with_spark(pipeline: Pipeline) -> int:
     """Have Spark analyse every view of `pipeline` (which passed the static checks), printing
-    progress and then each problem on stderr; a UserError when Spark refuses any."""
+    progress and then each problem on stderr; a UserError when Spark refuses any. The number
+    of views skipped because they read a Source's table whose columns only its database has."""
     if not pipeline.views:
-        return
+        return 0
     require_pyspark("validate --spark")
     # Imported here: pyspark takes a second to import, and only --spark needs it.
-    from distributary.runner.analysis import QueryCheck, SparkStartError, local_session
+    from distributary.runner.analysis import (
+        QueryCheck,
+        SparkStartError,
+        columns_from_database,
+        local_session,
+    )
 
     def say(text: str) -> None:
         click.echo(f"spark: {text}", err=True)
@@ -183,3 +193,4 @@ def check_with_spark(pipeline: Pipeline) -> None:
     if problems:
         total = len(problems)
         raise UserError(f"{total} problem{'s' if total != 1 else ''} found by Spark")
+    return sum(1 for ref in pipeline.views if columns_from_database(pipeline, ref))

@@ -11,6 +11,11 @@ query's start runs, for the view's output mode, without starting anything or rea
 
 A view reading another view's output reads it with the schema `graph.py` derived for that log,
 as the runner does. Spark's errors become one line each for `spec.sql` (`refusals.py`).
+
+A Source's table Log whose columns the files do not declare has the columns its database gives
+it, known only once the database is read (`validate --database`, `run`): a view reading it (or
+reading a view that does) is skipped, and said to be, rather than refused for a schema that
+will be there.
 """
 
 from __future__ import annotations
@@ -130,6 +135,27 @@ def _quiet_query_loggers() -> Iterator[None]:
             logger.setLevel(level)
 
 
+def columns_from_database(pipeline: Pipeline, view: Ref) -> str | None:
+    """Why the view cannot be analysed before its Sources' databases are read: an input (or an
+    input of the views it reads) is a Source's table whose columns the files do not declare;
+    None when every input's columns are known."""
+    for log in pipeline.inputs(view).values():
+        if log.spec.record_schema:
+            continue
+        writer = pipeline.writer(log)
+        if writer in pipeline.captures:
+            return (
+                f"input log {log.metadata.name} is Source {writer.name}'s table, whose columns "
+                "are read from its database: add --database (or declare the table's "
+                "spec.tables[].schema) to analyse it"
+            )
+        if writer in pipeline.views and writer != view:
+            upstream = columns_from_database(pipeline, writer)
+            if upstream:
+                return upstream
+    return None
+
+
 class QueryCheck:
     """Analyses views' queries in `spark`; `folder` is an empty folder, the inputs' stand-in."""
 
@@ -146,10 +172,13 @@ class QueryCheck:
         found: list[SpecProblem] = []
         views = [ref for ref in pipeline.order if ref in pipeline.views]
         for number, ref in enumerate(views, start=1):
-            problems = self.view_problems(pipeline, ref)
+            waiting = columns_from_database(pipeline, ref)
+            problems = [] if waiting else self.view_problems(pipeline, ref)
             found.extend(problems)
             if progress is not None:
                 verdict = f"refused ({len(problems)} problem(s))" if problems else "ok"
+                if waiting:
+                    verdict = f"skipped: {waiting}"
                 progress(f"[{number}/{len(views)}] {ref}: {verdict}")
         return list(dict.fromkeys(found))
 
