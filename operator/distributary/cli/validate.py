@@ -168,12 +168,7 @@ def check_with_spark(pipeline: Pipeline) -> int:
         return 0
     require_pyspark("validate --spark")
     # Imported here: pyspark takes a second to import, and only --spark needs it.
-    from distributary.runner.analysis import (
-        QueryCheck,
-        SparkStartError,
-        columns_from_database,
-        local_session,
-    )
+    from distributary.runner.analysis import QueryCheck, SparkStartError, local_session
 
     def say(text: str) -> None:
         click.echo(f"spark: {text}", err=True)
@@ -185,7 +180,8 @@ def check_with_spark(pipeline: Pipeline) -> int:
         try:
             with local_session(Path(folder)) as session:
                 say(f"started in {time.monotonic() - started:.0f}s")
-                problems = QueryCheck(session, Path(folder)).problems(pipeline, progress=say)
+                check = QueryCheck(session, Path(folder))
+                problems = check.problems(pipeline, progress=say)
         except SparkStartError as exc:
             raise UserError(f"--spark: {exc}") from None
     for problem in problems:
@@ -193,4 +189,4 @@ def check_with_spark(pipeline: Pipeline) -> int:
     if problems:
         total = len(problems)
         raise UserError(f"{total} problem{'s' if total != 1 else ''} found by Spark")
-    return sum(1 for ref in pipeline.views if columns_from_database(pipeline, ref))
+    return len(check.skipped)

@@ -162,15 +162,16 @@ class LocalSinks:
         that read the topic before keeps the columns it had then. The files may already define
         the next revision (edited, catching up beside), whose columns are for its own topic."""
         try:
-            before = SinkRun.model_validate_json(self._spec_path(ref).read_text("utf-8"))
+            before = SinkRun.model_validate_json(self._file(ref, "json").read_text("utf-8"))
         except (OSError, ValueError):
             return run
         if before.topic != run.topic:
             return run
         return run.model_copy(update={"columns": before.columns, "key": before.key})
 
-    def _spec_path(self, ref: Ref) -> Path:
-        return self.folder / f"{ref.namespace}.{ref.name}.json"
+    def _file(self, ref: Ref, suffix: str) -> Path:
+        """The Sink's spec (`json`), process id (`pid`) or log (`log`) in the state folder."""
+        return self.folder / f"{ref.namespace}.{ref.name}.{suffix}"
 
     def _keep_running(self, ref: Ref, entry: _Process) -> None:
         if entry.stalled is not None:
@@ -198,7 +199,7 @@ class LocalSinks:
 
     def _start(self, ref: Ref, entry: _Process) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        spec = self._spec_path(ref)
+        spec = self._file(ref, "json")
         spec.write_text(entry.run.model_dump_json(indent=2))
         with open(self._log(ref), "ab") as out:
             entry.process = subprocess.Popen(
@@ -207,13 +208,13 @@ class LocalSinks:
                 stderr=subprocess.STDOUT,
                 preexec_fn=die_with_parent,
             )
-        (self.folder / f"{ref.namespace}.{ref.name}.pid").write_text(f"{entry.process.pid}\n")
+        self._file(ref, "pid").write_text(f"{entry.process.pid}\n")
         if entry.failures == 0:
             self.say(f"sink {ref.name}: {entry.run.topic} -> {entry.run.table} "
                      f"({entry.run.mode})")  # fmt: skip
 
     def _log(self, ref: Ref) -> Path:
-        return self.folder / f"{ref.namespace}.{ref.name}.log"
+        return self._file(ref, "log")
 
     def _stall(self, ref: Ref, entry: _Process, why: str) -> None:
         entry.stalled = why

@@ -163,6 +163,7 @@ class QueryCheck:
         self.spark = spark
         self.empty = folder / "empty-input"
         self.empty.mkdir(parents=True, exist_ok=True)
+        self.skipped: list[Ref] = []  # views left for --database by the last `problems`
 
     def problems(
         self, pipeline: Pipeline, progress: Callable[[str], None] | None = None
@@ -170,9 +171,12 @@ class QueryCheck:
         """What Spark refuses in the pipeline's views, in the pipeline's order; `progress` is
         told of each view as it is done."""
         found: list[SpecProblem] = []
+        self.skipped = []
         views = [ref for ref in pipeline.order if ref in pipeline.views]
         for number, ref in enumerate(views, start=1):
             waiting = columns_from_database(pipeline, ref)
+            if waiting:
+                self.skipped.append(ref)
             problems = [] if waiting else self.view_problems(pipeline, ref)
             found.extend(problems)
             if progress is not None:
