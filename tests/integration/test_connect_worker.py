@@ -27,12 +27,13 @@ import redis
 from tests.integration.secured_kafka import SecuredKafka, start_secured_kafka
 from tests.integration.spark_pipelines import Read, read_topic
 
+from distributary.backends.connect import ConnectClient, ConnectError
 from distributary.devtools.postgres import PostgresServer
 from distributary.devtools.redis import RedisServer
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.connection import read_properties_file
 from distributary.local.broker import EmbeddedBroker
-from distributary.local.connect import ConnectClient, ConnectError, ConnectWorker
+from distributary.local.connect import ConnectWorker
 from distributary.plan.kafka_connection import KafkaSecurity
 
 TIMINGS: dict[str, float] = {}

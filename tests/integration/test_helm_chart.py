@@ -26,7 +26,7 @@ SPARK_ACCOUNT = f"{RELEASE}-distributary-spark"  # named after the release
 Rule = tuple[str, str, str]  # (apiGroup, resource, verb)
 Manifest = dict[str, Any]
 
-OWN_KINDS = ("logs", "derivedviews", "streamjobs")
+OWN_KINDS = ("logs", "derivedviews", "streamjobs", "sources", "sinks")
 # What the operator does, stated independently of the chart's templates.
 RESOURCE_RULES: frozenset[Rule] = frozenset(
     {("distributary.dev", kind, verb) for kind in OWN_KINDS for verb in ("get", "list", "watch")}
@@ -46,6 +46,12 @@ SPARK_RULES: frozenset[Rule] = frozenset(
         for verb in ("get", "list", "watch", "create", "patch", "delete")
     }
     | {("", "pods", "get")}  # a rewind waits until the old driver pod is gone
+)
+# A Source's or Sink's password, by name: only where Sources (a Connect) or Sinks (local) run.
+SECRET_RULES: frozenset[Rule] = frozenset({("", "secrets", "get")})
+KAFKACONNECTOR_RULES: frozenset[Rule] = frozenset(
+    ("kafka.strimzi.io", "kafkaconnectors", verb)
+    for verb in ("get", "list", "watch", "create", "patch", "delete")
 )
 KAFKATOPIC_RULES: frozenset[Rule] = frozenset(
     ("kafka.strimzi.io", "kafkatopics", verb)
@@ -180,6 +186,12 @@ VARIANTS = [
         {"checkpoints": {"claim": {"create": False, "name": "shared-checkpoints"}}},
         id="existing-claim",
     ),
+    pytest.param({"connect": {"url": "http://connect.kafka.svc:8083"}}, id="connect-url"),
+    pytest.param(
+        {"connect": {"cluster": "cdc"}, "watchNamespaces": ["team-a"]},
+        id="strimzi-connect-beside",
+    ),
+    pytest.param({"connect": {"cluster": "cdc", "namespace": "kafka"}}, id="strimzi-connect"),
 ]
 
 
@@ -221,9 +233,13 @@ def test_rbac_grants_exactly_what_the_operator_needs(
 ) -> None:
     objects = render(helm, tmp_path, values)
     backend = values.get("topicBackend", "strimzi")
-    runtime_rules = (
-        SPARK_RULES if values.get("sparkRuntime", "spark-operator") == "spark-operator" else set()
-    )
+    local = values.get("sparkRuntime", "spark-operator") == "local"
+    connect = values.get("connect", {})
+    runtime_rules = set() if local else set(SPARK_RULES)
+    if local or connect.get("url") or connect.get("cluster"):
+        runtime_rules |= SECRET_RULES
+    if connect.get("cluster") and not connect.get("namespace"):
+        runtime_rules |= KAFKACONNECTOR_RULES
     watched = values.get("watchNamespaces", [])
     expected: dict[tuple[str, str | None], set[Rule]] = {}
     if watched:
@@ -237,6 +253,9 @@ def test_rbac_grants_exactly_what_the_operator_needs(
     if backend == "strimzi":
         strimzi_namespace = values.get("strimzi", {}).get("namespace") or NAMESPACE
         expected.setdefault(("namespace", strimzi_namespace), set()).update(KAFKATOPIC_RULES)
+    if connect.get("cluster") and connect.get("namespace"):
+        connect_namespace = connect["namespace"]
+        expected.setdefault(("namespace", connect_namespace), set()).update(KAFKACONNECTOR_RULES)
     assert granted(objects) == expected
 
 
@@ -557,3 +576,36 @@ def test_schema_refuses_bad_values(helm: str, tmp_path: Path, values: Manifest, 
     error = refusal(helm, tmp_path, values)
     assert SCHEMA_ERROR in error
     assert field in error
+
+
+@pytest.mark.parametrize(
+    ("connect", "env"),
+    [
+        (
+            {"url": "http://connect.kafka.svc:8083", "secrets": "/opt/kafka/secrets"},
+            {
+                "DISTRIBUTARY_CONNECT_URL": "http://connect.kafka.svc:8083",
+                "DISTRIBUTARY_CONNECT_SECRETS": "/opt/kafka/secrets",
+            },
+        ),
+        (
+            {"cluster": "cdc", "namespace": "kafka"},
+            {
+                "DISTRIBUTARY_CONNECT_CLUSTER": "cdc",
+                "DISTRIBUTARY_CONNECT_NAMESPACE": "kafka",
+                "DISTRIBUTARY_CONNECT_SECRETS": "kubernetes",
+            },
+        ),
+    ],
+)
+def test_a_connect_becomes_the_operators_environment(
+    helm: str, tmp_path: Path, connect: Manifest, env: dict[str, str]
+) -> None:
+    found = plain_env(render(helm, tmp_path, {"connect": connect}))
+    assert {k: v for k, v in found.items() if k.startswith("DISTRIBUTARY_CONNECT_")} == env
+    assert {"DISTRIBUTARY_CONNECT_URL", "DISTRIBUTARY_CONNECT_CLUSTER"} & set(env)
+    # Every variable the chart sets is one the operator reads.
+    from distributary.controllers.main import operator as command
+
+    known = {p.envvar for p in command.params if getattr(p, "envvar", None)}
+    assert set(env) <= known

@@ -93,14 +93,27 @@ namespace. Each rule is what the operator does, nothing more:
   resources: ["logs"]
   verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: ["distributary.dev"]
-  resources: ["derivedviews", "streamjobs"]
+  resources: ["derivedviews", "streamjobs", "sources", "sinks"]
   verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["distributary.dev"]
-  resources: ["logs/status", "derivedviews/status", "streamjobs/status"]
+  resources: ["logs/status", "derivedviews/status", "streamjobs/status", "sources/status", "sinks/status"]
   verbs: ["get", "patch"]
 - apiGroups: ["distributary.dev"]
-  resources: ["logs/finalizers", "derivedviews/finalizers", "streamjobs/finalizers"]
+  resources: ["logs/finalizers", "derivedviews/finalizers", "streamjobs/finalizers", "sources/finalizers", "sinks/finalizers"]
   verbs: ["update"]
+{{- if or .Values.connect.url .Values.connect.cluster (eq .Values.sparkRuntime "local") }}
+# A Source's and a Sink's password, read by name (spec.*.passwordSecret), never listed: only
+# where Sources (a Connect is given) or Sinks (the local runtime) can run.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+{{- end }}
+{{- if and .Values.connect.cluster (not .Values.connect.namespace) (not .Values.connect.url) }}
+# Sources' connectors as Strimzi KafkaConnectors beside each Source.
+- apiGroups: ["kafka.strimzi.io"]
+  resources: ["kafkaconnectors"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+{{- end }}
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]

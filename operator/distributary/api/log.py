@@ -299,9 +299,9 @@ class LogSpec(ApiModel):
 
 
 class Subscriber(StatusModel):
-    """A view or job reading this log, with its position and lag."""
+    """A view, job or Sink reading this log, with its position and lag."""
 
-    kind: str = Field(description="DerivedView or StreamJob.")
+    kind: str = Field(description="DerivedView, StreamJob or Sink.")
     name: str = Field(description="Its name.")
     revision: int | None = Field(default=None, description="The revision reading.")
     consumer_group: str | None = Field(default=None, description="Its Kafka consumer group.")

@@ -26,6 +26,7 @@ from distributary.api.view import DerivedView
 from distributary.artifacts import SPARK_KAFKA_CONNECTOR, jars
 from distributary.backends.base import Owner, RevisionApp
 from distributary.plan.runner_spec import RunnerSpec, as_run_by
+from distributary.plan.sink_plan import SinkRun
 from distributary.plan.spark import Application, application_name
 from distributary.plan.spark_state import AppState
 
@@ -63,6 +64,14 @@ class LocalApplication:
             return None
         return pid if str(self.spec_file).encode() in cmdline else None
 
+    def last_line(self) -> str:
+        """The last line the process wrote, for people."""
+        try:
+            lines = self.log_file.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return lines[-1].strip() if lines else ""
+
     def tail(self, lines: int = 5) -> str:
         """The end of the runner's log, for a condition's message."""
         try:
@@ -92,6 +101,17 @@ class LocalRuntime:
     def job(self, namespace: str, name: str, revision: int) -> LocalApplication:
         """The folder of a StreamJob's revision."""
         return LocalApplication(self.state_dir / namespace / name / f"job-r{revision}")
+
+    def sink(self, namespace: str, name: str) -> LocalApplication:
+        """The folder of a Sink's process (`python -m distributary.sinks`)."""
+        return LocalApplication(self.state_dir / namespace / name / "sink")
+
+    def ensure_sink(self, run: SinkRun) -> AppState:
+        """Start the Sink's process unless it runs with this very spec (a new spec, e.g. a new
+        serving topic, stops the old process first: it finishes its transaction); its state."""
+        namespace, name = run.name.split("/", 1)
+        return self._ensure(self.sink(namespace, name), run.model_dump_json(indent=1),
+                            "distributary.sinks")  # fmt: skip
 
     def running(self, pattern: str = "r*") -> list[tuple[str, str, LocalApplication]]:
         """(namespace, name, application) of every process that lives: views' runners, or with

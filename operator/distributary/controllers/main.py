@@ -67,6 +67,8 @@ CONTROLLERS = (
     "distributary.controllers.logs",
     "distributary.controllers.views",
     "distributary.controllers.jobs",
+    "distributary.controllers.sources",
+    "distributary.controllers.sinks",
 )
 API_CONNECTIONS = 32  # kopf's connections to the API server besides its watch streams
 WORKER_THREADS = 24
@@ -371,6 +373,35 @@ def _allowed_functions(
     "was down (in the watched namespaces only); the first runs at start.",
 )
 @click.option(
+    "--connect-url",
+    default=None,
+    envvar="DISTRIBUTARY_CONNECT_URL",
+    help="The REST endpoint of the Kafka Connect cluster (with Debezium's PostgreSQL connector) "
+    "that runs Sources' connectors, for clusters without Strimzi.",
+)
+@click.option(
+    "--connect-cluster",
+    default=None,
+    envvar="DISTRIBUTARY_CONNECT_CLUSTER",
+    help="The Strimzi KafkaConnect whose KafkaConnectors run Sources' connectors (when "
+    "--connect-url is not given).",
+)
+@click.option(
+    "--connect-namespace",
+    default=None,
+    envvar="DISTRIBUTARY_CONNECT_NAMESPACE",
+    help="Where KafkaConnectors go (the KafkaConnect's namespace); default: each Source's own.",
+)
+@click.option(
+    "--connect-secrets",
+    default="kubernetes",
+    show_default=True,
+    envvar="DISTRIBUTARY_CONNECT_SECRETS",
+    help="How Connect's workers read a Source's password: 'kubernetes' (Strimzi's "
+    "KubernetesSecretConfigProvider reads the Secret), or the folder where the workers mount "
+    "each Secret as FOLDER/NAME/KEY (Kafka's DirectoryConfigProvider).",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="info",
@@ -404,9 +435,14 @@ def operator(
     progress_topic: str,
     claims_topic: str,
     claims_sweep_interval: float,
+    connect_url: str | None,
+    connect_cluster: str | None,
+    connect_namespace: str | None,
+    connect_secrets: str,
     log_level: str,
 ) -> None:
-    """Run the Distributary operator: reconcile Logs, DerivedViews and StreamJobs."""
+    """Run the Distributary operator: reconcile Logs, DerivedViews, StreamJobs, Sources and
+    Sinks."""
     fewer_malloc_arenas()
     for module in CONTROLLERS:
         importlib.import_module(module)
@@ -437,6 +473,10 @@ def operator(
         progress_topic=progress_topic,
         claims_topic=claims_topic,
         claims_sweep_interval=claims_sweep_interval,
+        connect_url=connect_url or None,
+        connect_cluster=connect_cluster or None,
+        connect_namespace=connect_namespace or None,
+        connect_secrets=connect_secrets,
     )
     # Every planner names Logs' topics and revisions' progress topic alike from here on.
     use_topic_names(settings.topic_names)

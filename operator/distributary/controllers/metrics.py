@@ -161,6 +161,58 @@ def forget_log(namespace: str, log: str) -> None:
         LOG_RECORDS.remove(namespace, log)
 
 
+SINK_LAG = Gauge(
+    "distributary_sink_lag_records",
+    "Records of a Sink's topic not yet in its store.",
+    ["namespace", "sink"],
+)
+SINK_POSITION = Gauge(
+    "distributary_sink_position",
+    "The next offset a Sink's store applies, per partition, as committed with its rows.",
+    ["namespace", "sink", "partition"],
+)
+SOURCE_RETAINED_WAL = Gauge(
+    "distributary_source_retained_wal_bytes",
+    "WAL the database server keeps for a Source's replication slot.",
+    ["namespace", "source"],
+)
+SOURCE_SLOT_LAG = Gauge(
+    "distributary_source_slot_lag_bytes",
+    "WAL written since the position a Source's connector confirmed.",
+    ["namespace", "source"],
+)
+
+
+_SINK_PARTITIONS: dict[tuple[str, str], set[str]] = {}  # the partitions published per Sink
+
+
+def record_sink(namespace: str, sink: str, status: Mapping[str, Any]) -> None:
+    """Publish a Sink's position and lag as last observed."""
+    for partition, offset in (status.get("position") or {}).items():
+        SINK_POSITION.labels(namespace, sink, partition).set(offset)
+        _SINK_PARTITIONS.setdefault((namespace, sink), set()).add(partition)
+    if isinstance(status.get("lag"), int):
+        SINK_LAG.labels(namespace, sink).set(status["lag"])
+
+
+def record_source(namespace: str, source: str, status: Mapping[str, Any]) -> None:
+    """Publish a Source's slot readings as last observed."""
+    slot = status.get("slot") or {}
+    if isinstance(slot.get("retainedWalBytes"), int):
+        SOURCE_RETAINED_WAL.labels(namespace, source).set(slot["retainedWalBytes"])
+    if isinstance(slot.get("lagBytes"), int):
+        SOURCE_SLOT_LAG.labels(namespace, source).set(slot["lagBytes"])
+
+
+def forget(namespace: str, name: str) -> None:
+    """Drop a deleted Sink's or Source's series."""
+    for partition in _SINK_PARTITIONS.pop((namespace, name), set()):
+        SINK_POSITION.remove(namespace, name, partition)
+    for gauge in (SINK_LAG, SOURCE_RETAINED_WAL, SOURCE_SLOT_LAG):
+        with suppress(KeyError):
+            gauge.remove(namespace, name)
+
+
 def serve(port: int) -> None:
     """Serve /metrics on `port` (all interfaces), in a background thread."""
     start_http_server(port)

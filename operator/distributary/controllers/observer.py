@@ -59,10 +59,11 @@ async def observe_namespace(services: OperatorServices, namespace: str | None) -
     logs = await asyncio.to_thread(kube.list, API, "Log", namespace)
     views = await asyncio.to_thread(kube.list, API, "DerivedView", namespace)
     jobs = await asyncio.to_thread(kube.list, API, "StreamJob", namespace)
+    sinks = await asyncio.to_thread(kube.list, API, "Sink", namespace)
     live = [log for log in logs if not (log.get("metadata") or {}).get("deletionTimestamp")]
     marks = await _watermarks(services, live)
     readers_in: dict[str, list[dict[str, Any]]] = {}
-    for reader in [*views, *jobs]:
+    for reader in [*views, *jobs, *sinks]:
         readers_in.setdefault(reader["metadata"]["namespace"], []).append(reader)
     for log in live:
         readers = readers_in.get(log["metadata"]["namespace"], [])

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from distributary.backends.base import SparkRuntime, TopicBackend
 from distributary.backends.claimed import ClaimedTopicBackend
+from distributary.backends.connect import Connectors, RestConnectors, StrimziConnectors
 from distributary.backends.local_spark import LocalRuntime, LocalSparkRuntime
 from distributary.backends.spark_operator import SparkOperatorRuntime
 from distributary.backends.strimzi import StrimziTopicBackend, StrimziTopics
@@ -40,6 +41,10 @@ class OperatorServices(Services):
 
     settings: OperatorSettings
     kube: Kube
+    connectors: Connectors | None = None
+    """Where Sources' connectors run (`backends.connect`); None: no Connect was given."""
+    sink_processes: LocalRuntime | None = None
+    """Where Sinks' processes run under the local runtime; None under spark-operator."""
     application_states: dict[tuple[str, str], str] = field(default_factory=dict, repr=False)
     """The last state seen of each SparkApplication (namespace, name), to act on changes."""
 
@@ -85,8 +90,10 @@ def build(settings: OperatorSettings) -> OperatorServices:
     claims = ClaimsLog(settings.bootstrap_servers, settings.claims_topic, client, cluster_id(api))
     topics = ClaimedTopicBackend(topics, claims, admin)
     runtime: SparkRuntime
+    local: LocalRuntime | None = None
     if settings.spark_runtime == "local":
-        runtime = LocalSparkRuntime(LocalRuntime(settings.state_dir))
+        local = LocalRuntime(settings.state_dir)
+        runtime = LocalSparkRuntime(local)
     else:
         runtime = SparkOperatorRuntime(
             api,
@@ -95,6 +102,12 @@ def build(settings: OperatorSettings) -> OperatorServices:
             settings.spark_service_account,
             kafka_secrets=settings.kafka_secrets,
         )
+
+    connectors: Connectors | None = None
+    if settings.connect_url:
+        connectors = RestConnectors(settings.connect_url)
+    elif settings.connect_cluster:
+        connectors = StrimziConnectors(api, settings.connect_cluster, settings.connect_namespace)
 
     def lost_history(topics: Mapping[str, str]) -> str | None:
         return lost_input_history(admin, topics, client)
@@ -117,4 +130,6 @@ def build(settings: OperatorSettings) -> OperatorServices:
         runtime=runtime,
         lost_history=lost_history,
         restart_policy=settings.restart_policy,
+        connectors=connectors,
+        sink_processes=local,
     )

@@ -124,6 +124,22 @@ class OperatorSettings:
     state_dir: Path = DEFAULT_STATE_DIR
     """The local runtime's folder: runner specs, pids and logs."""
 
+    connect_url: str | None = None
+    """A Kafka Connect cluster's REST endpoint that runs Sources' connectors (clusters without
+    Strimzi); None: `connect_cluster`, or no Sources run."""
+
+    connect_cluster: str | None = None
+    """The Strimzi KafkaConnect (its `strimzi.io/cluster` label value) whose KafkaConnectors run
+    Sources' connectors, when `connect_url` is not given."""
+
+    connect_namespace: str | None = None
+    """Where KafkaConnectors go (the KafkaConnect's namespace); None: each Source's own."""
+
+    connect_secrets: str = "kubernetes"
+    """How Connect's workers read a Source's database password: `kubernetes` (Strimzi's
+    KubernetesSecretConfigProvider reads the Secret: `${secrets:NS/NAME:KEY}`), or the folder
+    where the workers mount each Secret (`FOLDER/NAME/KEY`, Kafka's DirectoryConfigProvider)."""
+
     kubeconfig: str | None = None
     """The kubeconfig of the API server; None: the pod's service account."""
 

@@ -39,6 +39,8 @@ PUBLISH: dict[str, Callable[[str, str, Mapping[str, Any]], None]] = {
     "DerivedView": _publish_view,
     "StreamJob": _publish_job,
     "Log": _publish_log,
+    "Sink": metrics.record_sink,
+    "Source": metrics.record_source,
 }
 
 

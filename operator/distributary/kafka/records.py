@@ -293,6 +293,17 @@ class TopicReader:
         finally:
             self._consumer.unassign()
 
+    def positions(self, topic: str) -> dict[int, int]:
+        """The next offset the reader returns, per assigned partition of `topic`: past every
+        record it has returned and past the transaction markers after them, which a committed
+        reader never sees as records (so a reader that has applied all it got is at the end)."""
+        assigned = [tp for tp in self._consumer.assignment() if tp.topic == topic]
+        if not assigned:
+            return {}
+        return {
+            tp.partition: tp.offset for tp in self._consumer.position(assigned) if tp.offset >= 0
+        }
+
     def batches(
         self,
         positions: Mapping[str, Mapping[int, int]],

@@ -13,15 +13,13 @@ password is ever stored in the config topic. The worker's own Kafka password, wi
 the JVM in an environment variable that worker.properties names (`${env:...}`), never in a file.
 It is stopped with SIGTERM and killed only if that hangs; `kill` is SIGKILL, for crash tests.
 
-`ConnectClient` is the worker's REST API, over `urllib` (Connect's own error message, the
-method and the path in every error; a rebalance in progress is waited out).
+Its REST API is `backends.connect.ConnectClient`, which the operator uses too.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -32,11 +30,9 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
-from urllib.parse import quote
 
 from distributary.artifacts import KAFKA_CONNECT, jars
-from distributary.errors import DistributaryError
+from distributary.backends.connect import ConnectError
 from distributary.kafka.connection import password
 from distributary.local.broker import die_with_parent, end_process, free_port, java_binary
 from distributary.plan.kafka_connection import KafkaSecurity
@@ -68,11 +64,6 @@ logger.plugins.level = WARN
 logger.reflections.name = org.reflections
 logger.reflections.level = ERROR
 """
-
-
-class ConnectError(DistributaryError, RuntimeError):
-    """The Connect worker could not start, or its REST API refused a request; the message
-    carries Connect's own reason."""
 
 
 def _port_free(port: int) -> bool:
@@ -365,96 +356,3 @@ def _answers(url: str) -> bool:
     ):
         return bool(response.status == 200)
     return False
-
-
-class ConnectClient:
-    """Kafka Connect's REST API at `url`; a rebalance in progress (409) is retried for up to
-    `timeout` seconds."""
-
-    def __init__(self, url: str, timeout: float = 30.0) -> None:
-        self.url = url.rstrip("/")
-        self.timeout = timeout
-
-    def _request(
-        self, method: str, path: str, body: Any = None, *, missing_ok: bool = False
-    ) -> Any:
-        data = json.dumps(body).encode() if body is not None else None
-        deadline = time.monotonic() + self.timeout
-        while True:
-            request = urllib.request.Request(
-                f"{self.url}{path}",
-                data=data,
-                method=method,
-                headers={"Content-Type": "application/json", "Accept": "application/json"},
-            )
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    text = response.read().decode()
-                    return json.loads(text) if text else None
-            except urllib.error.HTTPError as exc:
-                if exc.code == 404 and missing_ok:
-                    return None
-                message = _error_message(exc)
-                if exc.code == 409 and time.monotonic() < deadline:
-                    time.sleep(0.5)
-                    continue
-                raise ConnectError(
-                    f"Kafka Connect at {self.url}: {method} {path} answered {exc.code}: {message}"
-                ) from None
-            except urllib.error.URLError as exc:
-                raise ConnectError(
-                    f"Kafka Connect at {self.url} did not answer {method} {path}: {exc.reason}: "
-                    "check that the worker runs"
-                ) from None
-
-    def put_config(self, name: str, config: Mapping[str, str]) -> dict[str, Any]:
-        """Create connector `name` with `config`, or update it; Connect's description of it."""
-        result: dict[str, Any] = self._request("PUT", f"/connectors/{_name(name)}/config", config)
-        return result
-
-    def status(self, name: str) -> dict[str, Any] | None:
-        """The connector's and its tasks' states; None if there is no such connector."""
-        result: dict[str, Any] | None = self._request(
-            "GET", f"/connectors/{_name(name)}/status", missing_ok=True
-        )
-        return result
-
-    def pause(self, name: str) -> None:
-        """Pause the connector and its tasks (they keep their offsets)."""
-        self._request("PUT", f"/connectors/{_name(name)}/pause")
-
-    def resume(self, name: str) -> None:
-        """Resume a paused connector."""
-        self._request("PUT", f"/connectors/{_name(name)}/resume")
-
-    def restart(self, name: str, *, include_tasks: bool = True, only_failed: bool = True) -> None:
-        """Restart the connector, and its (failed) tasks."""
-        query = f"includeTasks={str(include_tasks).lower()}&onlyFailed={str(only_failed).lower()}"
-        self._request("POST", f"/connectors/{_name(name)}/restart?{query}")
-
-    def delete(self, name: str) -> None:
-        """Delete the connector; one that is not there is fine."""
-        self._request("DELETE", f"/connectors/{_name(name)}", missing_ok=True)
-
-    def connectors(self) -> list[str]:
-        """The names of the worker's connectors."""
-        return list(self._request("GET", "/connectors"))
-
-    def offsets(self, name: str) -> dict[str, Any]:
-        """The connector's committed source offsets (`{"offsets": [...]}`)."""
-        result: dict[str, Any] = self._request("GET", f"/connectors/{_name(name)}/offsets")
-        return result
-
-
-def _name(name: str) -> str:
-    return quote(name, safe="")
-
-
-def _error_message(error: urllib.error.HTTPError) -> str:
-    """Connect's own reason (the JSON `message` of its error body), else the body's text."""
-    text = error.read().decode(errors="replace")
-    with contextlib.suppress(ValueError):
-        body = json.loads(text)
-        if isinstance(body, dict) and body.get("message"):
-            return str(body["message"])
-    return text.strip()[:500] or str(error.reason)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from distributary.api.source import SecretKey, Source
+from distributary.backends.connect import ConnectClient, ConnectError
 from distributary.databases.postgres import (
     DatabaseError,
     capture_rights,
@@ -44,7 +45,7 @@ from distributary.databases.postgres import (
 )
 from distributary.errors import DistributaryError
 from distributary.graph import Pipeline, Ref
-from distributary.local.connect import ConnectClient, ConnectError, ConnectWorker
+from distributary.local.connect import ConnectWorker
 from distributary.plan.kafka_connection import KafkaSecurity
 from distributary.plan.source_plan import (
     CONNECTOR_FAILED,

@@ -22,6 +22,7 @@ from distributary.api.log import Log
 from distributary.graph import Pipeline
 from distributary.plan.conditions import Observation, Problem, Work, conditions
 from distributary.plan.positions import Watermarks
+from distributary.plan.sink_plan import sink_group
 from distributary.plan.topics import TopicPlan
 
 
@@ -117,12 +118,17 @@ def offsets_status(topic: str, watermarks: Watermarks | None) -> dict[str, Any]:
 
 
 def subscribers(log: str, readers: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The views and jobs reading `log`, each with its running revision's position and lag in
-    it, as their statuses last reported them (the Log's `status.subscribers`)."""
+    """The views, jobs and Sinks reading `log`, each with its position and lag in it (a view's
+    or job's running revision's), as their statuses last reported them (the Log's
+    `status.subscribers`)."""
     found = []
     for reader in readers:
         status = reader.get("status") or {}
         kind = str(reader.get("kind") or "DerivedView")
+        if kind == "Sink":
+            if (reader.get("spec") or {}).get("log") == log:
+                found.append(_sink_subscriber(reader))
+            continue
         for item in status.get("inputs") or []:
             if item.get("log") != log:
                 continue
@@ -142,6 +148,19 @@ def subscribers(log: str, readers: Iterable[Mapping[str, Any]]) -> list[dict[str
                 }
             )
     return sorted(found, key=lambda s: (s["kind"], s["name"], s["revision"] or 0))
+
+
+def _sink_subscriber(sink: Mapping[str, Any]) -> dict[str, Any]:
+    """A Sink as its Log's subscriber: the position its store holds, mirrored to its group."""
+    meta, status = sink["metadata"], sink.get("status") or {}
+    return {
+        "kind": "Sink",
+        "name": meta["name"],
+        "revision": None,
+        "consumerGroup": sink_group(str(meta.get("namespace")), str(meta["name"])),
+        "position": dict(status.get("position") or {}),
+        "lag": status.get("lag"),
+    }
 
 
 def _group(status: Mapping[str, Any], revision: Any) -> str | None:

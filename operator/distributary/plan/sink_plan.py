@@ -93,6 +93,11 @@ class SinkRun(BaseModel):
     ttl_seconds: int | None = None
 
 
+def sink_group(namespace: str, name: str) -> str:
+    """The consumer group a Sink mirrors its position to, for Kafka's own tools."""
+    return f"distributary.{namespace}.{name}.sink"
+
+
 def sink_run(
     sink: Sink,
     columns: str,
@@ -111,7 +116,7 @@ def sink_run(
         assert cache is not None
         return SinkRun(
             name=f"{namespace}/{name}",
-            group=f"distributary.{namespace}.{name}.sink",
+            group=sink_group(namespace, name),
             bootstrap_servers=bootstrap_servers,
             kafka_security=kafka_security,
             topic=topic,
@@ -127,7 +132,7 @@ def sink_run(
         )
     return SinkRun(
         name=f"{namespace}/{name}",
-        group=f"distributary.{namespace}.{name}.sink",
+        group=sink_group(namespace, name),
         bootstrap_servers=bootstrap_servers,
         kafka_security=kafka_security,
         topic=topic,

@@ -13,10 +13,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from distributary.api.log import quantity_bytes
-from distributary.api.source import Source, SourceTable
+from distributary.api.source import SecretKey, Source, SourceTable
 from distributary.graph import DELETED_COLUMN
+from distributary.plan.conditions import ExtraCondition, Observation, Problem, Work
 from distributary.sql import SqlError, parse_ddl
 
 CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
@@ -346,4 +348,118 @@ def wal_warning(source: Source, slot: SlotReading) -> str | None:
         f"the database server, over spec.walWarning ({source.spec.wal_warning}), and "
         f"{reading}: the server's disk fills until the Source reads again; resume or fix the "
         "Source, or delete it (which drops the slot)"
+    )
+
+
+@dataclass(frozen=True)
+class ConnectorState:
+    """A connector as Connect reports it: its state, its tasks' states, and the first line of
+    the trace of what failed (or why there is no state yet)."""
+
+    state: str
+    tasks: tuple[str, ...] = ()
+    reason: str = ""
+
+    @property
+    def running(self) -> bool:
+        """The connector and every task of it run."""
+        return (
+            self.state == "RUNNING" and bool(self.tasks) and all(t == "RUNNING" for t in self.tasks)
+        )
+
+    @property
+    def failed(self) -> bool:
+        """The connector or a task of it failed."""
+        return self.state == "FAILED" or "FAILED" in self.tasks
+
+
+def password_reference(secrets: str, namespace: str, secret: SecretKey) -> str:
+    """What a connector's config says instead of the password, for a cluster's Connect: with
+    `secrets` = "kubernetes", Strimzi's KubernetesSecretConfigProvider reads the Secret itself
+    (`${secrets:NAMESPACE/NAME:KEY}`); otherwise `secrets` is the folder where the workers
+    mount each Secret (`FOLDER/NAME/KEY`), read by Kafka's DirectoryConfigProvider."""
+    if secrets == "kubernetes":
+        return f"${{secrets:{namespace}/{secret.name}:{secret.key}}}"
+    return f"${{dir:{secrets.rstrip('/')}/{secret.name}:{secret.key}}}"
+
+
+STRIMZI_RESERVED = ("name", "connector.class", "tasks.max")  # KafkaConnector fields instead
+
+
+def kafka_connector_manifest(
+    api_version: str,
+    name: str,
+    namespace: str,
+    cluster: str,
+    config: Mapping[str, str],
+    paused: bool,
+    owner: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """The KafkaConnector of Strimzi's KafkaConnect `cluster` that carries `config` (whose
+    connector.class and tasks.max become the resource's own fields), running or paused; owned
+    by the Source when it is in the Source's namespace."""
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "labels": {"strimzi.io/cluster": cluster, "app.kubernetes.io/managed-by": "distributary"},
+    }
+    if owner is not None:
+        metadata["ownerReferences"] = [dict(owner)]
+    return {
+        "apiVersion": api_version,
+        "kind": "KafkaConnector",
+        "metadata": metadata,
+        "spec": {
+            "class": config["connector.class"],
+            "tasksMax": int(config.get("tasks.max", "1")),
+            "state": "paused" if paused else "running",
+            "config": {k: v for k, v in config.items() if k not in STRIMZI_RESERVED},
+        },
+    }
+
+
+def source_observation(
+    source: Source,
+    generation: int,
+    *,
+    first_sight: bool = False,
+    problems: Sequence[Problem] = (),
+    unreachable: str | None = None,
+    connector: ConnectorState | None = None,
+    slot: SlotReading | None = None,
+) -> Observation:
+    """What a Source's conditions say of it. A problem only its user can fix (a table missing,
+    a right not granted, a Secret absent) makes it Stalled; a database or Connect that does not
+    answer, a connector being created, starting or failed (restarted with back-off) is work
+    under way (Reconciling); paused as the spec asks is Ready with reason Paused (changes wait in
+    the slot). A slot keeping more WAL than `spec.walWarning` adds DataLossRisk=True."""
+    work: list[Work] = []
+    if unreachable:
+        work.append(Work(DATABASE_UNREACHABLE, unreachable))
+    elif connector is None:
+        work.append(Work("Starting", "The connector is being created."))
+    elif connector.failed:
+        why = connector.reason or "no reason given"
+        work.append(Work(CONNECTOR_FAILED, f"The connector failed ({why}); it is restarted "
+                                           "with back-off."))  # fmt: skip
+    elif not source.spec.paused and not connector.running:
+        detail = f" ({connector.reason})" if connector.reason else ""
+        work.append(Work("Starting", f"The connector is {connector.state}{detail}."))
+    extras = []
+    warning = wal_warning(source, slot) if slot is not None else None
+    if warning is not None:
+        extras.append(ExtraCondition(DATA_LOSS_RISK, "True", DATA_LOSS_RISK, warning))
+    if source.spec.paused:
+        ready = (PAUSED, "Paused by spec.paused; changes wait in the replication slot.")
+    else:
+        tables = ", ".join(t.name for t in source.spec.tables)
+        ready = ("Capturing", f"The connector reads the replication slot of {tables}.")
+    return Observation(
+        generation,
+        first_sight=first_sight,
+        problems=tuple(problems),
+        work=tuple(work),
+        extras=tuple(extras),
+        ready_reason=ready[0],
+        ready_message=ready[1],
     )

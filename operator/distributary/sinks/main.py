@@ -90,6 +90,10 @@ def run_sink(run: SinkRun, stop: Callable[[], bool] = lambda: STOP["requested"])
                     print(f"sink {run.name}: {done}", flush=True)
             if time.monotonic() - mirrored >= MIRROR_EVERY:
                 mirrored = time.monotonic()
+                # Everything before the reader's position is applied (or is a transaction
+                # marker): so the group shows no lag once the store holds the whole log.
+                for partition, offset in reader.positions(run.topic).items():
+                    at[partition] = max(at.get(partition, 0), offset)
                 try:
                     admin.commit(run.group, {run.topic: dict(at)})
                 except Exception as exc:  # the store's position is the one that counts

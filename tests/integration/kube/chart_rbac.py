@@ -66,6 +66,12 @@ def chart_values(
         "sparkRuntime": given.get("--spark-runtime", "spark-operator"),
         "topicBackend": given.get("--topic-backend", "direct"),
         "kafka": {"bootstrapServers": bootstrap_servers},
+        "connect": {
+            "url": given.get("--connect-url", ""),
+            "cluster": given.get("--connect-cluster", ""),
+            "namespace": given.get("--connect-namespace", ""),
+            "secrets": given.get("--connect-secrets", "kubernetes"),
+        },
     }
 
 

@@ -124,8 +124,29 @@ def operator(
     with the chart's rights for watching this namespace (`chart_rbac`), or every namespace when
     its `OPERATOR_RBAC` is "chart-cluster", or as cluster admin when it is "admin"."""
     flags = tuple(getattr(request.module, "OPERATOR_FLAGS", ()))
-    folder = tmp_path_factory.mktemp("operator")
-    rbac = getattr(request.module, "OPERATOR_RBAC", "chart")
+    with running_operator(
+        cluster,
+        broker,
+        tmp_path_factory.mktemp("operator"),
+        flags,
+        rbac=getattr(request.module, "OPERATOR_RBAC", "chart"),
+        node_local_checkpoints=getattr(request.module, "NODE_LOCAL_CHECKPOINTS", True),
+    ) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def running_operator(
+    cluster: Cluster,
+    broker: EmbeddedBroker,
+    folder: Path,
+    flags: tuple[str, ...],
+    *,
+    rbac: str = "chart",
+    node_local_checkpoints: bool = True,
+) -> Iterator[Operator]:
+    """`distributary operator` with `flags`, as the `operator` fixture starts it (a module whose
+    flags are known only once its fixtures run starts its own with this)."""
     account = None
     if rbac != "admin":
         assert rbac in RBAC_MODES, f"OPERATOR_RBAC: {rbac!r} is not one of {RBAC_MODES}"
@@ -142,14 +163,16 @@ def operator(
         broker.bootstrap_servers,
         folder,
         flags,
-        node_local_checkpoints=getattr(request.module, "NODE_LOCAL_CHECKPOINTS", True),
+        node_local_checkpoints=node_local_checkpoints,
         kubeconfig=account.kubeconfig if account else None,
         watch_all=bool(account and account.watch_all),
     )
     running.start()
-    yield running
-    running.stop()
-    stop_local_processes(running.folder / "local")
+    try:
+        yield running
+    finally:
+        running.stop()
+        stop_local_processes(running.folder / "local")
 
 
 def stop_local_processes(folder: Path) -> None:

@@ -143,3 +143,27 @@ def test_subscribers_start_empty_and_are_kept_as_the_observer_wrote_them() -> No
     assert log_status(result, None, NOW)["subscribers"] == []
     readers = [{"kind": "DerivedView", "name": "big", "revision": 1, "lag": 0}]
     assert log_status(result, {"subscribers": readers}, NOW)["subscribers"] == readers
+
+
+def test_a_sink_reading_a_log_is_a_subscriber_at_the_position_its_store_holds() -> None:
+    from distributary.plan.log_status import subscribers
+
+    sink = {
+        "kind": "Sink",
+        "metadata": {"name": "revenue-table", "namespace": "shop"},
+        "spec": {"log": "customer-revenue"},
+        "status": {"topic": "customer-revenue.r2", "position": {"0": 7, "1": 3}, "lag": 2},
+    }
+    elsewhere = {**sink, "metadata": {"name": "other", "namespace": "shop"}, "spec": {"log": "x"}}
+    assert subscribers("customer-revenue", [sink, elsewhere]) == [
+        {
+            "kind": "Sink",
+            "name": "revenue-table",
+            "revision": None,
+            "consumerGroup": "distributary.shop.revenue-table.sink",
+            "position": {"0": 7, "1": 3},
+            "lag": 2,
+        }
+    ]
+    waiting = {**sink, "status": {}}
+    assert subscribers("customer-revenue", [waiting])[0]["position"] == {}
