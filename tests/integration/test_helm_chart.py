@@ -46,6 +46,8 @@ SPARK_RULES: frozenset[Rule] = frozenset(
         for verb in ("get", "list", "watch", "create", "patch", "delete")
     }
     | {("", "pods", "get")}  # a rewind waits until the old driver pod is gone
+    | {("apps", "deployments", v) for v in ("get", "create", "patch")}  # Sinks' processes
+    | {("", "configmaps", v) for v in ("get", "create", "patch")}  # their specs
 )
 # A Source's or Sink's password, by name: only where Sources (a Connect) or Sinks (local) run.
 SECRET_RULES: frozenset[Rule] = frozenset({("", "secrets", "get")})

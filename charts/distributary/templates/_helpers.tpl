@@ -125,6 +125,13 @@ namespace. Each rule is what the operator does, nothing more:
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get"]
+# Sinks' processes: a Deployment of the job image and the ConfigMap of its spec, each Sink's.
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["get", "create", "patch"]
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "create", "patch"]
 {{- end }}
 {{- end }}
 

@@ -151,7 +151,7 @@ def _held(run: SinkRun) -> dict[int, int]:
     if run.store == "redis":
         store = RedisStore(run)
         try:
-            return store.positions()
+            return store.reader_positions()
         finally:
             store.close()
     try:

@@ -10,13 +10,16 @@ and Ready/Reconciling/Stalled.
 The process stores each batch's offsets in the same transaction as its rows, so it may be killed
 at any point and started again: the table is exactly what the log implies. When the Log's serving
 topic changes (the view cut over), a new process fills the new revision's table beside the one
-readers read and switches them over in one transaction; a Redis Sink cannot switch its keys
-atomically, so it stops and says so (Stalled). A process that refuses its store (a column of
+readers read and switches them over in one transaction (a Redis Sink: keys filled beside,
+switched in one script). A process that refuses its store (a column of
 another type, another key) exits with code 3: the Sink is Stalled with its reason until its spec
 changes.
 
-Processes run under the operator's `local` runtime (on its own machine, as revisions do). Deleting
-a Sink stops its process and leaves its table or keys as they are.
+Where the process runs follows the operator's runtime: under `spark-operator`, a Deployment of the
+job image (`backends.sink_workloads`; the pod reads the password from its Secret, and a refusal
+reaches the operator as the group's commit metadata); under `local`, a process on the operator's
+machine, as revisions are. Deleting a Sink stops its process and leaves its table or keys as they
+are.
 """
 
 from __future__ import annotations
@@ -35,15 +38,15 @@ from distributary.api import parse_body
 from distributary.api.common import Condition
 from distributary.api.log import Log
 from distributary.api.sink import Sink
+from distributary.backends.local_spark import LocalRuntime
+from distributary.backends.sink_workloads import SinkDeployments
 from distributary.controllers import metrics
-from distributary.controllers.handling import one_at_a_time
 from distributary.controllers.indexes import GROUP, VERSION
+from distributary.controllers.rounds import every_interval, owner_of_body, run_round
 from distributary.controllers.secrets import SecretMissingError, secret_value
 from distributary.controllers.services import OperatorServices
-from distributary.controllers.status import StatusRecorder
 from distributary.plan.conditions import Observation, Problem, Work, conditions
-from distributary.plan.sink_plan import SinkRun, sink_run
-from distributary.reconcile.ports import StatusConflictError
+from distributary.plan.sink_plan import REFUSED_METADATA, SinkRun, sink_manifests, sink_run
 from distributary.sql import SqlError
 
 PLURAL = "sinks"
@@ -73,7 +76,7 @@ def _password_file(services: OperatorServices, sink: Sink, folder: Path) -> str 
 def _round(services: OperatorServices, body: Mapping[str, Any]) -> dict[str, Any]:
     """One round of a Sink, blocking: its process kept as its spec says; its status."""
     meta = body.get("metadata") or {}
-    namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+    namespace = str(meta.get("namespace"))
     generation = int(meta.get("generation") or 0)
     before = body.get("status") or {}
     previous = [Condition.model_validate(c) for c in before.get("conditions") or []]
@@ -103,13 +106,6 @@ def _round(services: OperatorServices, body: Mapping[str, Any]) -> dict[str, Any
     if isinstance(parsed, str):
         return finished((Problem("InvalidSpec", parsed),))
     sink = parsed
-    local = services.sink_processes
-    if local is None:
-        return finished((Problem("NoSinkRuntime", (
-            "Sinks run as processes of the operator's local runtime (--spark-runtime local) in "
-            "this version; under spark-operator, run the Sink with `distributary run` beside "
-            "the cluster, or use the local runtime"
-        )),))  # fmt: skip
     found = services.kube.get("distributary.dev/v1alpha1", "Log", namespace, sink.spec.log)
     if found is None:
         return finished(work=(Work("WaitingForLog", f"Log {sink.spec.log} does not exist yet."),))
@@ -123,37 +119,30 @@ def _round(services: OperatorServices, body: Mapping[str, Any]) -> dict[str, Any
             f"Log {sink.spec.log} has no schema, and the table is made from the Log's columns: "
             "declare spec.schema on the Log"
         )),))  # fmt: skip
-    app = local.sink(namespace, name)
     try:
-        password = _password_file(services, sink, app.folder)
         run = sink_run(sink, log.spec.record_schema, log.spec.key or [], topic,
-                       services.bootstrap_servers, password, services.kafka_security)  # fmt: skip
-    except SecretMissingError as exc:
-        return finished((Problem("SecretMissing", str(exc)),))
+                       services.bootstrap_servers, None, services.kafka_security)  # fmt: skip
     except SqlError as exc:
         return finished((Problem("LogSchemaRefused", f"Log {sink.spec.log}'s schema: {exc}"),))
-    ran = _last_run(app.spec_file)
-    if ran is not None and ran.topic == topic:
-        # A view's output topic holds one revision's rows, of that revision's columns; the
-        # Log's spec may already describe the next revision, catching up beside.
-        run = run.model_copy(update={"columns": ran.columns, "key": ran.key})
     fields: dict[str, Any] = {"topic": topic}
-    if ran is not None and ran.topic != topic and sink.spec.redis is not None:
-        local.stop(app)
-        return finished((Problem("CacheCannotSwitch", (
-            f"Log {sink.spec.log} now serves {topic}, not {ran.topic}: the cache holds the keys "
-            "of the revision before, and Redis cannot switch them in one transaction; point "
-            "spec.redis.keyPrefix at a new prefix to fill it from the serving revision"
-        )),), topic=ran.topic)  # fmt: skip
-    if app.pid() is None and ran == run and REFUSED_MARK in app.last_line():
-        # It refused its store with this very spec: started again, it would refuse again.
-        return finished((Problem("StoreRefused", _refusal(app.last_line())),), **fields)
-    state = local.ensure_sink(run)
-    position, lag = _position(services, run)
+    try:
+        if services.sink_processes is not None:
+            running, problem, waiting = _local(services, services.sink_processes, sink, run)
+        else:
+            running, problem, waiting = _in_cluster(services, sink, run, body)
+    except SecretMissingError as exc:
+        return finished((Problem("SecretMissing", str(exc)),), **fields)
+    if problem is not None:
+        return finished((problem,), **fields)
+    position, lag, refused = _position(services, run)
     fields.update(position={str(p): o for p, o in sorted(position.items())}, lag=lag)
-    if not state.running:
+    if not running and refused is not None and services.sink_processes is None:
+        # The pod's process refused its store (Kubernetes starts it again, to refuse again).
+        return finished((Problem("StoreRefused", _refusal(refused)),), **fields)
+    if not running:
+        why = f": {waiting}" if waiting else ""
         return finished(
-            work=(Work("Starting", f"The Sink's process starts on {topic}."),), **fields
+            work=(Work("Starting", f"The Sink's process starts on {topic}{why}."),), **fields
         )
     if lag is None or lag > 0:
         behind = "its position is not known yet" if lag is None else f"{lag} records behind"
@@ -161,8 +150,60 @@ def _round(services: OperatorServices, body: Mapping[str, Any]) -> dict[str, Any
     return finished(ready=f"The store holds every record of {topic}.", **fields)
 
 
+def _same_revision(run: SinkRun, ran: SinkRun | None) -> SinkRun:
+    """A view's output topic holds one revision's rows, of that revision's columns; the Log's
+    spec may already describe the next revision, catching up beside: a process that read the
+    topic before keeps the columns it had."""
+    if ran is not None and ran.topic == run.topic:
+        return run.model_copy(update={"columns": ran.columns, "key": ran.key})
+    return run
+
+
+def _local(
+    services: OperatorServices, local: LocalRuntime, sink: Sink, run: SinkRun
+) -> tuple[bool, Problem | None, str]:
+    """The Sink's process on the operator's machine (the local runtime): (running, a problem
+    only its user can fix, what it waits for)."""
+    app = local.sink(sink.metadata.namespace, sink.metadata.name)
+    password = _password_file(services, sink, app.folder)
+    run = _same_revision(
+        run.model_copy(update={"password_file": password}), _last_run(app.spec_file)
+    )
+    if app.pid() is None and _last_run(app.spec_file) == run and REFUSED_MARK in app.last_line():
+        # It refused its store with this very spec: started again, it would refuse again.
+        return False, Problem("StoreRefused", _refusal(app.last_line())), ""
+    return local.ensure_sink(run).running, None, ""
+
+
+def _in_cluster(
+    services: OperatorServices, sink: Sink, run: SinkRun, body: Mapping[str, Any]
+) -> tuple[bool, Problem | None, str]:
+    """The Sink's process as a Deployment of the job image (the spark-operator runtime)."""
+    namespace, name = sink.metadata.namespace, sink.metadata.name
+    workloads = SinkDeployments(services.kube)
+    run = _same_revision(run, workloads.last_run(namespace, name))
+    store = sink.spec.postgres or sink.spec.redis
+    secret = store.password_secret if store is not None else None
+    owner = owner_of_body(body)
+    settings = services.settings
+    workloads.ensure(
+        sink_manifests(
+            run,
+            namespace=namespace,
+            name=name,
+            image=settings.image,
+            owner=owner,
+            password=(secret.name, secret.key) if secret is not None else None,
+            kafka=settings.kafka_secrets,
+        )
+    )
+    pod = workloads.state(namespace, name)
+    return pod.running, None, pod.waiting
+
+
 def _refusal(line: str) -> str:
     said = line.split(REFUSED_MARK, 1)[-1] if REFUSED_MARK in line else line
+    said = said.rstrip(".")
     return (f"The Sink's process refused its store: {said or 'see its log'}. Fix the table or "
             "the spec; a changed spec starts it again.")  # fmt: skip
 
@@ -174,31 +215,27 @@ def _last_run(spec_file: Path) -> SinkRun | None:
         return None
 
 
-def _position(services: OperatorServices, run: SinkRun) -> tuple[dict[int, int], int | None]:
-    """The position the Sink mirrored to its group, and its lag (None: not known yet)."""
+def _position(
+    services: OperatorServices, run: SinkRun
+) -> tuple[dict[int, int], int | None, str | None]:
+    """The position the Sink mirrored to its group, its lag (None: not known yet), and the
+    refusal its process left in the group's commit metadata (None: none)."""
     try:
         committed = services.admin.committed(run.group).get(run.topic, {})
         lag = services.admin.lag(run.group, [run.topic]).get(run.topic, {})
+        said = services.admin.committed_metadata(run.group, run.topic)
     except Exception as exc:  # observed again next round
         LOGGER.debug("the position of Sink %s: %s", run.name, exc)
-        return {}, None
-    return dict(committed), (sum(lag.values()) if committed else None)
+        return {}, None, None
+    refused = next(
+        (m[len(REFUSED_METADATA) :] for m in said if m.startswith(REFUSED_METADATA)), None
+    )
+    return dict(committed), (sum(lag.values()) if committed else None), refused
 
 
 async def reconcile_sink(body: Mapping[str, Any], services: OperatorServices) -> None:
     """One round of a Sink, its status written onto the version `body` was read at."""
-    meta = body.get("metadata") or {}
-    if meta.get("deletionTimestamp"):
-        return
-    async with one_at_a_time("Sink", str(meta.get("namespace")), str(meta.get("name"))):
-        recorder = StatusRecorder.of(services.kube, body)
-        status = await asyncio.to_thread(_round, services, body)
-        try:
-            await recorder.finish(status)
-        except StatusConflictError:
-            LOGGER.debug(
-                "Sink %s/%s changed while reconciled", meta.get("namespace"), meta.get("name")
-            )
+    await run_round("Sink", body, services, _round)
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
@@ -213,15 +250,7 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 async def observe(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Every `--observe-interval` while the Sink lives: its process kept running on the
     topic its Log serves (started again when it died), its position and lag in status."""
-    services: OperatorServices = memo.services
-    while not stopped:
-        await stopped.wait(services.settings.observe_interval)
-        if stopped:
-            break
-        try:
-            await reconcile_sink(body, services)
-        except Exception as exc:  # the next round tries again; the log says why
-            LOGGER.warning("Sink %s/%s: %s", body.meta.get("namespace"), body.meta.get("name"), exc)
+    await every_interval("Sink", stopped, body, memo.services, _round)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)

@@ -42,11 +42,10 @@ from distributary.backends.connect import ConnectError
 from distributary.backends.direct import DirectTopics
 from distributary.controllers import metrics
 from distributary.controllers.events import KubeEvents
-from distributary.controllers.handling import one_at_a_time
 from distributary.controllers.indexes import GROUP, VERSION
+from distributary.controllers.rounds import every_interval, owner_of_body, run_round
 from distributary.controllers.secrets import SecretMissingError, secret_value
 from distributary.controllers.services import OperatorServices
-from distributary.controllers.status import StatusRecorder
 from distributary.databases.postgres import (
     DatabaseError,
     capture_rights,
@@ -73,9 +72,7 @@ from distributary.plan.source_plan import (
     resolved,
     source_observation,
 )
-from distributary.plan.spark import owner_reference
 from distributary.plan.topics import DesiredTopic
-from distributary.reconcile.ports import StatusConflictError
 
 PLURAL = "sources"
 SOURCE_LABEL = "distributary.dev/source"
@@ -93,19 +90,6 @@ class _Restarts:
 
 
 _RESTARTS: dict[tuple[str, str], _Restarts] = {}
-
-
-def _owner(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The controlling ownerReference to the Source `body`."""
-    meta = body.get("metadata") or {}
-    return owner_reference(
-        {
-            "apiVersion": str(body.get("apiVersion")),
-            "kind": "Source",
-            "name": str(meta.get("name")),
-            "uid": str(meta.get("uid")),
-        }
-    )
 
 
 def _table_logs(source: Source, owner: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -221,7 +205,7 @@ def _round(services: OperatorServices, body: Mapping[str, Any]) -> dict[str, Any
             slot={k: v for k, v in slot.items() if v is not None},
         )
     whole = resolved(source, tables)
-    manifests = _table_logs(whole, _owner(body))
+    manifests = _table_logs(whole, owner_of_body(body))
     problems = _apply_logs(services, manifests, str(meta.get("uid")))
     logs = {t.name: table_log(whole, t) for t in whole.spec.tables}
     table_status = [
@@ -251,7 +235,7 @@ def _round(services: OperatorServices, body: Mapping[str, Any]) -> dict[str, Any
     config = connector_config(whole, topics, reference)
     connector = connector_name(source)
     try:
-        connectors.apply(connector, config, source.spec.paused, _owner(body), namespace)
+        connectors.apply(connector, config, source.spec.paused, owner_of_body(body), namespace)
         state = connectors.state(connector, namespace)
         if state is not None and state.failed:
             _restart_later(services, source, connector, state)
@@ -308,21 +292,8 @@ def _restart_later(
 
 
 async def reconcile_source(body: Mapping[str, Any], services: OperatorServices) -> None:
-    """One round of a Source, its status written onto the version `body` was read at (a
-    status changed meanwhile: the next round writes it)."""
-    meta = body.get("metadata") or {}
-    if meta.get("deletionTimestamp"):
-        return
-    lock = one_at_a_time("Source", str(meta.get("namespace")), str(meta.get("name")))
-    async with lock:
-        recorder = StatusRecorder.of(services.kube, body)
-        status = await asyncio.to_thread(_round, services, body)
-        try:
-            await recorder.finish(status)
-        except StatusConflictError:
-            LOGGER.debug(
-                "Source %s/%s changed while reconciled", meta.get("namespace"), meta.get("name")
-            )
+    """One round of a Source, its status written onto the version `body` was read at."""
+    await run_round("Source", body, services, _round)
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
@@ -338,17 +309,7 @@ async def observe(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo,
     """Every `--observe-interval` while the Source lives: the connector kept as the spec says
     (restarted when it failed, made again when Connect lost it), the slot read, status
     written."""
-    services: OperatorServices = memo.services
-    while not stopped:
-        await stopped.wait(services.settings.observe_interval)
-        if stopped:
-            break
-        try:
-            await reconcile_source(body, services)
-        except Exception as exc:  # the next round tries again; the log says why
-            LOGGER.warning(
-                "Source %s/%s: %s", body.meta.get("namespace"), body.meta.get("name"), exc
-            )
+    await every_interval("Source", stopped, body, memo.services, _round)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)

@@ -389,8 +389,9 @@ class KafkaAdmin:
             group=group,
         )
 
-    def committed_metadata(self, group: str) -> list[str]:
-        """The metadata of each partition `group` has committed (empty strings included)."""
+    def committed_metadata(self, group: str, topic: str | None = None) -> list[str]:
+        """The metadata of each partition `group` has committed (empty strings included), of
+        `topic`'s partitions only when given."""
         self._group_members(group)
 
         def attempt(timeout: float) -> list[str]:
@@ -401,7 +402,11 @@ class KafkaAdmin:
                 ),
                 timeout,
             )
-            return [tp.metadata or "" for tp in result.topic_partitions if tp.offset >= 0]
+            return [
+                tp.metadata or ""
+                for tp in result.topic_partitions
+                if tp.offset >= 0 and topic in (None, tp.topic)
+            ]
 
         return self._call(f"reading the offsets of consumer group {group!r}", attempt, group=group)
 

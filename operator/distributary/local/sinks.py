@@ -7,8 +7,9 @@ that refuses its table (a column of another type, another key) exits with code 3
 started again: the Sink is Stalled, saying why, until its spec or its table changes. A Log whose
 serving topic changes under a Sink (a view's cutover) gets a new process on the new topic: it
 fills the new revision's table beside the one readers read (`<table>__r<N>`) and, once whole,
-switches readers to it in one transaction (`sinks.postgres.switch`); readers never see a
-half-built revision. A Redis Sink cannot switch its keys in one transaction: it stops, loudly.
+switches readers to it in one transaction (`sinks.postgres.switch`; a Redis Sink fills keys
+beside and switches them in one script, `sinks.redis.SWITCH`); readers never see a half-built
+revision.
 """
 
 from __future__ import annotations
@@ -80,19 +81,13 @@ class LocalSinks:
             topic = served(ref.namespace, sink.spec.log)
             entry = self.processes.get(ref)
             if entry is not None and entry.run.topic != topic and entry.stalled is None:
-                if sink.spec.redis is not None:
-                    self._stall(ref, entry, (
-                        f"Log {sink.spec.log} now serves {topic}, not {entry.run.topic}: the "
-                        "cache holds the keys of the revision before, and Redis cannot switch "
-                        "them in one transaction; point spec.redis.keyPrefix at a new prefix to "
-                        "fill it from the serving revision"
-                    ))  # fmt: skip
-                    continue
-                # A new revision: its process fills the table beside the one readers read, then
-                # switches them over in one transaction (`sinks.postgres.switch`).
+                # A new revision: its process fills the table (or keys) beside the ones readers
+                # read, then switches them over at once (`sinks.postgres.switch`,
+                # `sinks.redis.SWITCH`).
+                where = entry.run.table if sink.spec.postgres else f"{entry.run.key_prefix}<key>"
                 self._say_once(
-                    f"sink {ref.name}: Log {sink.spec.log} now serves {topic}: filling its table "
-                    f"beside {entry.run.table}, which readers read until it is whole"
+                    f"sink {ref.name}: Log {sink.spec.log} now serves {topic}: filling it "
+                    f"beside {where}, which readers read until it is whole"
                 )
                 self._end(entry)
                 entry = None

@@ -12,15 +12,26 @@ import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel, Field
 
 from distributary.api.common import duration_ms
+from distributary.api.names import label_value
 from distributary.api.sink import Sink
-from distributary.plan.kafka_connection import KafkaSecurity
+from distributary.plan.kafka_connection import PASSWORD_VARIABLE, KafkaSecurity
+from distributary.plan.kafka_secrets import (
+    KAFKA_CA_MOUNT,
+    KAFKA_CLIENT_MOUNT,
+    KafkaSecretMounts,
+    for_pods,
+)
 from distributary.sql import parse_ddl
 
 OFFSETS_TABLE = "distributary_sink_offsets"
+# The start of the metadata of a Sink's group's commit when its process refused its store: the
+# refusal reaches the operator through Kafka, wherever the process runs.
+REFUSED_METADATA = "refused: "
 DELETED_COLUMN = "__deleted"
 
 _SCALARS = {
@@ -258,3 +269,119 @@ def switch_statements(run: SinkRun, beside: str, retired: str | None) -> list[st
         )
     statements.append(f"ALTER TABLE {table_name(beside)} RENAME TO {quoted(name)}")
     return statements
+
+
+SINK_LABEL = "distributary.dev/sink"
+SPEC_MOUNT = "/etc/distributary/sink"
+STORE_SECRET_MOUNT = "/etc/distributary/store"
+IMAGE_PYTHON = "/opt/distributary/venv/bin/python"  # the job image's (spark_images/Dockerfile)
+SPEC_HASH_ANNOTATION = "distributary.dev/spec-hash"
+
+
+def sink_workload_name(name: str) -> str:
+    """The Deployment and ConfigMap of Sink `name` (at most 63 characters, as a label allows)."""
+    text = f"distributary-sink-{name}"
+    if len(text) <= 63:
+        return text
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{text[:54]}-{digest}"
+
+
+def sink_manifests(
+    run: SinkRun,
+    *,
+    namespace: str,
+    name: str,
+    image: str,
+    owner: Mapping[str, Any],
+    password: tuple[str, str] | None,
+    kafka: KafkaSecretMounts | None = None,
+) -> list[dict[str, Any]]:
+    """A Sink's process in a cluster: a ConfigMap holding its spec and a Deployment of one
+    replica (strategy Recreate: one writer at a time; the store's lock keeps it so anyway)
+    running `python -m distributary.sinks` from the job image, the store's password mounted
+    from its Secret (`password`: name and key) and Kafka's credentials as the operator's own
+    (`kafka`). The pod holds no token of the API server and runs unprivileged; when the process
+    fails, the end of its output is the container's termination message. Both are children of
+    the Sink."""
+    workload = sink_workload_name(name)
+    secret_file = f"{STORE_SECRET_MOUNT}/{password[1]}" if password else None
+    security = run.kafka_security
+    if security is not None and kafka is not None:
+        security = for_pods(security, kafka)
+    pod_run = run.model_copy(update={"password_file": secret_file, "kafka_security": security})
+    spec_json = pod_run.model_dump_json(indent=1)
+    labels = {"app.kubernetes.io/managed-by": "distributary", SINK_LABEL: label_value(name)}
+    metadata = {"name": workload, "namespace": namespace, "labels": labels,
+                "ownerReferences": [dict(owner)]}  # fmt: skip
+    volumes: list[dict[str, Any]] = [{"name": "spec", "configMap": {"name": workload}}]
+    mounts: list[dict[str, Any]] = [{"name": "spec", "mountPath": SPEC_MOUNT, "readOnly": True}]
+    env: list[dict[str, Any]] = []
+    if password is not None:
+        volumes.append({"name": "store", "secret": {"secretName": password[0],
+                        "items": [{"key": password[1], "path": password[1]}]}})  # fmt: skip
+        mounts.append({"name": "store", "mountPath": STORE_SECRET_MOUNT, "readOnly": True})
+    if kafka is not None:
+        kafka_volumes = (
+            ("kafka-ca", kafka.ca_secret, KAFKA_CA_MOUNT),
+            ("kafka-client", kafka.client_secret, KAFKA_CLIENT_MOUNT),
+        )
+        for volume, secret, path in kafka_volumes:
+            if secret:
+                volumes.append({"name": volume, "secret": {"secretName": secret}})
+                mounts.append({"name": volume, "mountPath": path, "readOnly": True})
+        if kafka.password_secret:
+            env.append({"name": PASSWORD_VARIABLE, "valueFrom": {"secretKeyRef": {
+                "name": kafka.password_secret, "key": kafka.password_key}}})  # fmt: skip
+    container: dict[str, Any] = {
+        "name": "sink",
+        "image": image,
+        "command": [IMAGE_PYTHON, "-m", "distributary.sinks", "--spec", f"{SPEC_MOUNT}/spec.json"],
+        "volumeMounts": mounts,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "resources": {
+            "requests": {"cpu": "100m", "memory": "256Mi"},
+            "limits": {"memory": "512Mi"},
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    if env:
+        container["env"] = env
+    digest = hashlib.sha256(spec_json.encode()).hexdigest()[:16]
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": metadata,
+            "data": {"spec.json": spec_json},
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": metadata,
+            "spec": {
+                "replicas": 1,
+                "strategy": {"type": "Recreate"},
+                "selector": {"matchLabels": {SINK_LABEL: label_value(name)}},
+                "template": {
+                    "metadata": {
+                        "labels": labels,
+                        "annotations": {SPEC_HASH_ANNOTATION: digest},
+                    },
+                    "spec": {
+                        "automountServiceAccountToken": False,
+                        "securityContext": {
+                            "runAsNonRoot": True,
+                            "seccompProfile": {"type": "RuntimeDefault"},
+                        },
+                        "containers": [container],
+                        "volumes": volumes,
+                    },
+                },
+            },
+        },
+    ]

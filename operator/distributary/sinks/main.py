@@ -28,7 +28,7 @@ import redis
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.connection import client_settings
 from distributary.kafka.records import Record, TopicReader
-from distributary.plan.sink_plan import SinkRun
+from distributary.plan.sink_plan import REFUSED_METADATA, SinkRun
 from distributary.sinks.postgres import PostgresStore, SinkRefusedError
 from distributary.sinks.redis import RedisStore
 
@@ -103,6 +103,22 @@ def run_sink(run: SinkRun, stop: Callable[[], bool] = lambda: STOP["requested"])
         store.close()
 
 
+def say_refused(run: SinkRun, reason: str) -> None:
+    """Leave the refusal where the operator reads it without reaching the process: the
+    metadata of the Sink's group's commit (its position kept), cleared by the next mirroring."""
+    try:
+        client = client_settings(run.kafka_security)
+        admin = KafkaAdmin(run.bootstrap_servers, client=client)
+        held = admin.committed(run.group).get(run.topic) or {}
+        if not held:
+            with TopicReader(run.bootstrap_servers, client=client) as reader:
+                held = {p: first for p, (first, _) in reader.watermarks(run.topic).items()}
+        text = (REFUSED_METADATA + reason)[:3000]
+        admin.commit(run.group, {run.topic: held}, metadata=text)
+    except Exception as exc:  # the exit code and the output say it still
+        print(f"sink {run.name}: recording the refusal in {run.group}: {exc}", flush=True)
+
+
 def _stop(_signum: int, _frame: FrameType | None) -> None:
     STOP["requested"] = True
 
@@ -119,6 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_sink(run)
     except SinkRefusedError as exc:
         print(f"sink {run.name}: refused: {exc}", file=sys.stderr, flush=True)
+        say_refused(run, str(exc))
         return REFUSED
     except (psycopg.Error, redis.RedisError, OSError) as exc:
         print(f"sink {run.name}: {exc}", file=sys.stderr, flush=True)

@@ -109,8 +109,11 @@ def operator(
     shop: Shop,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Operator]:
+    # Its topics are named for the namespace: the session's broker is every module's, and
+    # others have a Log `shop-orders` too.
     flags = ("--spark-runtime", "local", "--connect-url", connect.url,
-             "--connect-secrets", str((shop.state / "secrets").resolve()))  # fmt: skip
+             "--connect-secrets", str((shop.state / "secrets").resolve()),
+             "--topic-names", "{namespace}.{name}")  # fmt: skip
     with running_operator(cluster, broker, tmp_path_factory.mktemp("operator"), flags) as running:
         yield running
 
