@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
+from distributary.api.common import Condition
 from distributary.controllers.handling import one_at_a_time
 from distributary.controllers.services import OperatorServices
 from distributary.controllers.status import StatusRecorder
+from distributary.plan.conditions import Observation, conditions
 from distributary.plan.spark import owner_reference
 from distributary.reconcile.ports import StatusConflictError
 
@@ -35,6 +38,19 @@ def owner_of_body(body: Mapping[str, Any]) -> dict[str, Any]:
             "uid": str(meta.get("uid")),
         }
     )
+
+
+def round_status(
+    observation: Observation, previous: Sequence[Condition], **fields: Any
+) -> dict[str, Any]:
+    """A round's status: the conditions of `observation` (transition times kept from
+    `previous`), the generation it observed, and the kind's own `fields`."""
+    listed = conditions(observation, previous, datetime.now(UTC))
+    return {
+        "observedGeneration": observation.generation,
+        "conditions": [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in listed],
+        **fields,
+    }
 
 
 Round = Callable[[OperatorServices, Mapping[str, Any]], dict[str, Any]]

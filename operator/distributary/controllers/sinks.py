@@ -28,7 +28,6 @@ import asyncio
 import logging
 import os
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +41,10 @@ from distributary.backends.local_spark import LocalRuntime
 from distributary.backends.sink_workloads import SinkDeployments
 from distributary.controllers import metrics
 from distributary.controllers.indexes import GROUP, VERSION
-from distributary.controllers.rounds import every_interval, owner_of_body, run_round
+from distributary.controllers.rounds import every_interval, owner_of_body, round_status, run_round
 from distributary.controllers.secrets import SecretMissingError, secret_value
 from distributary.controllers.services import OperatorServices
-from distributary.plan.conditions import Observation, Problem, Work, conditions
+from distributary.plan.conditions import Observation, Problem, Work
 from distributary.plan.sink_plan import REFUSED_METADATA, SinkRun, sink_manifests, sink_run
 from distributary.sql import SqlError
 
@@ -93,14 +92,7 @@ def _round(services: OperatorServices, body: Mapping[str, Any]) -> dict[str, Any
             ready_reason="Serving",
             ready_message=ready or "The store holds what the log holds.",
         )
-        listed = conditions(observation, previous, datetime.now(UTC))
-        return {
-            "observedGeneration": generation,
-            "conditions": [
-                c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in listed
-            ],
-            **fields,
-        }
+        return round_status(observation, previous, **fields)
 
     parsed = parse_body(body, Sink)
     if isinstance(parsed, str):

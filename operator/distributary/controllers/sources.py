@@ -29,7 +29,6 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import kopf
@@ -43,7 +42,7 @@ from distributary.backends.direct import DirectTopics
 from distributary.controllers import metrics
 from distributary.controllers.events import KubeEvents
 from distributary.controllers.indexes import GROUP, VERSION
-from distributary.controllers.rounds import every_interval, owner_of_body, run_round
+from distributary.controllers.rounds import every_interval, owner_of_body, round_status, run_round
 from distributary.controllers.secrets import SecretMissingError, secret_value
 from distributary.controllers.services import OperatorServices
 from distributary.databases.postgres import (
@@ -58,7 +57,7 @@ from distributary.graph import table_log
 from distributary.kafka.admin import KafkaAdminError
 from distributary.kube.resources import KubeError
 from distributary.plan.children import holds
-from distributary.plan.conditions import Observation, Problem, conditions
+from distributary.plan.conditions import Observation, Problem
 from distributary.plan.source_plan import (
     HEARTBEAT_RETENTION_MS,
     TABLE_PROBLEM,
@@ -145,15 +144,8 @@ def _round(services: OperatorServices, body: Mapping[str, Any]) -> dict[str, Any
     ]
     first = not previous
 
-    def finished(observation: Any, **fields: Any) -> dict[str, Any]:
-        listed = conditions(observation, previous, datetime.now(UTC))
-        return {
-            "observedGeneration": generation,
-            "conditions": [
-                c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in listed
-            ],
-            **fields,
-        }
+    def finished(observation: Observation, **fields: Any) -> dict[str, Any]:
+        return round_status(observation, previous, **fields)
 
     parsed = parse_body(body, Source)
     if isinstance(parsed, str):
