@@ -124,6 +124,18 @@ class Snapshot(ApiModel):
         description="Initial: every existing row first, then the changes. NoData: only the "
         "changes made from the start on.",
     )
+    revision: Annotated[int, Field(ge=1, le=1_000_000)] = Field(
+        default=1,
+        description="The table Logs' revision. Raise it to read every table again: a new "
+        "connector (its own slot and publication) takes a fresh snapshot into a new topic per "
+        "table beside the serving ones, and once it has caught up with the serving connector "
+        "the table Logs serve the new topics (views reading them reprocess, Sinks fill beside "
+        "and switch), and the previous connector, slot and publication are dropped. The "
+        "previous topics are kept. May only be raised.",
+        json_schema_extra=validations(
+            cel("self >= oldSelf", "snapshot.revision may only be raised: raise it to re-snapshot")
+        ),
+    )
 
 
 class SourceSpec(ApiModel):
@@ -191,6 +203,24 @@ class SlotStatus(StatusModel):
     )
 
 
+class SourceRevision(StatusModel):
+    """One revision of the table Logs: a connector, its slot and publication, a topic per table."""
+
+    revision: int = Field(description="The revision (spec.snapshot.revision that asked for it).")
+    phase: str = Field(description="Serving, CatchingUp (snapshot beside) or Retired.")
+    connector: str = Field(description="Its Kafka Connect connector.")
+    slot: str = Field(description="Its replication slot and publication.")
+    topics: dict[str, str] = Field(default_factory=dict, description="Each table's topic.")
+    snapshot_done: bool | None = Field(
+        default=None, description="Whether its snapshot has been read whole."
+    )
+    position: str | None = Field(
+        default=None, description="The last WAL position (LSN) whose changes it wrote whole."
+    )
+    started_at: str | None = Field(default=None, description="When it started.")
+    caught_up_at: str | None = Field(default=None, description="When it began serving.")
+
+
 class SourceStatus(StatusModel):
     """The Source as last observed."""
 
@@ -201,6 +231,12 @@ class SourceStatus(StatusModel):
         default=None, description="RUNNING, PAUSED, FAILED, UNASSIGNED (Connect's word)."
     )
     tables: list[TableStatus] = Field(default_factory=list, description="Each table's Log.")
+    serving_revision: int | None = Field(
+        default=None, description="The revision whose topics the table Logs serve."
+    )
+    revisions: list[SourceRevision] = Field(
+        default_factory=list, description="The revisions that run or ran (a re-snapshot's)."
+    )
     slot: SlotStatus | None = Field(default=None, description="The replication slot.")
     publication: str | None = Field(default=None, description="The publication.")
 
@@ -234,9 +270,15 @@ class Source(ApiModel):
     @property
     def identifier(self) -> str:
         """The name of its slot and publication: PostgreSQL identifiers, unique per Source."""
+        return self.revision_identifier(1)
+
+    def revision_identifier(self, revision: int) -> str:
+        """The slot and publication of a revision of the table Logs: the Source's identifier,
+        with `_r<N>` from revision 2 on; at most 63 bytes, unique per Source and revision."""
         raw = f"distributary_{self.metadata.namespace}_{self.metadata.name}"
+        suffix = f"_r{revision}" if revision > 1 else ""
         text = re.sub(r"[^a-z0-9_]", "_", raw.lower())
-        if len(text) <= PG_IDENTIFIER:
-            return text
+        if len(text) + len(suffix) <= PG_IDENTIFIER:
+            return text + suffix
         digest = hashlib.sha256(raw.encode()).hexdigest()[:8]
-        return f"{text[: PG_IDENTIFIER - 9]}_{digest}"
+        return f"{text[: PG_IDENTIFIER - 9 - len(suffix)]}_{digest}{suffix}"

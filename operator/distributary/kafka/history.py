@@ -8,11 +8,15 @@ compacts: the first records of each partition are read from its head, where the 
 first, and a gap in their offsets is the sign. The operator and `distributary run` both ask
 here before they start a reprocessing revision; the planner decides what follows
 (`plan.lifecycle`: refused unless the spec allows partial history).
+
+A Source's table Log is not looked at for compaction: it is a table whose history begins with a
+snapshot (the latest row of each key, which is what compaction keeps), and it is written with
+Kafka transactions, whose commit markers take offsets that read as gaps.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.records import TopicReader
@@ -26,9 +30,11 @@ def lost_input_history(
     topics: Mapping[str, str],
     client: Mapping[str, str] | None = None,
     sample: int = HEAD_SAMPLE,
+    tables: Collection[str] = (),
 ) -> str | None:
     """Why reading `topics` (topic -> log) from the start would miss records, None when nothing
-    is missing. `client` adds librdkafka settings (TLS, SASL) for reading compacted heads.
+    is missing. `client` adds librdkafka settings (TLS, SASL) for reading compacted heads;
+    `tables` names the Logs that are a Source's tables (retention alone is checked there).
     Raises `KafkaAdminError` or `RecordsError` when Kafka does not answer."""
     starts, ends = split_watermarks(admin.watermarks(topics))
     lost = lost_history(starts, topics)
@@ -36,6 +42,8 @@ def lost_input_history(
         return lost
     compacted = {}
     for topic, log in topics.items():
+        if log in tables:
+            continue
         observed = admin.describe_topic(topic)
         policy = observed.configs.get("cleanup.policy", "") if observed else ""
         if "compact" in policy:

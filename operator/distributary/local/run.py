@@ -224,8 +224,14 @@ class LocalRun:
         client = client_settings(self.kafka_security)
         admin = KafkaAdmin(bootstrap, client=client)
         self._make_topics(DirectTopics(admin))
+        direct = DirectTopics(admin)
         self.sources = LocalSources(
-            self.pipeline, self.state_dir, self.secrets_dir, self.say, self.kafka_security
+            self.pipeline,
+            self.state_dir,
+            self.secrets_dir,
+            self.say,
+            self.kafka_security,
+            make_topics=lambda wanted: self._apply_topics(direct, wanted),
         )
         self.sources.start(bootstrap)
         self.sinks = LocalSinks(
@@ -244,11 +250,21 @@ class LocalRun:
             progress=progress,
             topics=DirectTopicBackend(admin),
             runtime=self.runtime,
-            lost_history=lambda topics: lost_input_history(admin, topics, client),
+            lost_history=lambda topics: lost_input_history(
+                admin, topics, client, tables=self._table_logs()
+            ),
             restart_policy=self.restart_policy,
             kafka_security=self.kafka_security,
         )
         self.reconcile()
+
+    def _table_logs(self) -> set[str]:
+        """The names of the Sources' table Logs."""
+        return {
+            log.metadata.name
+            for source in self.pipeline.captures.values()
+            for log in self.pipeline.table_logs(source).values()
+        }
 
     def _make_topics(self, topics: DirectTopics) -> None:
         assert self.plan is not None
@@ -258,14 +274,20 @@ class LocalRun:
             DesiredTopic(heartbeat_topic(s), 1, None, {"retention.ms": str(HEARTBEAT_RETENTION_MS)})
             for s in self.pipeline.captures.values()
         ]
-        for desired in [*declared, *heartbeats, DesiredTopic(PROGRESS_TOPIC, 1, None, compacted)]:
+        self._apply_topics(
+            topics, [*declared, *heartbeats, DesiredTopic(PROGRESS_TOPIC, 1, None, compacted)]
+        )
+
+    def _apply_topics(self, topics: DirectTopics, wanted: Sequence[DesiredTopic]) -> None:
+        for desired in wanted:
             for refusal in topics.apply(desired).refusals:
                 self.say(f"warning: topic {desired.name}: {refusal.message}")
 
     def _served(self) -> dict[str, str]:
-        """The topic each view's output Log serves, as the statuses recorded."""
+        """The topic each view's output Log and each table Log serves, as the statuses
+        recorded."""
         assert self.revisions is not None
-        served = {}
+        served = self.sources.served() if self.sources is not None else {}
         for ref, view in self.pipeline.views.items():
             status = self.revisions.status("DerivedView", resource_key(view))
             serving = status.get("servingRevision")
@@ -280,6 +302,8 @@ class LocalRun:
         """One round: every Source, every view and job in the pipeline's order, then run.json."""
         if self.sources is not None:
             self.sources.reconcile()
+            if self.files is not None:
+                self.files.served.update(self.sources.served())
         self.loop.run_until_complete(self._round())
         self._write_state()
 
@@ -561,6 +585,7 @@ def watch(
             run._say_once(failure)
         settled = caught_up(snapshot) and not run.revisions.catching_up()
         settled = settled and (run.sinks is None or run.sinks.caught_up())
+        settled = settled and (run.sources is None or not run.sources.catching_up())
         if stopping() or (until_caught_up and settled):
             return snapshot
         time.sleep(POLL_SECONDS)

@@ -15,6 +15,11 @@ restarts a failed task with back-off, reads the slot (its lag and the WAL it kee
 the Source's status in `<state dir>/sources.json`. A Source no longer in the files has its
 connector deleted and its slot and publication dropped; its Logs' topics stay.
 
+A raised `spec.snapshot.revision` is a re-snapshot beside the serving revision
+(`plan.source_revisions`): a second connector, slot and publication write new topics while the
+first runs on; once caught up, the run's readers (views, Sinks, `tail`, `wait`) read the new
+topics (`served`) and the old connector, slot and publication are dropped.
+
 Passwords are read from a folder laid out as Kubernetes mounts a Secret (`<secrets>/<name>/<key>`)
 and reach Connect as `${dir:...}` references it resolves itself: no password is written to Kafka,
 the state folder or a log.
@@ -47,10 +52,12 @@ from distributary.errors import DistributaryError
 from distributary.graph import Pipeline, Ref
 from distributary.local.connect import ConnectWorker
 from distributary.plan.kafka_connection import KafkaSecurity
+from distributary.plan.pipeline import revision_topic
 from distributary.plan.source_plan import (
     CONNECTOR_FAILED,
     DATA_LOSS_RISK,
     DATABASE_UNREACHABLE,
+    HEARTBEAT_RETENTION_MS,
     PAUSED,
     ResolvedTable,
     SlotReading,
@@ -59,10 +66,22 @@ from distributary.plan.source_plan import (
     connector_config,
     connector_name,
     database_address,
+    heartbeat_topic,
     resolve_table,
     resolved,
     wal_warning,
 )
+from distributary.plan.source_revisions import (
+    CapturePosition,
+    RevisionStep,
+    capture_position,
+    revision_step,
+    revision_topics,
+    serving_topics,
+)
+from distributary.plan.source_revisions import catching_up as revision_catching_up
+from distributary.plan.source_revisions import retired as retired_rows
+from distributary.plan.topics import DesiredTopic, desired_topic
 from distributary.sql import parse_ddl
 
 SOURCES_FILE = "sources.json"
@@ -188,9 +207,11 @@ class LocalSources:
     secrets_dir: Path | None
     say: Callable[[str], None]
     security: KafkaSecurity | None = None
+    make_topics: Callable[[list[DesiredTopic]], None] = lambda topics: None
     worker: ConnectWorker | None = None
     client: ConnectClient | None = None
-    watches: dict[Ref, _Watch] = field(default_factory=dict)
+    watches: dict[str, _Watch] = field(default_factory=dict)  # by connector
+    made: set[str] = field(default_factory=set)  # revision topics made by this run
     said: set[str] = field(default_factory=set)
     statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
     worker_due: float = 0.0  # when a worker that failed to start again is tried again
@@ -226,28 +247,38 @@ class LocalSources:
         self.reconcile()
 
     def _remove(self, key: str, entry: Mapping[str, Any]) -> None:
-        """A Source gone from the files: its connector deleted, its slot and publication dropped
-        (its Logs' topics stay)."""
+        """A Source gone from the files: its connectors deleted, their slots and publications
+        dropped (its Logs' topics stay)."""
         assert self.client is not None
-        name = str(entry.get("connector") or "")
-        if name:
-            self.client.delete(name)
         source = _recorded_source(entry)
-        if source is not None:
+        rows = (entry.get("status") or {}).get("revisions") or [{"revision": 1}]
+        for row in rows:
+            if row.get("phase") == "Retired":
+                continue
+            revision = int(row.get("revision") or 1)
+            name = str(row.get("connector") or entry.get("connector") or "")
+            if name:
+                self.client.delete(name)
+            if source is None:
+                continue
             try:
-                password = secret_value(
-                    self.secrets_dir, source.spec.postgres.password_secret, f"Source/{key}"
-                )
-                with connect(source.spec.postgres, password) as db:
-                    dropped = drop_capture(db, source.identifier, source.identifier)
+                dropped = self._drop(source, revision, f"Source/{key}")
             except (SourceError, DatabaseError) as exc:
+                slot = source.revision_identifier(revision)
                 self.say(f"source {key}: removed from the files, but {exc}; drop its slot "
-                         f"{source.identifier!r} by hand or it keeps the server's WAL")  # fmt: skip
+                         f"{slot!r} by hand or it keeps the server's WAL")  # fmt: skip
                 return
             what = " and ".join(dropped) if dropped else "nothing left to drop"
             self.say(f"source {key}: removed from the files: {what} dropped; its Logs stay")
         self.statuses.pop(key, None)
         self._save()
+
+    def _drop(self, source: Source, revision: int, label: str) -> list[str]:
+        """Drop a revision's slot and publication; what was dropped."""
+        password = secret_value(self.secrets_dir, source.spec.postgres.password_secret, label)
+        identifier = source.revision_identifier(revision)
+        with connect(source.spec.postgres, password) as db:
+            return drop_capture(db, identifier, identifier)
 
     def reconcile(self) -> None:
         """One round over every Source: apply, pause or resume, restart what failed, observe.
@@ -280,9 +311,74 @@ class LocalSources:
 
     def _reconcile(self, ref: Ref, source: Source) -> None:
         assert self.client is not None
-        watch = self.watches.setdefault(ref, _Watch())
-        name = connector_name(source)
-        config = self._config(source)
+        step = self._step(ref, source)
+        for revision in step.running:
+            self._run_connector(ref, source, revision, step)
+        watch = self.watches.setdefault(self._name(source, step.serving), _Watch())
+        self._observe_slot(ref, source, step.serving, watch)
+        state = self.client.status(self._name(source, step.serving)) or {}
+        tasks = state.get("tasks") or []
+        connector_state = str((state.get("connector") or {}).get("state") or "UNASSIGNED")
+        self._record(ref, source, step, connector_state, tasks, watch)
+
+    @staticmethod
+    def _name(source: Source, revision: int) -> str:
+        return connector_name(source, revision)
+
+    def _step(self, ref: Ref, source: Source) -> RevisionStep:
+        """The revisions' next step, recorded before it is carried out; a revision retired is
+        dropped here (and recorded so)."""
+        assert self.client is not None
+        key = f"{ref.namespace}/{ref.name}"
+        status = (self.statuses.get(key) or {}).get("status") or {}
+        recorded = list(status.get("revisions") or [])
+        logs = self.pipeline.table_logs(source)
+        positions: dict[int, CapturePosition | None] = {}
+        for row in recorded:
+            if row.get("phase") in ("Serving", "CatchingUp"):
+                try:
+                    offsets = self.client.offsets(str(row["connector"]))
+                except ConnectError:  # not made yet
+                    offsets = None
+                positions[int(row["revision"])] = capture_position(offsets)
+        step = revision_step(source, logs, recorded, positions, _now())
+        self._remember(ref, source, step.rows, step.serving)
+        if step.problem is not None:
+            self._say_once(f"source {ref.name}: {step.problem}")
+        if step.cut_over:
+            topics = ", ".join(serving_topics(step.rows).values())
+            self.say(f"source {ref.name}: revision {step.serving} caught up: the table Logs "
+                     f"serve {topics} from now on")  # fmt: skip
+        rows = step.rows
+        for revision in step.retire:
+            self.client.delete(self._name(source, revision))
+            self.watches.pop(self._name(source, revision), None)
+            dropped = self._drop(source, revision, str(ref))
+            rows = retired_rows(rows, revision)
+            self._remember(ref, source, rows, step.serving)
+            what = " and ".join(dropped) if dropped else "nothing left to drop"
+            self.say(f"source {ref.name}: revision {revision} retired: its connector deleted, "
+                     f"{what} dropped; its topics stay")  # fmt: skip
+        return RevisionStep(rows, step.serving, step.catching_up, (), step.cut_over, step.problem)
+
+    def _remember(self, ref: Ref, source: Source, rows: Any, serving: int) -> None:
+        key = f"{ref.namespace}/{ref.name}"
+        entry = self.statuses.setdefault(key, {"namespace": ref.namespace, "name": ref.name})
+        entry["spec"] = source.spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+        status = entry.setdefault("status", {})
+        status["revisions"] = list(rows)
+        status["servingRevision"] = serving
+        self._save()
+
+    def _run_connector(self, ref: Ref, source: Source, revision: int, step: RevisionStep) -> None:
+        """Apply a revision's connector as the spec says (its topics made first), paused or
+        running, a failed one restarted with back-off."""
+        assert self.client is not None
+        name = self._name(source, revision)
+        watch = self.watches.setdefault(name, _Watch())
+        if revision > 1:
+            self._make_revision_topics(source, revision)
+        config = self._config(source, revision)
         if watch.applied != config:
             self.client.put_config(name, config)
             watch.applied = config
@@ -290,7 +386,11 @@ class LocalSources:
         if watch.paused != wanted:
             (self.client.pause if wanted else self.client.resume)(name)
             watch.paused = wanted
-            self.say(f"source {ref.name}: {'paused' if wanted else 'reading changes'}")
+            if revision == step.serving:
+                self.say(f"source {ref.name}: {'paused' if wanted else 'reading changes'}")
+            else:
+                self.say(f"source {ref.name}: revision {revision} takes a new snapshot beside "
+                         f"revision {step.serving}")  # fmt: skip
         state = self.client.status(name) or {}
         tasks = state.get("tasks") or []
         failed = [t for t in tasks if t.get("state") == "FAILED"]
@@ -303,14 +403,42 @@ class LocalSources:
             and all(t.get("state") == "RUNNING" for t in tasks)
         ):
             watch.failures = 0
-        self._observe_slot(ref, source, watch)
-        self._record(ref, source, name, connector_state, tasks, watch)
 
-    def _config(self, source: Source) -> dict[str, str]:
+    def _make_revision_topics(self, source: Source, revision: int) -> None:
+        """A revision's topics, as its Logs' own (compacted, keyed, partitioned), and its
+        heartbeat topic: Connect waits for a topic that does not exist rather than fail."""
+        heartbeat = heartbeat_topic(source, revision)
+        if heartbeat in self.made:
+            return
+        logs = self.pipeline.table_logs(source)
+        wanted = [desired_topic(log, topic=revision_topic(log, revision)) for log in logs.values()]
+        retention = {"retention.ms": str(HEARTBEAT_RETENTION_MS)}
+        wanted.append(DesiredTopic(heartbeat, 1, None, retention))
+        self.make_topics(wanted)
+        self.made.add(heartbeat)
+
+    def _config(self, source: Source, revision: int = 1) -> dict[str, str]:
         assert self.secrets_dir is not None  # resolve_sources needed the password
-        topics = {table: log.topic for table, log in self.pipeline.table_logs(source).items()}
+        topics = revision_topics(source, self.pipeline.table_logs(source), revision)
         password = password_reference(self.secrets_dir, source.spec.postgres.password_secret)
-        return connector_config(source, topics, password)
+        return connector_config(source, topics, password, revision)
+
+    def served(self) -> dict[str, str]:
+        """The topic each table Log serves now, by Log name (a re-snapshot's, once caught up)."""
+        found = {}
+        for ref, source in self.pipeline.captures.items():
+            status = (self.statuses.get(f"{ref.namespace}/{ref.name}") or {}).get("status") or {}
+            topics = serving_topics(status.get("revisions") or [])
+            for table, log in self.pipeline.table_logs(source).items():
+                found[log.metadata.name] = topics.get(table, log.topic)
+        return found
+
+    def catching_up(self) -> bool:
+        """Whether a Source's new revision is still taking its snapshot or catching up."""
+        return any(
+            revision_catching_up((entry.get("status") or {}).get("revisions") or [])
+            for entry in self.statuses.values()
+        )
 
     def _restart_later(
         self, ref: Ref, watch: _Watch, name: str, state: Mapping[str, Any], failed: list[Any]
@@ -330,7 +458,7 @@ class LocalSources:
             watch.restart_due = 0.0
             self.client.restart(name)
 
-    def _observe_slot(self, ref: Ref, source: Source, watch: _Watch) -> None:
+    def _observe_slot(self, ref: Ref, source: Source, revision: int, watch: _Watch) -> None:
         now = time.monotonic()
         if now < watch.slot_due:
             return
@@ -340,14 +468,14 @@ class LocalSources:
                 self.secrets_dir, source.spec.postgres.password_secret, str(ref)
             )
             with connect(source.spec.postgres, password) as db:
-                reading, seconds = slot_reading(db, source.identifier)
+                reading, seconds = slot_reading(db, source.revision_identifier(revision))
                 shapes = table_shapes(db, [t.name for t in source.spec.tables])
         except (SourceError, DatabaseError) as exc:
             watch.slot = {"error": str(exc)}
             self._say_once(f"source {ref.name}: {exc}")
             return
         watch.slot = {
-            "name": source.identifier,
+            "name": source.revision_identifier(revision),
             "active": reading.active if reading.exists else None,
             "retainedWalBytes": reading.retained_bytes,
             "lagBytes": reading.lag_bytes,
@@ -382,12 +510,13 @@ class LocalSources:
         self,
         ref: Ref,
         source: Source,
-        name: str,
+        step: RevisionStep,
         connector_state: str,
         tasks: list[Any],
         watch: _Watch,
     ) -> None:
         key = f"{ref.namespace}/{ref.name}"
+        name = self._name(source, step.serving)
         slot = watch.slot or {}
         running = (
             connector_state == "RUNNING"
@@ -401,6 +530,11 @@ class LocalSources:
         elif connector_state == "FAILED" or any(t.get("state") == "FAILED" for t in tasks):
             failed = "the connector failed; it is restarted with back-off"
             ready = ("False", CONNECTOR_FAILED, failed)
+        elif step.problem is not None:
+            ready = ("False", "RevisionRefused", step.problem)
+        elif step.catching_up is not None:
+            ready = ("False", "Snapshotting", f"revision {step.catching_up} takes a new snapshot "
+                     f"beside revision {step.serving}, which serves")  # fmt: skip
         elif running:
             ready = ("True", "Capturing", "the connector reads the slot")
         else:
@@ -411,8 +545,9 @@ class LocalSources:
             risk = wal_warning(source, SlotReading(True, bool(slot.get("active")), reading))
             if risk is not None:
                 conditions.append(_condition(DATA_LOSS_RISK, "True", DATA_LOSS_RISK, risk))
+        topics = serving_topics(step.rows)
         tables = [
-            {"name": table, "log": log.metadata.name, "topic": log.topic,
+            {"name": table, "log": log.metadata.name, "topic": topics.get(table, log.topic),
              "columns": log.spec.record_schema, "key": list(log.spec.key or [])}
             for table, log in self.pipeline.table_logs(source).items()
         ]  # fmt: skip
@@ -426,8 +561,10 @@ class LocalSources:
                 "connector": name,
                 "connectorState": connector_state,
                 "tables": tables,
+                "servingRevision": step.serving,
+                "revisions": list(step.rows),
                 "slot": {k: v for k, v in slot.items() if k != "error"} or None,
-                "publication": source.identifier,
+                "publication": source.revision_identifier(step.serving),
             },
         }
 
@@ -465,8 +602,12 @@ class LocalSources:
             self.client = None
 
 
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def _condition(kind: str, status: str, reason: str, message: str) -> dict[str, str]:
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = _now()
     return {"type": kind, "status": status, "reason": reason, "message": message,
             "lastTransitionTime": now}  # fmt: skip
 

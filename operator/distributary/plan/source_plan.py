@@ -252,30 +252,37 @@ def database_address(source: Source) -> str:
     return f"{postgres.database}@{postgres.host}:{postgres.port}"
 
 
-def connector_name(source: Source) -> str:
-    """The Connect connector of a Source: unique per namespace and name."""
-    return f"distributary.{source.metadata.namespace}.{source.metadata.name}"
+def connector_name(source: Source, revision: int = 1) -> str:
+    """The Connect connector of a revision of a Source's table Logs: unique per namespace, name
+    and revision (`.r<N>` from revision 2 on)."""
+    suffix = f".r{revision}" if revision > 1 else ""
+    return f"distributary.{source.metadata.namespace}.{source.metadata.name}{suffix}"
 
 
-def topic_prefix(source: Source) -> str:
+def topic_prefix(source: Source, revision: int = 1) -> str:
     """Debezium's topic.prefix: the start of the topics it names before they are routed, and of
-    its heartbeat topic."""
-    return connector_name(source)
+    its heartbeat topic; one per revision, so two connectors of a Source never share a name."""
+    return connector_name(source, revision)
 
 
-def heartbeat_topic(source: Source) -> str:
+def heartbeat_topic(source: Source, revision: int = 1) -> str:
     """Where the connector's heartbeats go: they let the slot's position advance while the
     captured tables are idle and others are written (else the server keeps their WAL)."""
-    return f"{HEARTBEAT_PREFIX}.{topic_prefix(source)}"
+    return f"{HEARTBEAT_PREFIX}.{topic_prefix(source, revision)}"
 
 
-def connector_config(source: Source, topics: Mapping[str, str], password: str) -> dict[str, str]:
-    """The Debezium connector's configuration. `topics` maps each table (schema.table) to its
-    Log's topic; `password` is a reference Connect resolves (a config provider's
-    `${dir:...:key}`), never the password itself."""
+def connector_config(
+    source: Source, topics: Mapping[str, str], password: str, revision: int = 1
+) -> dict[str, str]:
+    """The Debezium connector of revision `revision` of the table Logs. `topics` maps each
+    table (schema.table) to its topic in that revision; `password` is a reference Connect
+    resolves (a config provider's `${dir:...:key}`), never the password itself. Each revision
+    has its own slot and publication; one after the first always begins with a snapshot."""
     postgres = source.spec.postgres
-    prefix = topic_prefix(source)
+    prefix = topic_prefix(source, revision)
+    identifier = source.revision_identifier(revision)
     tables = [t.name for t in source.spec.tables]
+    initial = revision > 1 or source.spec.snapshot.mode == "Initial"
     config = {
         "connector.class": CONNECTOR_CLASS,
         "tasks.max": "1",
@@ -287,11 +294,11 @@ def connector_config(source: Source, topics: Mapping[str, str], password: str) -
         "database.dbname": postgres.database,
         "database.sslmode": postgres.ssl_mode,
         "topic.prefix": prefix,
-        "slot.name": source.identifier,
-        "publication.name": source.identifier,
+        "slot.name": identifier,
+        "publication.name": identifier,
         "publication.autocreate.mode": "filtered",
         "table.include.list": ",".join(re.escape(t) for t in tables),
-        "snapshot.mode": "initial" if source.spec.snapshot.mode == "Initial" else "no_data",
+        "snapshot.mode": "initial" if initial else "no_data",
         "decimal.handling.mode": "string",
         "time.precision.mode": "connect",
         "binary.handling.mode": "base64",

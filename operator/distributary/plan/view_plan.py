@@ -302,10 +302,14 @@ def partitions_lowered(output: Log, child: LogStatus | None) -> Problem | None:
 
 def serving_log(log: Log, children: Mapping[str, LogStatus], pipeline: Pipeline) -> Log | None:
     """An input as its readers see it: a view's output Log with the topic it serves (None while
-    the upstream view has not started, so there is no topic to read yet)."""
-    if not pipeline.is_derived(log):
-        return log
+    the upstream view has not started, so there is no topic to read yet); a Source's table Log
+    with the topic of the revision serving when one is known (a re-snapshot's, after its
+    cutover), else its own."""
     status = children.get(log.metadata.name)
+    if not pipeline.is_derived(log):
+        if pipeline.is_captured(log) and status is not None and status.topic_name:
+            return log.model_copy(update={"status": status})
+        return log
     if status is None or not status.topic_name:
         return None
     return log.model_copy(update={"status": status})

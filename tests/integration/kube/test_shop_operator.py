@@ -488,4 +488,13 @@ def test_a_source_without_its_secret_or_its_table_is_stalled_saying_why(
     )
     assert "public.returns" in condition(stalled, "Stalled")["message"]  # type: ignore[index]
     assert cluster.get("log", "returns-returns") is None  # nothing made for a table not there
+    source["spec"]["snapshot"] = {"revision": 2}  # a re-snapshot: refused here, said so
+    cluster.apply(source)
+    stalled = waiting(
+        operator,
+        "the Source Stalled for its re-snapshot",
+        _when(cluster, "source", "returns", "ResnapshotUnsupported"),
+        timeout=60,
+    )
+    assert "spec.snapshot.revision" in condition(stalled, "Stalled")["message"]  # type: ignore[index]
     cluster.kubectl("delete", "source", "returns", "-n", NAMESPACE, "--wait=true", "--timeout=60s")

@@ -1,0 +1,204 @@
+"""A Source's revisions of its table Logs: a re-snapshot taken beside the serving one, then
+cutover, as a view reprocesses. Pure: the connectors' offsets are read by a runtime.
+
+Revision 1 writes each table into its Log's own topic. Raising `spec.snapshot.revision` to N
+starts revision N beside it: a connector of its own (`<connector>.rN`), with its own replication
+slot and publication (`<identifier>_rN`), taking a fresh snapshot of every table into topics of
+its own (`<topic>.rN`). The serving revision's connector runs on meanwhile, so its readers miss
+nothing. Revision N has caught up when its snapshot is whole and it has written every
+transaction the serving one has (the WAL positions their committed offsets name, which Connect
+commits in the same Kafka transaction as the records). Then the table Logs serve N's topics
+(readers reprocess them, as after an upstream view's cutover), and the revision that served is
+retired: its connector deleted, its slot and publication dropped, so it keeps no WAL on the
+server. Its topics stay: they are data, and deleting data is asked for, never implied.
+
+The steps are recorded before they are carried out (the status is the write-ahead record): a
+run or operator stopped between the two finds a `Retiring` revision and finishes dropping it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from distributary.api.log import Log
+from distributary.api.source import Source
+from distributary.plan.pipeline import revision_topic
+from distributary.plan.source_plan import connector_name
+
+SERVING = "Serving"
+CATCHING_UP = "CatchingUp"
+RETIRING = "Retiring"  # recorded as superseded; its connector, slot and publication still to go
+RETIRED = "Retired"
+KEPT_RETIRED = 5  # retired revisions listed in status (their topics stay in Kafka)
+
+
+@dataclass(frozen=True)
+class CapturePosition:
+    """What a connector's committed offsets say: whether its snapshot has been read whole, and
+    the WAL position up to which it has written every transaction (None: none yet)."""
+
+    snapshot_done: bool
+    lsn: int | None
+
+
+def capture_position(offsets: Mapping[str, Any] | None) -> CapturePosition | None:
+    """The position in Connect's `GET /connectors/NAME/offsets` answer; None while the
+    connector has committed no offset. Debezium marks an offset written during its snapshot
+    with `snapshot` (and `snapshot_completed: false`); once streaming, `lsn_commit` is the
+    last transaction written whole (`lsn`, before any, the snapshot's own position)."""
+    entries = (offsets or {}).get("offsets") or []
+    if not entries or not isinstance(entries[0], Mapping):
+        return None
+    offset = entries[0].get("offset") or {}
+    done = "snapshot" not in offset or offset.get("snapshot_completed") is True
+    lsn = offset.get("lsn_commit", offset.get("lsn"))
+    return CapturePosition(done, int(lsn) if isinstance(lsn, int) else None)
+
+
+def lsn_text(lsn: int | None) -> str | None:
+    """A WAL position as PostgreSQL writes it (`0/3205A10`)."""
+    return None if lsn is None else f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+
+
+def revision_topics(source: Source, logs: Mapping[str, Log], revision: int) -> dict[str, str]:
+    """Each table's topic in a revision: its Log's own topic in revision 1, `<topic>.rN` after."""
+    return {
+        table: log.topic if revision == 1 else revision_topic(log, revision)
+        for table, log in logs.items()
+    }
+
+
+def revision_row(
+    source: Source, logs: Mapping[str, Log], revision: int, phase: str, now: str
+) -> dict[str, Any]:
+    """A revision as its status row (camelCase, as recorded)."""
+    return {
+        "revision": revision,
+        "phase": phase,
+        "connector": connector_name(source, revision),
+        "slot": source.revision_identifier(revision),
+        "topics": revision_topics(source, logs, revision),
+        "startedAt": now,
+    }
+
+
+@dataclass(frozen=True)
+class RevisionStep:
+    """What a round does with a Source's revisions: `rows` to record (before acting), the
+    revision serving, the one catching up, the connectors to run, those to retire (delete the
+    connector, drop slot and publication, then mark Retired), and a problem to report."""
+
+    rows: tuple[dict[str, Any], ...]
+    serving: int
+    catching_up: int | None
+    retire: tuple[int, ...] = ()
+    cut_over: bool = False
+    problem: str | None = None
+
+    @property
+    def running(self) -> tuple[int, ...]:
+        """The revisions whose connectors run: the serving one and the one catching up."""
+        return (self.serving,) if self.catching_up is None else (self.serving, self.catching_up)
+
+
+def _phase(rows: Sequence[Mapping[str, Any]], phase: str) -> int | None:
+    found = [int(r["revision"]) for r in rows if r.get("phase") == phase]
+    return max(found) if found else None
+
+
+def revision_step(
+    source: Source,
+    logs: Mapping[str, Log],
+    recorded: Sequence[Mapping[str, Any]],
+    positions: Mapping[int, CapturePosition | None],
+    now: str,
+) -> RevisionStep:
+    """The next step for a Source whose status recorded `recorded` revision rows, given the
+    positions of the connectors that run (by revision; missing: not read)."""
+    rows = [dict(r) for r in recorded]
+    serving = _phase(rows, SERVING)
+    if serving is None:
+        serving = 1
+        rows.insert(0, revision_row(source, logs, 1, SERVING, now))
+    catching = _phase(rows, CATCHING_UP)
+    wanted = source.spec.snapshot.revision
+    problem = None
+    cut_over = False
+
+    def mark(revision: int, phase: str) -> None:
+        for row in rows:
+            if row["revision"] == revision:
+                row["phase"] = phase
+
+    if wanted < serving:
+        problem = (
+            f"spec.snapshot.revision: {wanted} is below revision {serving}, which serves: a "
+            f"revision only moves forward; set it to {serving} (or more, to take a new snapshot)"
+        )
+    if catching is not None and catching != max(wanted, serving):
+        mark(catching, RETIRING)  # asked for no more (the spec moved on or back)
+        catching = None
+    if wanted > serving and catching is None:
+        rows = [r for r in rows if r["revision"] != wanted]
+        rows.append(revision_row(source, logs, wanted, CATCHING_UP, now))
+        catching = wanted
+    elif catching is not None:
+        new, old = positions.get(catching), positions.get(serving)
+        if new is not None:
+            _note(rows, catching, new)
+        if old is not None:
+            _note(rows, serving, old)
+        if _caught_up(new, old):
+            mark(serving, RETIRING)
+            mark(catching, SERVING)
+            for row in rows:
+                if row["revision"] == catching:
+                    row["caughtUpAt"] = now
+            serving, catching, cut_over = catching, None, True
+    elif serving in positions and positions[serving] is not None:
+        _note(rows, serving, positions[serving])  # type: ignore[arg-type]
+    retire = tuple(int(r["revision"]) for r in rows if r.get("phase") == RETIRING)
+    rows.sort(key=lambda r: int(r["revision"]))
+    retired = [r for r in rows if r.get("phase") == RETIRED]
+    dropped = {id(r) for r in retired[:-KEPT_RETIRED]} if len(retired) > KEPT_RETIRED else set()
+    kept = tuple(r for r in rows if id(r) not in dropped)
+    return RevisionStep(kept, serving, catching, retire, cut_over, problem)
+
+
+def _note(rows: list[dict[str, Any]], revision: int, position: CapturePosition) -> None:
+    for row in rows:
+        if row["revision"] == revision:
+            row["snapshotDone"] = position.snapshot_done
+            if position.lsn is not None:
+                row["position"] = lsn_text(position.lsn)
+
+
+def _caught_up(new: CapturePosition | None, old: CapturePosition | None) -> bool:
+    """Whether the revision catching up (`new`) has written what the serving one (`old`) has:
+    its snapshot whole, and every transaction the serving one wrote whole (a serving connector
+    that has committed no offset yet, e.g. one started with NoData, has written nothing)."""
+    if new is None or not new.snapshot_done:
+        return False
+    if old is None or old.lsn is None:
+        return True
+    return new.lsn is not None and new.lsn >= old.lsn
+
+
+def retired(rows: Sequence[Mapping[str, Any]], revision: int) -> tuple[dict[str, Any], ...]:
+    """The rows with `revision` marked Retired (its connector, slot and publication gone)."""
+    return tuple({**r, "phase": RETIRED} if r["revision"] == revision else dict(r) for r in rows)
+
+
+def serving_topics(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Each table's topic in the serving revision, as the rows recorded (empty: none did)."""
+    for row in rows:
+        if row.get("phase") == SERVING:
+            return dict(row.get("topics") or {})
+    return {}
+
+
+def catching_up(rows: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a revision is catching up beside the serving one."""
+    return any(r.get("phase") == CATCHING_UP for r in rows)

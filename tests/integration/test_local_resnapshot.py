@@ -1,0 +1,320 @@
+"""A re-snapshot under `distributary run`: a new revision of a Source's table Log taken beside the
+serving one while orders keep changing, then cut over, its readers following.
+
+The Source's table Log feeds a view (each order with its amount doubled, an upsert table) and a
+Sink (a PostgreSQL copy of the table). A writer inserts, updates and deletes rows without pause
+for the whole test. `spec.snapshot.revision` is raised from 1 to 2 and the run restarted; it is
+killed with SIGKILL once revision 2's snapshot is whole (as it cuts over, or as its readers begin
+to reprocess), and run again. Checked exactly, as
+committed readers see them:
+- revision 2's topic holds the table as the database has it (latest per key), every row inserted
+  during the test once (in the snapshot or as a change, never both);
+- the Log then serves revision 2's topic: the view reprocesses it and its table is exact, the
+  Sink reads it and its table equals the database's;
+- revision 1's connector, slot and publication are gone; its topic stays, written no more.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from tests.integration.local_runs import Run
+from tests.integration.spark_pipelines import Read, latest_table, read_topic
+
+from distributary.devtools.postgres import PostgresServer
+from distributary.kafka.admin import KafkaAdmin
+from distributary.local.broker import EmbeddedBroker
+from distributary.local.state import RunStateError, read_run_state
+
+DATABASE = "resnapshot"
+PASSWORD = "resnap-Secret-2291"
+TOPIC = "resnap-orders"
+SOURCE = f"""
+apiVersion: distributary.dev/v1alpha1
+kind: Source
+metadata: {{name: resnap}}
+spec:
+  postgres:
+    host: 127.0.0.1
+    port: {{port}}
+    database: {DATABASE}
+    user: rcdc
+    passwordSecret: {{name: resnap-db}}
+    sslMode: disable
+  snapshot: {{revision: {{revision}}}}
+  tables:
+    - name: public.orders
+      partitions: 2
+"""
+VIEW = f"""
+apiVersion: distributary.dev/v1alpha1
+kind: DerivedView
+metadata: {{name: resnap-big}}
+spec:
+  inputs: [{{log: {TOPIC}, alias: o}}]
+  sql: SELECT id, customer, amount * 2 AS amount, __deleted FROM o
+  output: {{mode: upsert, key: [id], partitions: 1}}
+"""
+SINK = f"""
+apiVersion: distributary.dev/v1alpha1
+kind: Sink
+metadata: {{name: resnap-copy}}
+spec:
+  log: {TOPIC}
+  postgres:
+    host: 127.0.0.1
+    port: {{port}}
+    database: {DATABASE}
+    user: rcdc
+    passwordSecret: {{name: resnap-db}}
+    sslMode: disable
+    table: public.orders_copy
+"""
+FIRST = 5_000  # rows before the Source starts
+SLOT = "distributary_default_resnap"
+
+
+@pytest.fixture(scope="module")
+def database(postgres: PostgresServer) -> PostgresServer:
+    postgres.create_database(DATABASE)
+    postgres.execute(f"CREATE ROLE rcdc LOGIN REPLICATION PASSWORD '{PASSWORD}'")
+    postgres.execute(f"GRANT CREATE ON DATABASE {DATABASE} TO rcdc", database=DATABASE)
+    postgres.execute("GRANT CREATE ON SCHEMA public TO rcdc", database=DATABASE)
+    with _connect(postgres) as db:
+        db.execute(
+            "CREATE TABLE orders (id int PRIMARY KEY, customer text NOT NULL, amount int NOT NULL)"
+        )
+        db.execute(
+            "INSERT INTO orders SELECT g, 'c' || (g %% 7), g %% 30 FROM generate_series(1, %s) g",
+            (FIRST,),
+        )
+    return postgres
+
+
+def _connect(postgres: PostgresServer) -> psycopg.Connection[Any]:
+    return psycopg.connect(postgres.dsn(DATABASE, user="rcdc", password=PASSWORD), autocommit=True)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory, database: PostgresServer) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("local-resnapshot")
+    pipeline = root / "pipeline"
+    pipeline.mkdir()
+    _write_source(pipeline, database, 1)
+    (pipeline / "view.yaml").write_text(VIEW)
+    (pipeline / "sink.yaml").write_text(SINK.replace("{port}", str(database.port)))
+    secret = root / "secrets" / "resnap-db"
+    secret.mkdir(parents=True)
+    (secret / "password").write_text(PASSWORD)
+    return {"pipeline": pipeline, "secrets": root / "secrets", "state": root / "state"}
+
+
+def _write_source(pipeline: Path, database: PostgresServer, revision: int) -> None:
+    text = SOURCE.replace("{port}", str(database.port)).replace("{revision}", str(revision))
+    (pipeline / "source.yaml").write_text(text)
+
+
+class Writer:
+    """Inserts new orders, updates and deletes old ones, without pause, until stopped."""
+
+    def __init__(self, database: PostgresServer) -> None:
+        self.database = database
+        self.inserted: list[int] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._write, daemon=True)
+        self.thread.start()
+
+    def _write(self) -> None:
+        pick = random.Random(7)
+        with _connect(self.database) as db:
+            next_id = 1_000_000
+            while not self.stop.is_set():
+                db.execute(
+                    "INSERT INTO orders VALUES (%s, %s, %s)",
+                    (next_id, f"c{next_id % 7}", next_id % 30),
+                )
+                self.inserted.append(next_id)
+                next_id += 1
+                old = pick.randint(1, FIRST)
+                if pick.random() < 0.2:
+                    db.execute("DELETE FROM orders WHERE id = %s", (old,))
+                else:
+                    db.execute("UPDATE orders SET amount = %s WHERE id = %s",
+                               (pick.randint(0, 40), old))  # fmt: skip
+                time.sleep(0.02)
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.thread.join(10)
+
+
+def _log(broker: EmbeddedBroker, topic: str) -> list[Read]:
+    try:
+        return read_topic(broker.bootstrap_servers, topic)
+    except Exception:  # not made yet
+        return []
+
+
+def _rows(database: PostgresServer, table: str = "orders") -> dict[int, tuple[str, int]]:
+    with _connect(database) as db:
+        found = db.execute(f"SELECT id, customer, amount FROM {table}").fetchall()
+    return {i: (c, int(a)) for i, c, a in found}
+
+
+def _log_table(records: list[Read]) -> dict[int, tuple[str, int]]:
+    return {
+        json.loads(k)["id"]: (v["customer"], int(v["amount"]))
+        for k, v in latest_table(records).items()
+        if not v.get("__deleted")
+    }
+
+
+def _source_status(state: Path) -> dict[str, Any]:
+    try:
+        entries = json.loads((state / "sources.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return dict((entries.get("default/resnap") or {}).get("status") or {})
+
+
+def _served(state: Path, log: str) -> str | None:
+    try:
+        return read_run_state(state).logs[log].topic
+    except (RunStateError, KeyError):
+        return None
+
+
+def _slots(database: PostgresServer) -> list[str]:
+    found = database.execute("SELECT slot_name FROM pg_replication_slots ORDER BY 1")
+    return [row[0] for row in found if row[0].startswith(SLOT)]
+
+
+def _publications(database: PostgresServer) -> list[str]:
+    found = database.execute("SELECT pubname FROM pg_publication ORDER BY 1", database=DATABASE)
+    return [row[0] for row in found]
+
+
+def test_a_resnapshot_is_taken_beside_and_cut_over_while_orders_change(
+    folders: dict[str, Path], broker: EmbeddedBroker, database: PostgresServer
+) -> None:
+    state, pipeline = folders["state"], folders["pipeline"]
+    writer = Writer(database)
+    try:
+        run = Run(folders, broker, pipeline)
+        try:
+            run.wait("revision 1's snapshot is whole", lambda: _snapshot_done(state, 1))
+        finally:
+            run.kill()
+        _write_source(pipeline, database, 2)
+        run = Run(folders, broker, pipeline)
+        try:
+            run.wait(
+                "revision 2 takes its snapshot beside revision 1",
+                lambda: _has_revision(state, 2) and _size(broker, f"{TOPIC}.r2") > 0,
+            )
+            run.wait("revision 2's snapshot is whole", lambda: _snapshot_done(state, 2))
+        finally:
+            run.kill()  # as it cuts over, or its readers begin to reprocess
+        run = Run(folders, broker, pipeline)
+        try:
+            run.wait(
+                "revision 2 serves and revision 1's slot is dropped",
+                lambda: (
+                    _source_status(state).get("servingRevision") == 2
+                    and _slots(database) == [f"{SLOT}_r2"]
+                ),
+            )
+            retired = len(_log(broker, TOPIC))
+            run.wait(
+                "the view reads revision 2's topic and serves its own revision 2",
+                lambda: _served(state, "resnap-big") == "resnap-big.r2",
+            )
+            run.wait(
+                "the Sink reads revision 2's topic",
+                lambda: _sink_topic(state) == f"{TOPIC}.r2",
+            )
+        except BaseException:
+            run.kill()
+            raise
+    finally:
+        writer.finish()
+    try:
+        expected = _rows(database)
+        doubled = {i: (c, a * 2) for i, (c, a) in expected.items()}
+        _settle(run, "the Sink's copy", lambda: _rows(database, "orders_copy"), expected)
+        revision_2 = f"{TOPIC}.r2"
+        _settle(run, "revision 2's topic", lambda: _log_table(_log(broker, revision_2)), expected)
+        _settle(run, "the view's table", lambda: _view_table(broker, state), doubled)
+        said = run.stop()
+    finally:
+        if run.process.poll() is None:
+            run.kill()
+    assert "Traceback" not in said, said[-3000:]
+    assert "revision 2 caught up" in said, said[-3000:]
+    records = _log(broker, f"{TOPIC}.r2")
+    counts: dict[int, int] = {}
+    for record in records:
+        key = json.loads(record.key or b"null")["id"]
+        counts[key] = counts.get(key, 0) + 1
+    twice = [i for i in writer.inserted if counts.get(i) != 1]
+    assert not twice, f"inserted rows not in revision 2's topic exactly once: {twice[:20]}"
+    assert len(_log(broker, TOPIC)) == retired, "revision 1's topic was written after it retired"
+    assert _slots(database) == [f"{SLOT}_r2"]
+    assert _publications(database) == [f"{SLOT}_r2"]
+    status = _source_status(state)
+    phases = {r["revision"]: r["phase"] for r in status["revisions"]}
+    assert phases == {1: "Retired", 2: "Serving"}
+    assert status["tables"][0]["topic"] == f"{TOPIC}.r2"
+
+
+def _settle(run: Run, what: str, read: Any, expected: dict[int, Any], timeout: float = 120) -> None:
+    """Wait until `read()` equals `expected`; else fail showing how they differ."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = read()
+        if found == expected:
+            return
+        if time.monotonic() > deadline or run.process.poll() is not None:
+            missing = sorted(set(expected) - set(found))[:10]
+            extra = sorted(set(found) - set(expected))[:10]
+            wrong = [(i, found[i], expected[i]) for i in set(found) & set(expected)
+                     if found[i] != expected[i]][:10]  # fmt: skip
+            raise AssertionError(f"{what} is not the table: missing {missing}, extra {extra}, "
+                                 f"wrong {wrong}")  # fmt: skip
+        time.sleep(1)
+
+
+def _size(broker: EmbeddedBroker, topic: str) -> int:
+    try:
+        return sum(KafkaAdmin(broker.bootstrap_servers).end_offsets([topic])[topic].values())
+    except Exception:  # not made yet
+        return 0
+
+
+def _snapshot_done(state: Path, revision: int) -> bool:
+    rows = _source_status(state).get("revisions", [])
+    return any(r.get("revision") == revision and r.get("snapshotDone") for r in rows)
+
+
+def _has_revision(state: Path, revision: int) -> bool:
+    return any(r.get("revision") == revision for r in _source_status(state).get("revisions", []))
+
+
+def _sink_topic(state: Path) -> str | None:
+    try:
+        entries = json.loads((state / "sinks.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return (entries.get("default/resnap-copy") or {}).get("topic")
+
+
+def _view_table(broker: EmbeddedBroker, state: Path) -> dict[int, tuple[str, int]]:
+    topic = _served(state, "resnap-big")
+    return _log_table(_log(broker, topic)) if topic else {}
