@@ -3,15 +3,17 @@ serving one while orders keep changing, then cut over, its readers following.
 
 The Source's table Log feeds a view (each order with its amount doubled, an upsert table) and a
 Sink (a PostgreSQL copy of the table). A writer inserts, updates and deletes rows without pause
-for the whole test. `spec.snapshot.revision` is raised from 1 to 2 and the run restarted; it is
-killed with SIGKILL once revision 2's snapshot is whole (as it cuts over, or as its readers begin
-to reprocess), and run again. Checked exactly, as
-committed readers see them:
-- revision 2's topic holds the table as the database has it (latest per key), every row inserted
+for the whole test. The first run is killed with SIGKILL while revision 1 takes its snapshot: the
+connector takes it again from a later point, which can miss changes made in between, so the next
+run finds it interrupted and takes a clean one beside it (revision 2), which replaces it. Then
+`spec.snapshot.epoch` is raised from 0 to 1: revision 3 is taken beside revision 2 and replaces
+it. Checked exactly, as committed readers see them:
+- revision 3's topic holds the table as the database has it (latest per key), every row inserted
   during the test once (in the snapshot or as a change, never both);
-- the Log then serves revision 2's topic: the view reprocesses it and its table is exact, the
+- the Log then serves revision 3's topic: the view reprocesses it and its table is exact, the
   Sink reads it and its table equals the database's;
-- revision 1's connector, slot and publication are gone; its topic stays, written no more.
+- the connectors, slots and publications of revisions 1 and 2 are gone; their topics stay,
+  written no more; the status tells each revision's epoch and whether its snapshot was clean.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ spec:
     user: rcdc
     passwordSecret: {{name: resnap-db}}
     sslMode: disable
-  snapshot: {{revision: {{revision}}}}
+  snapshot: {{epoch: {{epoch}}}}
   tables:
     - name: public.orders
       partitions: 2
@@ -77,7 +79,7 @@ spec:
     sslMode: disable
     table: public.orders_copy
 """
-FIRST = 5_000  # rows before the Source starts
+FIRST = 30_000  # rows before the Source starts: its snapshot takes a few seconds
 SLOT = "distributary_default_resnap"
 
 
@@ -107,7 +109,7 @@ def folders(tmp_path_factory: pytest.TempPathFactory, database: PostgresServer) 
     root = tmp_path_factory.mktemp("local-resnapshot")
     pipeline = root / "pipeline"
     pipeline.mkdir()
-    _write_source(pipeline, database, 1)
+    _write_source(pipeline, database, 0)
     (pipeline / "view.yaml").write_text(VIEW)
     (pipeline / "sink.yaml").write_text(SINK.replace("{port}", str(database.port)))
     secret = root / "secrets" / "resnap-db"
@@ -116,8 +118,8 @@ def folders(tmp_path_factory: pytest.TempPathFactory, database: PostgresServer) 
     return {"pipeline": pipeline, "secrets": root / "secrets", "state": root / "state"}
 
 
-def _write_source(pipeline: Path, database: PostgresServer, revision: int) -> None:
-    text = SOURCE.replace("{port}", str(database.port)).replace("{revision}", str(revision))
+def _write_source(pipeline: Path, database: PostgresServer, epoch: int) -> None:
+    text = SOURCE.replace("{port}", str(database.port)).replace("{epoch}", str(epoch))
     (pipeline / "source.yaml").write_text(text)
 
 
@@ -201,7 +203,7 @@ def _publications(database: PostgresServer) -> list[str]:
     return [row[0] for row in found]
 
 
-def test_a_resnapshot_is_taken_beside_and_cut_over_while_orders_change(
+def test_an_interrupted_snapshot_and_a_raised_epoch_are_taken_beside_and_cut_over(
     folders: dict[str, Path], broker: EmbeddedBroker, database: PostgresServer
 ) -> None:
     state, pipeline = folders["state"], folders["pipeline"]
@@ -209,37 +211,36 @@ def test_a_resnapshot_is_taken_beside_and_cut_over_while_orders_change(
     try:
         run = Run(folders, broker, pipeline)
         try:
-            run.wait("revision 1's snapshot is whole", lambda: _snapshot_done(state, 1))
+            run.wait("revision 1's snapshot begins", lambda: _size(broker, TOPIC) > 0)
         finally:
-            run.kill()
-        _write_source(pipeline, database, 2)
+            run.kill()  # while revision 1 takes its snapshot
+        assert not _snapshot_done(state, 1), "the run was meant to die during the snapshot"
         run = Run(folders, broker, pipeline)
         try:
             run.wait(
-                "revision 2 takes its snapshot beside revision 1",
-                lambda: _has_revision(state, 2) and _size(broker, f"{TOPIC}.r2") > 0,
+                "revision 2 replaces revision 1, whose snapshot was interrupted",
+                lambda: _serving(state) == 2 and _slots(database) == [f"{SLOT}_r2"],
             )
-            run.wait("revision 2's snapshot is whole", lambda: _snapshot_done(state, 2))
         finally:
-            run.kill()  # as it cuts over, or its readers begin to reprocess
+            run.kill()  # as its readers begin to reprocess
+        _write_source(pipeline, database, 1)  # a raised epoch: a new snapshot, revision 3
         run = Run(folders, broker, pipeline)
         try:
             run.wait(
-                "revision 2 serves and revision 1's slot is dropped",
-                lambda: (
-                    _source_status(state).get("servingRevision") == 2
-                    and _slots(database) == [f"{SLOT}_r2"]
-                ),
-            )
-            retired = len(_log(broker, TOPIC))
-            run.wait(
-                "the view reads revision 2's topic and serves its own revision 2",
-                lambda: _served(state, "resnap-big") == "resnap-big.r2",
+                "revision 3 serves and revision 2's slot is dropped",
+                lambda: _serving(state) == 3 and _slots(database) == [f"{SLOT}_r3"],
             )
             run.wait(
-                "the Sink reads revision 2's topic",
-                lambda: _sink_topic(state) == f"{TOPIC}.r2",
+                "the view reads revision 3's topic and serves a revision of its own over it",
+                lambda: _view_input(state) == f"{TOPIC}.r3",
             )
+            run.wait(
+                "the Sink reads revision 3's topic", lambda: _sink_topic(state) == f"{TOPIC}.r3"
+            )
+            # A deleted connector's task finishes its last transaction within Connect's
+            # task.shutdown.graceful.timeout.ms (5 s); nothing is written after that.
+            time.sleep(6)
+            retired = _size(broker, f"{TOPIC}.r2")
         except BaseException:
             run.kill()
             raise
@@ -249,29 +250,55 @@ def test_a_resnapshot_is_taken_beside_and_cut_over_while_orders_change(
         expected = _rows(database)
         doubled = {i: (c, a * 2) for i, (c, a) in expected.items()}
         _settle(run, "the Sink's copy", lambda: _rows(database, "orders_copy"), expected)
-        revision_2 = f"{TOPIC}.r2"
-        _settle(run, "revision 2's topic", lambda: _log_table(_log(broker, revision_2)), expected)
+        revision_3 = f"{TOPIC}.r3"
+        _settle(run, "revision 3's topic", lambda: _log_table(_log(broker, revision_3)), expected)
         _settle(run, "the view's table", lambda: _view_table(broker, state), doubled)
         said = run.stop()
     finally:
         if run.process.poll() is None:
             run.kill()
     assert "Traceback" not in said, said[-3000:]
-    assert "revision 2 caught up" in said, said[-3000:]
-    records = _log(broker, f"{TOPIC}.r2")
+    assert "revision 3 caught up" in said, said[-3000:]
     counts: dict[int, int] = {}
-    for record in records:
+    for record in _log(broker, f"{TOPIC}.r3"):
         key = json.loads(record.key or b"null")["id"]
         counts[key] = counts.get(key, 0) + 1
     twice = [i for i in writer.inserted if counts.get(i) != 1]
-    assert not twice, f"inserted rows not in revision 2's topic exactly once: {twice[:20]}"
-    assert len(_log(broker, TOPIC)) == retired, "revision 1's topic was written after it retired"
-    assert _slots(database) == [f"{SLOT}_r2"]
-    assert _publications(database) == [f"{SLOT}_r2"]
+    assert not twice, f"inserted rows not in revision 3's topic exactly once: {twice[:20]}"
+    assert _size(broker, f"{TOPIC}.r2") == retired, (
+        "revision 2's topic was written after it retired"
+    )
+    assert _size(broker, TOPIC) > 0  # the retired revisions' topics stay
+    assert _slots(database) == [f"{SLOT}_r3"]
+    assert _publications(database) == [f"{SLOT}_r3"]
     status = _source_status(state)
-    phases = {r["revision"]: r["phase"] for r in status["revisions"]}
-    assert phases == {1: "Retired", 2: "Serving"}
-    assert status["tables"][0]["topic"] == f"{TOPIC}.r2"
+    rows = {
+        r["revision"]: (r["phase"], r.get("epoch"), r.get("snapshot")) for r in status["revisions"]
+    }
+    assert rows == {
+        1: ("Retired", 0, "Interrupted"),
+        2: ("Retired", 0, "Clean"),
+        3: ("Serving", 1, "Clean"),
+    }
+    assert status["tables"][0]["topic"] == f"{TOPIC}.r3"
+    assert not [c for c in status["conditions"] if c["type"] == "SnapshotInterrupted"]
+
+
+def _serving(state: Path) -> int | None:
+    return _source_status(state).get("servingRevision")
+
+
+def _view_input(state: Path) -> str | None:
+    """The topic the view's serving revision reads."""
+    try:
+        views = json.loads((state / "revisions.json").read_text())["views"]
+        status = views["default/resnap-big"]["status"]
+    except (OSError, ValueError, KeyError):
+        return None
+    row = next((r for r in status.get("revisions") or []
+                if r.get("revision") == status.get("servingRevision")), {})  # fmt: skip
+    inputs = row.get("inputs") or []
+    return str(inputs[0]["topic"]) if inputs else None
 
 
 def _settle(run: Run, what: str, read: Any, expected: dict[int, Any], timeout: float = 120) -> None:

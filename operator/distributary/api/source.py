@@ -124,16 +124,16 @@ class Snapshot(ApiModel):
         description="Initial: every existing row first, then the changes. NoData: only the "
         "changes made from the start on.",
     )
-    revision: Annotated[int, Field(ge=1, le=1_000_000)] = Field(
-        default=1,
-        description="The table Logs' revision. Raise it to read every table again: a new "
-        "connector (its own slot and publication) takes a fresh snapshot into a new topic per "
-        "table beside the serving ones, and once it has caught up with the serving connector "
+    epoch: Annotated[int, Field(ge=0, le=1_000_000)] = Field(
+        default=0,
+        description="Raise it to read every table again, as a new revision of the table Logs: a "
+        "new connector (its own slot and publication) takes a fresh snapshot into a new topic "
+        "per table beside the serving ones; once it has caught up with the serving connector "
         "the table Logs serve the new topics (views reading them reprocess, Sinks fill beside "
         "and switch), and the previous connector, slot and publication are dropped. The "
         "previous topics are kept. May only be raised.",
         json_schema_extra=validations(
-            cel("self >= oldSelf", "snapshot.revision may only be raised: raise it to re-snapshot")
+            cel("self >= oldSelf", "snapshot.epoch may only be raised: raise it to re-snapshot")
         ),
     )
 
@@ -206,13 +206,20 @@ class SlotStatus(StatusModel):
 class SourceRevision(StatusModel):
     """One revision of the table Logs: a connector, its slot and publication, a topic per table."""
 
-    revision: int = Field(description="The revision (spec.snapshot.revision that asked for it).")
-    phase: str = Field(description="Serving, CatchingUp (snapshot beside) or Retired.")
+    revision: int = Field(description="The revision: 1, then one more for each new snapshot.")
+    epoch: int = Field(default=0, description="The spec.snapshot.epoch it was taken for.")
+    phase: str = Field(description="Serving, CatchingUp (snapshot beside), Retiring or Retired.")
     connector: str = Field(description="Its Kafka Connect connector.")
     slot: str = Field(description="Its replication slot and publication.")
     topics: dict[str, str] = Field(default_factory=dict, description="Each table's topic.")
     snapshot_done: bool | None = Field(
         default=None, description="Whether its snapshot has been read whole."
+    )
+    snapshot: str | None = Field(
+        default=None,
+        description="Clean (taken at its slot's starting point), Interrupted (taken again after a "
+        "crash, later than that: changes made in between may be missing, so it is replaced by a "
+        "new revision) or Unchecked (it streamed before the two could be compared).",
     )
     position: str | None = Field(
         default=None, description="The last WAL position (LSN) whose changes it wrote whole."

@@ -165,11 +165,11 @@ def _round(services: OperatorServices, body: Mapping[str, Any]) -> dict[str, Any
     except SecretMissingError as exc:
         problem = Problem("SecretMissing", str(exc))
         return finished(source_observation(source, generation, problems=[problem]))
-    if source.spec.snapshot.revision != 1:
+    if source.spec.snapshot.epoch != 0:
         problem = Problem("ResnapshotUnsupported", (
-            f"spec.snapshot.revision: is {source.spec.snapshot.revision}, but the operator does "
-            "not take a re-snapshot beside the serving one yet (distributary run does): set it "
-            "to 1, or delete and re-apply the Source to snapshot its tables again"
+            f"spec.snapshot.epoch: is {source.spec.snapshot.epoch}, but the operator does not "
+            "take a new snapshot beside the serving one yet (distributary run does): set it to "
+            "0, or delete and re-apply the Source to snapshot its tables again"
         ))  # fmt: skip
         return finished(source_observation(source, generation, problems=[problem]))
     names = [t.name for t in source.spec.tables]

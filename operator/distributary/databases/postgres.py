@@ -160,7 +160,8 @@ _SLOT = """
 SELECT s.active,
        pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::bigint,
        pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::bigint,
-       extract(epoch FROM r.flush_lag)::float8
+       extract(epoch FROM r.flush_lag)::float8,
+       pg_wal_lsn_diff(s.confirmed_flush_lsn, '0/0')::bigint
 FROM pg_replication_slots s LEFT JOIN pg_stat_replication r ON r.pid = s.active_pid
 WHERE s.slot_name = %s
 """
@@ -174,8 +175,8 @@ def slot_reading(db: psycopg.Connection[Any], slot: str) -> tuple[SlotReading, f
         row = cursor.fetchone()
     if row is None:
         return SlotReading(exists=False), None
-    active, retained, lag, seconds = row
-    return SlotReading(True, bool(active), retained, lag), seconds
+    active, retained, lag, seconds, confirmed = row
+    return SlotReading(True, bool(active), retained, lag, confirmed), seconds
 
 
 def drop_capture(db: psycopg.Connection[Any], slot: str, publication: str) -> list[str]:

@@ -15,10 +15,10 @@ restarts a failed task with back-off, reads the slot (its lag and the WAL it kee
 the Source's status in `<state dir>/sources.json`. A Source no longer in the files has its
 connector deleted and its slot and publication dropped; its Logs' topics stay.
 
-A raised `spec.snapshot.revision` is a re-snapshot beside the serving revision
-(`plan.source_revisions`): a second connector, slot and publication write new topics while the
-first runs on; once caught up, the run's readers (views, Sinks, `tail`, `wait`) read the new
-topics (`served`) and the old connector, slot and publication are dropped.
+A raised `spec.snapshot.epoch`, or a snapshot found interrupted, is a new revision beside the
+serving one (`plan.source_revisions`): a second connector, slot and publication write new topics
+while the first runs on; once caught up, the run's readers (views, Sinks, `tail`, `wait`) read
+the new topics (`served`) and the old connector, slot and publication are dropped.
 
 Passwords are read from a folder laid out as Kubernetes mounts a Secret (`<secrets>/<name>/<key>`)
 and reach Connect as `${dir:...}` references it resolves itself: no password is written to Kafka,
@@ -72,9 +72,12 @@ from distributary.plan.source_plan import (
     wal_warning,
 )
 from distributary.plan.source_revisions import (
+    INTERRUPTED,
     CapturePosition,
     RevisionStep,
     capture_position,
+    interrupted,
+    interrupted_message,
     revision_step,
     revision_topics,
     serving_topics,
@@ -212,6 +215,10 @@ class LocalSources:
     client: ConnectClient | None = None
     watches: dict[str, _Watch] = field(default_factory=dict)  # by connector
     made: set[str] = field(default_factory=set)  # revision topics made by this run
+    # Connectors (re)started since their Source's last step: by this run's worker, or restarted
+    # after a failure. One whose snapshot was not whole takes it again: not to be trusted.
+    fresh: set[str] = field(default_factory=set)
+    first_round: bool = True
     said: set[str] = field(default_factory=set)
     statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
     worker_due: float = 0.0  # when a worker that failed to start again is tried again
@@ -302,6 +309,14 @@ class LocalSources:
                 return
             self.worker_due = 0.0
             self.watches.clear()  # configs and pauses are applied again
+            self.first_round = True  # its connectors start again
+        if self.first_round:
+            self.first_round = False
+            self.fresh |= {
+                str(row.get("connector"))
+                for entry in self.statuses.values()
+                for row in (entry.get("status") or {}).get("revisions") or []
+            }
         for ref, source in sorted(self.pipeline.captures.items()):
             try:
                 self._reconcile(ref, source)
@@ -334,14 +349,25 @@ class LocalSources:
         recorded = list(status.get("revisions") or [])
         logs = self.pipeline.table_logs(source)
         positions: dict[int, CapturePosition | None] = {}
+        slots: dict[int, int | None] = {}
+        restarted = set()
         for row in recorded:
             if row.get("phase") in ("Serving", "CatchingUp"):
+                revision, name = int(row["revision"]), str(row["connector"])
                 try:
-                    offsets = self.client.offsets(str(row["connector"]))
+                    offsets = self.client.offsets(name)
                 except ConnectError:  # not made yet
                     offsets = None
-                positions[int(row["revision"])] = capture_position(offsets)
-        step = revision_step(source, logs, recorded, positions, _now())
+                positions[revision] = position = capture_position(offsets)
+                if name in self.fresh:
+                    restarted.add(revision)
+                    self.fresh.discard(name)
+                if revision in restarted or (position is not None and not position.streaming):
+                    slots[revision] = self._confirmed(ref, source, revision)
+        step = revision_step(source, logs, recorded, positions, _now(), slots, restarted)
+        broken = interrupted(step.rows)
+        if broken is not None:
+            self._say_once(f"source {ref.name}: warning: {interrupted_message(broken)}")
         self._remember(ref, source, step.rows, step.serving)
         if step.problem is not None:
             self._say_once(f"source {ref.name}: {step.problem}")
@@ -360,6 +386,18 @@ class LocalSources:
             self.say(f"source {ref.name}: revision {revision} retired: its connector deleted, "
                      f"{what} dropped; its topics stay")  # fmt: skip
         return RevisionStep(rows, step.serving, step.catching_up, (), step.cut_over, step.problem)
+
+    def _confirmed(self, ref: Ref, source: Source, revision: int) -> int | None:
+        """The position a revision's slot confirmed (None: no slot, or it could not be read)."""
+        try:
+            password = secret_value(
+                self.secrets_dir, source.spec.postgres.password_secret, str(ref)
+            )
+            with connect(source.spec.postgres, password) as db:
+                reading, _ = slot_reading(db, source.revision_identifier(revision))
+        except (SourceError, DatabaseError):
+            return None
+        return reading.confirmed
 
     def _remember(self, ref: Ref, source: Source, rows: Any, serving: int) -> None:
         key = f"{ref.namespace}/{ref.name}"
@@ -457,6 +495,7 @@ class LocalSources:
             watch.failures += 1
             watch.restart_due = 0.0
             self.client.restart(name)
+            self.fresh.add(name)
 
     def _observe_slot(self, ref: Ref, source: Source, revision: int, watch: _Watch) -> None:
         now = time.monotonic()
@@ -531,7 +570,7 @@ class LocalSources:
             failed = "the connector failed; it is restarted with back-off"
             ready = ("False", CONNECTOR_FAILED, failed)
         elif step.problem is not None:
-            ready = ("False", "RevisionRefused", step.problem)
+            ready = ("False", "EpochRefused", step.problem)
         elif step.catching_up is not None:
             ready = ("False", "Snapshotting", f"revision {step.catching_up} takes a new snapshot "
                      f"beside revision {step.serving}, which serves")  # fmt: skip
@@ -545,6 +584,10 @@ class LocalSources:
             risk = wal_warning(source, SlotReading(True, bool(slot.get("active")), reading))
             if risk is not None:
                 conditions.append(_condition(DATA_LOSS_RISK, "True", DATA_LOSS_RISK, risk))
+        broken = interrupted(step.rows)
+        if broken is not None:
+            message = interrupted_message(broken)
+            conditions.append(_condition(INTERRUPTED, "True", INTERRUPTED, message))
         topics = serving_topics(step.rows)
         tables = [
             {"name": table, "log": log.metadata.name, "topic": topics.get(table, log.topic),

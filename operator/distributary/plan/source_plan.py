@@ -339,6 +339,7 @@ class SlotReading:
     active: bool = False
     retained_bytes: int | None = None  # WAL kept for the slot (from its restart_lsn)
     lag_bytes: int | None = None  # WAL since the position the connector confirmed
+    confirmed: int | None = None  # the position the connector confirmed (LSN as a number)
 
 
 def wal_warning(source: Source, slot: SlotReading) -> str | None:

@@ -1,16 +1,25 @@
-"""A Source's revisions of its table Logs: a re-snapshot taken beside the serving one, then
-cutover, as a view reprocesses. Pure: the connectors' offsets are read by a runtime.
+"""A Source's revisions of its table Logs: a fresh snapshot taken beside the serving one, then
+cutover, as a view reprocesses. Pure: the connectors' offsets and slots are read by a runtime.
 
-Revision 1 writes each table into its Log's own topic. Raising `spec.snapshot.revision` to N
-starts revision N beside it: a connector of its own (`<connector>.rN`), with its own replication
-slot and publication (`<identifier>_rN`), taking a fresh snapshot of every table into topics of
-its own (`<topic>.rN`). The serving revision's connector runs on meanwhile, so its readers miss
-nothing. Revision N has caught up when its snapshot is whole and it has written every
-transaction the serving one has (the WAL positions their committed offsets name, which Connect
-commits in the same Kafka transaction as the records). Then the table Logs serve N's topics
-(readers reprocess them, as after an upstream view's cutover), and the revision that served is
-retired: its connector deleted, its slot and publication dropped, so it keeps no WAL on the
-server. Its topics stay: they are data, and deleting data is asked for, never implied.
+Revision 1 writes each table into its Log's own topic. A new revision N starts beside it when
+`spec.snapshot.epoch` is raised, or when a revision's snapshot is found to have been interrupted
+(below): a connector of its own (`<connector>.rN`), with its own replication slot and
+publication (`<identifier>_rN`), taking a fresh snapshot of every table into topics of its own
+(`<topic>.rN`). The serving revision's connector runs on meanwhile, so its readers miss nothing.
+Revision N has caught up when its snapshot is whole and it has written every transaction the
+serving one has (the WAL positions their committed offsets name, which Connect commits in the same
+Kafka transaction as the records). Then the table Logs serve N's topics (readers reprocess them, as
+after an upstream view's cutover), and the revision that served is retired: its connector deleted,
+its slot and publication dropped, so it keeps no WAL on the server. Its topics stay: they are
+data, and deleting data is asked for, never implied.
+
+An interrupted snapshot: Debezium takes a snapshot interrupted by a crash again, on the slot it
+made the first time, from a later point, and streams from there, so a change made in between can
+be missed. A clean snapshot is taken at the slot's own starting point: while the connector has
+not yet streamed, the position its offsets name is the slot's confirmed position. A later one
+means the snapshot was taken again: that revision is never trusted. One catching up is retired
+and replaced; one serving is marked (`SnapshotInterrupted`) and replaced beside it, as a raised
+epoch would.
 
 The steps are recorded before they are carried out (the status is the write-ahead record): a
 run or operator stopped between the two finds a `Retiring` revision and finishes dropping it.
@@ -18,7 +27,7 @@ run or operator stopped between the two finds a `Retiring` revision and finishes
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,13 +43,18 @@ RETIRED = "Retired"
 KEPT_RETIRED = 5  # retired revisions listed in status (their topics stay in Kafka)
 
 
+INTERRUPTED = "SnapshotInterrupted"
+
+
 @dataclass(frozen=True)
 class CapturePosition:
-    """What a connector's committed offsets say: whether its snapshot has been read whole, and
-    the WAL position up to which it has written every transaction (None: none yet)."""
+    """What a connector's committed offsets say: whether its snapshot has been read whole, the
+    WAL position up to which it has written every transaction (None: none yet), and whether it
+    has begun to stream changes (before that, `lsn` is where its snapshot was taken)."""
 
     snapshot_done: bool
     lsn: int | None
+    streaming: bool = False
 
 
 def capture_position(offsets: Mapping[str, Any] | None) -> CapturePosition | None:
@@ -54,7 +68,17 @@ def capture_position(offsets: Mapping[str, Any] | None) -> CapturePosition | Non
     offset = entries[0].get("offset") or {}
     done = "snapshot" not in offset or offset.get("snapshot_completed") is True
     lsn = offset.get("lsn_commit", offset.get("lsn"))
-    return CapturePosition(done, int(lsn) if isinstance(lsn, int) else None)
+    streaming = "lsn_proc" in offset or "lsn_commit" in offset
+    return CapturePosition(done, int(lsn) if isinstance(lsn, int) else None, streaming)
+
+
+def snapshot_check(position: CapturePosition | None, confirmed: int | None) -> str | None:
+    """Whether a revision's snapshot was taken at its slot's starting point ("Clean") or later
+    ("Interrupted": taken again after a crash); None while it cannot be told (no offset yet,
+    the slot not read, or the connector streams already, which moves the slot on)."""
+    if position is None or position.lsn is None or confirmed is None or position.streaming:
+        return None
+    return "Clean" if position.lsn <= confirmed else "Interrupted"
 
 
 def lsn_text(lsn: int | None) -> str | None:
@@ -73,9 +97,10 @@ def revision_topics(source: Source, logs: Mapping[str, Log], revision: int) -> d
 def revision_row(
     source: Source, logs: Mapping[str, Log], revision: int, phase: str, now: str
 ) -> dict[str, Any]:
-    """A revision as its status row (camelCase, as recorded)."""
+    """A revision as its status row (camelCase, as recorded), for the spec's epoch."""
     return {
         "revision": revision,
+        "epoch": source.spec.snapshot.epoch,
         "phase": phase,
         "connector": connector_name(source, revision),
         "slot": source.revision_identifier(revision),
@@ -114,51 +139,71 @@ def revision_step(
     recorded: Sequence[Mapping[str, Any]],
     positions: Mapping[int, CapturePosition | None],
     now: str,
+    slots: Mapping[int, int | None] | None = None,
+    restarted: Collection[int] = (),
 ) -> RevisionStep:
     """The next step for a Source whose status recorded `recorded` revision rows, given the
-    positions of the connectors that run (by revision; missing: not read)."""
+    positions of the connectors that run and their slots' confirmed positions (by revision;
+    missing: not read, None: no slot), and the revisions whose connectors were started again
+    since the last step (a worker or run that died, a task restarted)."""
     rows = [dict(r) for r in recorded]
     serving = _phase(rows, SERVING)
     if serving is None:
         serving = 1
         rows.insert(0, revision_row(source, logs, 1, SERVING, now))
     catching = _phase(rows, CATCHING_UP)
-    wanted = source.spec.snapshot.revision
+    wanted = source.spec.snapshot.epoch
     problem = None
     cut_over = False
 
-    def mark(revision: int, phase: str) -> None:
-        for row in rows:
-            if row["revision"] == revision:
-                row["phase"] = phase
+    def row_of(revision: int) -> dict[str, Any]:
+        return next(r for r in rows if r["revision"] == revision)
 
-    if wanted < serving:
+    for revision in (serving, catching):
+        if revision is None:
+            continue
+        row = row_of(revision)
+        slot = (slots or {}).get(revision)
+        if (
+            revision in restarted
+            and row.get("snapshotDone") is not True
+            and slot is not None
+            and (revision > 1 or source.spec.snapshot.mode == "Initial")
+        ):
+            row["snapshot"] = "Interrupted"  # started again before its snapshot was whole
+        position = positions.get(revision)
+        if position is not None:
+            _note(row, position)
+        check = snapshot_check(position, slot)
+        if position is not None and position.streaming and check is None:
+            check = "Unchecked"  # it streamed before its snapshot's point could be compared
+        if check == "Interrupted" or (check is not None and "snapshot" not in row):
+            row["snapshot"] = check
+    have = int(row_of(serving).get("epoch", 0))
+    if wanted < have:
         problem = (
-            f"spec.snapshot.revision: {wanted} is below revision {serving}, which serves: a "
-            f"revision only moves forward; set it to {serving} (or more, to take a new snapshot)"
+            f"spec.snapshot.epoch: {wanted} is below {have}, the epoch of revision {serving}, "
+            f"which serves: the epoch only moves forward; set it to {have} (or more, to take a "
+            "new snapshot)"
         )
-    if catching is not None and catching != max(wanted, serving):
-        mark(catching, RETIRING)  # asked for no more (the spec moved on or back)
+    target = max(wanted, have)
+    if catching is not None and (
+        int(row_of(catching).get("epoch", 0)) != target
+        or row_of(catching).get("snapshot") == "Interrupted"
+    ):
+        row_of(catching)["phase"] = RETIRING  # asked for no more, or not to be trusted
         catching = None
-    if wanted > serving and catching is None:
-        rows = [r for r in rows if r["revision"] != wanted]
-        rows.append(revision_row(source, logs, wanted, CATCHING_UP, now))
-        catching = wanted
-    elif catching is not None:
-        new, old = positions.get(catching), positions.get(serving)
-        if new is not None:
-            _note(rows, catching, new)
-        if old is not None:
-            _note(rows, serving, old)
-        if _caught_up(new, old):
-            mark(serving, RETIRING)
-            mark(catching, SERVING)
-            for row in rows:
-                if row["revision"] == catching:
-                    row["caughtUpAt"] = now
-            serving, catching, cut_over = catching, None, True
-    elif serving in positions and positions[serving] is not None:
-        _note(rows, serving, positions[serving])  # type: ignore[arg-type]
+    serving_interrupted = row_of(serving).get("snapshot") == "Interrupted"
+    if catching is None and (target > have or serving_interrupted):
+        catching = max(int(r["revision"]) for r in rows) + 1
+        row = revision_row(source, logs, catching, CATCHING_UP, now)
+        row["epoch"] = target
+        rows.append(row)
+    elif catching is not None and _caught_up(positions.get(catching), positions.get(serving)):
+        row_of(serving)["phase"] = RETIRING
+        row_of(catching)["phase"] = SERVING
+        row_of(catching)["caughtUpAt"] = now
+        serving, catching, cut_over = catching, None, True
     retire = tuple(int(r["revision"]) for r in rows if r.get("phase") == RETIRING)
     rows.sort(key=lambda r: int(r["revision"]))
     retired = [r for r in rows if r.get("phase") == RETIRED]
@@ -167,12 +212,28 @@ def revision_step(
     return RevisionStep(kept, serving, catching, retire, cut_over, problem)
 
 
-def _note(rows: list[dict[str, Any]], revision: int, position: CapturePosition) -> None:
+def interrupted_message(revision: int) -> str:
+    """What a Source says while its serving revision's snapshot is not to be trusted."""
+    return (
+        f"the snapshot of revision {revision} was interrupted and taken again from a later "
+        "point, so changes made in between may be missing from its topics; a new revision "
+        "takes a fresh snapshot beside it and serves once it has caught up"
+    )
+
+
+def interrupted(rows: Sequence[Mapping[str, Any]]) -> int | None:
+    """The serving revision when its snapshot was interrupted (its rows may not be the
+    table's until the revision replacing it serves), else None."""
     for row in rows:
-        if row["revision"] == revision:
-            row["snapshotDone"] = position.snapshot_done
-            if position.lsn is not None:
-                row["position"] = lsn_text(position.lsn)
+        if row.get("phase") == SERVING and row.get("snapshot") == "Interrupted":
+            return int(row["revision"])
+    return None
+
+
+def _note(row: dict[str, Any], position: CapturePosition) -> None:
+    row["snapshotDone"] = position.snapshot_done
+    if position.lsn is not None:
+        row["position"] = lsn_text(position.lsn)
 
 
 def _caught_up(new: CapturePosition | None, old: CapturePosition | None) -> bool:

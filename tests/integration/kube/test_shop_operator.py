@@ -488,7 +488,7 @@ def test_a_source_without_its_secret_or_its_table_is_stalled_saying_why(
     )
     assert "public.returns" in condition(stalled, "Stalled")["message"]  # type: ignore[index]
     assert cluster.get("log", "returns-returns") is None  # nothing made for a table not there
-    source["spec"]["snapshot"] = {"revision": 2}  # a re-snapshot: refused here, said so
+    source["spec"]["snapshot"] = {"epoch": 1}  # a re-snapshot: refused here, said so
     cluster.apply(source)
     stalled = waiting(
         operator,
@@ -496,5 +496,5 @@ def test_a_source_without_its_secret_or_its_table_is_stalled_saying_why(
         _when(cluster, "source", "returns", "ResnapshotUnsupported"),
         timeout=60,
     )
-    assert "spec.snapshot.revision" in condition(stalled, "Stalled")["message"]  # type: ignore[index]
+    assert "spec.snapshot.epoch" in condition(stalled, "Stalled")["message"]  # type: ignore[index]
     cluster.kubectl("delete", "source", "returns", "-n", NAMESPACE, "--wait=true", "--timeout=60s")
