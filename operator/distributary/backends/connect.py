@@ -173,6 +173,11 @@ class Connectors(Protocol):
         """Delete the connector (its source offsets stay in Connect's offsets topic)."""
         ...
 
+    def offsets(self, name: str, namespace: str) -> dict[str, Any] | None:
+        """The connector's committed source offsets as Connect's REST API gives them
+        (`GET /connectors/NAME/offsets`); None where they cannot be read."""
+        ...
+
 
 def connector_state(status: Mapping[str, Any] | None) -> ConnectorState | None:
     """Connect's status document (`GET /connectors/NAME/status`, or a KafkaConnector's
@@ -229,6 +234,12 @@ class RestConnectors:
 
     def delete(self, name: str, namespace: str) -> None:
         self._client().delete(name)
+
+    def offsets(self, name: str, namespace: str) -> dict[str, Any] | None:
+        try:
+            return self._client().offsets(name)
+        except ConnectError:  # none yet
+            return None
 
 
 @dataclass
@@ -312,3 +323,7 @@ class StrimziConnectors:
 
     def delete(self, name: str, namespace: str) -> None:
         self.kube.delete(self.api_version(), "KafkaConnector", self._namespace(namespace), name)
+
+    def offsets(self, name: str, namespace: str) -> dict[str, Any] | None:
+        """Not read: Strimzi's KafkaConnector lists offsets only into a ConfigMap on request."""
+        return None

@@ -29,13 +29,14 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
 from distributary.api import parse_body
 from distributary.api.common import Condition
-from distributary.api.log import log_manifest
+from distributary.api.log import Log, log_manifest
 from distributary.api.source import Source
 from distributary.backends.connect import ConnectError
 from distributary.backends.direct import DirectTopics
@@ -62,6 +63,7 @@ from distributary.plan.source_plan import (
     HEARTBEAT_RETENTION_MS,
     TABLE_PROBLEM,
     ConnectorState,
+    SlotReading,
     capture_problems,
     connector_config,
     connector_name,
@@ -71,6 +73,7 @@ from distributary.plan.source_plan import (
     resolved,
     source_observation,
 )
+from distributary.plan.source_revisions import capture_position, revision_step
 from distributary.plan.topics import DesiredTopic
 
 PLURAL = "sources"
@@ -252,9 +255,57 @@ def _round(services: OperatorServices, body: Mapping[str, Any]) -> dict[str, Any
             **fields,
         )
     fields["connectorState"] = state.state if state is not None else None
-    observation = source_observation(source, generation, first_sight=first and state is None,
-                                     connector=state, slot=reading)  # fmt: skip
+    row = _snapshot_row(services, source, logs, body, reading)
+    fields["servingRevision"] = 1
+    fields["revisions"] = [row]
+    observation = source_observation(
+        source,
+        generation,
+        first_sight=first and state is None,
+        connector=state,
+        slot=reading,
+        interrupted=OPERATOR_INTERRUPTED if row.get("snapshot") == "Interrupted" else None,
+    )
     return finished(observation, **fields)
+
+
+OPERATOR_INTERRUPTED = (
+    "the snapshot was interrupted (the connector started again before it was whole) and taken "
+    "again from a later point, so changes made in between may be missing from the table Logs: "
+    "delete the Source and apply it again to take a clean snapshot (the operator does not take "
+    "one beside the serving one yet)"
+)
+_RESTARTED: set[str] = set()  # connectors restarted by the operator since their last round
+
+
+def _snapshot_row(
+    services: OperatorServices,
+    source: Source,
+    logs: Mapping[str, Log],
+    body: Mapping[str, Any],
+    reading: SlotReading,
+) -> dict[str, Any]:
+    """Revision 1's status row: its connector's position, and whether its snapshot is to be
+    trusted (`plan.source_revisions`): a connector restarted before its snapshot was whole, or
+    whose snapshot's position is later than its slot's starting point, took it again."""
+    assert services.connectors is not None
+    connector = connector_name(source)
+    recorded = [dict(r) for r in (body.get("status") or {}).get("revisions") or []]
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    offsets = services.connectors.offsets(connector, source.metadata.namespace)
+    restarted = {1} if connector in _RESTARTED else set()
+    _RESTARTED.discard(connector)
+    confirmed = reading.confirmed if reading.exists else None
+    step = revision_step(  # only revision 1's row is kept: the operator takes no other yet
+        source,
+        logs,
+        [r for r in recorded if r.get("revision") == 1][:1],
+        {1: capture_position(offsets)},
+        now,
+        {1: confirmed},
+        restarted,
+    )
+    return next(r for r in step.rows if r["revision"] == 1)
 
 
 _HEARTBEATS: set[str] = set()  # heartbeat topics known to exist
@@ -288,6 +339,7 @@ def _restart_later(
         restarts.due = 0.0
         assert services.connectors is not None
         services.connectors.restart(connector, source.metadata.namespace)
+        _RESTARTED.add(connector)
 
 
 async def reconcile_source(body: Mapping[str, Any], services: OperatorServices) -> None:

@@ -36,6 +36,7 @@ TABLE_PROBLEM = "TableProblem"  # a table missing, without a primary key, or wit
 DATABASE_UNREACHABLE = "DatabaseUnreachable"
 CONNECTOR_FAILED = "ConnectorFailed"
 DATA_LOSS_RISK = "DataLossRisk"
+SNAPSHOT_INTERRUPTED = "SnapshotInterrupted"  # the snapshot was taken again from a later point
 PAUSED = "Paused"
 
 _SCALARS = {
@@ -435,12 +436,14 @@ def source_observation(
     unreachable: str | None = None,
     connector: ConnectorState | None = None,
     slot: SlotReading | None = None,
+    interrupted: str | None = None,
 ) -> Observation:
     """What a Source's conditions say of it. A problem only its user can fix (a table missing,
     a right not granted, a Secret absent) makes it Stalled; a database or Connect that does not
     answer, a connector being created, starting or failed (restarted with back-off) is work
     under way (Reconciling); paused as the spec asks is Ready with reason Paused (changes wait in
-    the slot). A slot keeping more WAL than `spec.walWarning` adds DataLossRisk=True."""
+    the slot). A slot keeping more WAL than `spec.walWarning` adds DataLossRisk=True; a snapshot
+    found interrupted (`interrupted` says what to do) adds SnapshotInterrupted=True."""
     work: list[Work] = []
     if unreachable:
         work.append(Work(DATABASE_UNREACHABLE, unreachable))
@@ -457,6 +460,10 @@ def source_observation(
     warning = wal_warning(source, slot) if slot is not None else None
     if warning is not None:
         extras.append(ExtraCondition(DATA_LOSS_RISK, "True", DATA_LOSS_RISK, warning))
+    if interrupted is not None:
+        extras.append(
+            ExtraCondition(SNAPSHOT_INTERRUPTED, "True", SNAPSHOT_INTERRUPTED, interrupted)
+        )
     if source.spec.paused:
         ready = (PAUSED, "Paused by spec.paused; changes wait in the replication slot.")
     else:

@@ -34,7 +34,7 @@ from typing import Any
 from distributary.api.log import Log
 from distributary.api.source import Source
 from distributary.plan.pipeline import revision_topic
-from distributary.plan.source_plan import connector_name
+from distributary.plan.source_plan import SNAPSHOT_INTERRUPTED, connector_name
 
 SERVING = "Serving"
 CATCHING_UP = "CatchingUp"
@@ -43,7 +43,7 @@ RETIRED = "Retired"
 KEPT_RETIRED = 5  # retired revisions listed in status (their topics stay in Kafka)
 
 
-INTERRUPTED = "SnapshotInterrupted"
+INTERRUPTED = SNAPSHOT_INTERRUPTED
 
 
 @dataclass(frozen=True)

@@ -286,6 +286,14 @@ def test_status_shows_the_source_capturing_and_each_sink_serving(
     ]
     assert status["slot"]["name"] == SLOT
     assert status["publication"] == SLOT
+    (revision,) = status["revisions"]
+    assert (revision["revision"], revision["phase"], revision["snapshotDone"]) == (
+        1,
+        "Serving",
+        True,
+    )
+    assert revision["snapshot"] in ("Clean", "Unchecked")  # whole, never taken again
+    assert condition(source, "SnapshotInterrupted") is None
     log = cluster.get("log", "shop-orders")
     owners = log["metadata"]["ownerReferences"]
     assert [(o["kind"], o["name"]) for o in owners] == [("Source", "shop")]

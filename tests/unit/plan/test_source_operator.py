@@ -131,3 +131,15 @@ def test_the_kafka_connector_carries_the_config_without_its_reserved_keys() -> N
     )
     assert "ownerReferences" not in elsewhere["metadata"]
     assert elsewhere["spec"]["state"] == "running"
+
+
+def test_an_interrupted_snapshot_adds_snapshot_interrupted_saying_what_to_do() -> None:
+    (found,) = source_observation(
+        _source(), 1, connector=RUNNING, interrupted="delete the Source and apply it again"
+    ).extras
+    assert (found.type, found.status, found.reason) == (
+        "SnapshotInterrupted",
+        "True",
+        "SnapshotInterrupted",
+    )
+    assert found.message == "delete the Source and apply it again"
