@@ -72,7 +72,10 @@ from distributary.plan.source_plan import (
     wal_warning,
 )
 from distributary.plan.source_revisions import (
+    CATCHING_UP,
     INTERRUPTED,
+    RETIRED,
+    SERVING,
     CapturePosition,
     RevisionStep,
     capture_position,
@@ -260,7 +263,7 @@ class LocalSources:
         source = _recorded_source(entry)
         rows = (entry.get("status") or {}).get("revisions") or [{"revision": 1}]
         for row in rows:
-            if row.get("phase") == "Retired":
+            if row.get("phase") == RETIRED:
                 continue
             revision = int(row.get("revision") or 1)
             name = str(row.get("connector") or entry.get("connector") or "")
@@ -327,18 +330,12 @@ class LocalSources:
     def _reconcile(self, ref: Ref, source: Source) -> None:
         assert self.client is not None
         step = self._step(ref, source)
-        for revision in step.running:
-            self._run_connector(ref, source, revision, step)
-        watch = self.watches.setdefault(self._name(source, step.serving), _Watch())
+        states = {revision: self._run_connector(ref, source, revision, step)
+                  for revision in step.running}  # fmt: skip
+        watch = self.watches.setdefault(connector_name(source, step.serving), _Watch())
         self._observe_slot(ref, source, step.serving, watch)
-        state = self.client.status(self._name(source, step.serving)) or {}
-        tasks = state.get("tasks") or []
-        connector_state = str((state.get("connector") or {}).get("state") or "UNASSIGNED")
+        connector_state, tasks = states[step.serving]
         self._record(ref, source, step, connector_state, tasks, watch)
-
-    @staticmethod
-    def _name(source: Source, revision: int) -> str:
-        return connector_name(source, revision)
 
     def _step(self, ref: Ref, source: Source) -> RevisionStep:
         """The revisions' next step, recorded before it is carried out; a revision retired is
@@ -352,7 +349,7 @@ class LocalSources:
         slots: dict[int, int | None] = {}
         restarted = set()
         for row in recorded:
-            if row.get("phase") in ("Serving", "CatchingUp"):
+            if row.get("phase") in (SERVING, CATCHING_UP):
                 revision, name = int(row["revision"]), str(row["connector"])
                 try:
                     offsets = self.client.offsets(name)
@@ -377,8 +374,8 @@ class LocalSources:
                      f"serve {topics} from now on")  # fmt: skip
         rows = step.rows
         for revision in step.retire:
-            self.client.delete(self._name(source, revision))
-            self.watches.pop(self._name(source, revision), None)
+            self.client.delete(connector_name(source, revision))
+            self.watches.pop(connector_name(source, revision), None)
             dropped = self._drop(source, revision, str(ref))
             rows = retired_rows(rows, revision)
             self._remember(ref, source, rows, step.serving)
@@ -408,11 +405,14 @@ class LocalSources:
         status["servingRevision"] = serving
         self._save()
 
-    def _run_connector(self, ref: Ref, source: Source, revision: int, step: RevisionStep) -> None:
+    def _run_connector(
+        self, ref: Ref, source: Source, revision: int, step: RevisionStep
+    ) -> tuple[str, list[Any]]:
         """Apply a revision's connector as the spec says (its topics made first), paused or
-        running, a failed one restarted with back-off."""
+        running, a failed one restarted with back-off; its state and its tasks' as Connect
+        reported them."""
         assert self.client is not None
-        name = self._name(source, revision)
+        name = connector_name(source, revision)
         watch = self.watches.setdefault(name, _Watch())
         if revision > 1:
             self._make_revision_topics(source, revision)
@@ -441,6 +441,7 @@ class LocalSources:
             and all(t.get("state") == "RUNNING" for t in tasks)
         ):
             watch.failures = 0
+        return connector_state, tasks
 
     def _make_revision_topics(self, source: Source, revision: int) -> None:
         """A revision's topics, as its Logs' own (compacted, keyed, partitioned), and its
@@ -555,7 +556,7 @@ class LocalSources:
         watch: _Watch,
     ) -> None:
         key = f"{ref.namespace}/{ref.name}"
-        name = self._name(source, step.serving)
+        name = connector_name(source, step.serving)
         slot = watch.slot or {}
         running = (
             connector_state == "RUNNING"
