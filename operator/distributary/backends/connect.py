@@ -178,6 +178,11 @@ class Connectors(Protocol):
         (`GET /connectors/NAME/offsets`); None where they cannot be read."""
         ...
 
+    @property
+    def lists_offsets(self) -> bool:
+        """Whether `offsets` can tell them at all (else it always says None)."""
+        ...
+
 
 def connector_state(status: Mapping[str, Any] | None) -> ConnectorState | None:
     """Connect's status document (`GET /connectors/NAME/status`, or a KafkaConnector's
@@ -240,6 +245,10 @@ class RestConnectors:
             return self._client().offsets(name)
         except ConnectError:  # none yet
             return None
+
+    @property
+    def lists_offsets(self) -> bool:
+        return True
 
 
 @dataclass
@@ -327,3 +336,7 @@ class StrimziConnectors:
     def offsets(self, name: str, namespace: str) -> dict[str, Any] | None:
         """Not read: Strimzi's KafkaConnector lists offsets only into a ConfigMap on request."""
         return None
+
+    @property
+    def lists_offsets(self) -> bool:
+        return False

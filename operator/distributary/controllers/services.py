@@ -9,7 +9,7 @@ since they live exactly as long as the operator process (restart histories live 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from distributary.backends.base import SparkRuntime, TopicBackend
@@ -109,8 +109,8 @@ def build(settings: OperatorSettings) -> OperatorServices:
     elif settings.connect_cluster:
         connectors = StrimziConnectors(api, settings.connect_cluster, settings.connect_namespace)
 
-    def lost_history(topics: Mapping[str, str]) -> str | None:
-        return lost_input_history(admin, topics, client)
+    def lost_history(topics: Mapping[str, str], tables: Collection[str]) -> str | None:
+        return lost_input_history(admin, topics, client, tables=tables)
 
     return OperatorServices(
         settings=settings,

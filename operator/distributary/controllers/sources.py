@@ -59,6 +59,7 @@ from distributary.kafka.admin import KafkaAdminError
 from distributary.kube.resources import KubeError
 from distributary.plan.children import holds
 from distributary.plan.conditions import Observation, Problem
+from distributary.plan.pipeline import SOURCE_LABEL, revision_topic
 from distributary.plan.source_plan import (
     HEARTBEAT_RETENTION_MS,
     TABLE_PROBLEM,
@@ -73,11 +74,25 @@ from distributary.plan.source_plan import (
     resolved,
     source_observation,
 )
-from distributary.plan.source_revisions import capture_position, revision_step
-from distributary.plan.topics import DesiredTopic
+from distributary.plan.source_revisions import (
+    CATCHING_UP,
+    RETIRED,
+    RETIRING,
+    SERVING,
+    CapturePosition,
+    RevisionStep,
+    capture_position,
+    interrupted,
+    interrupted_message,
+    revision_step,
+    revision_topics,
+    serving_topics,
+)
+from distributary.plan.source_revisions import retired as retired_rows
+from distributary.plan.topics import DesiredTopic, desired_topic
+from distributary.plan.view_plan import SERVING_ANNOTATION
 
 PLURAL = "sources"
-SOURCE_LABEL = "distributary.dev/source"
 RESTART_AFTER = (5.0, 15.0, 60.0)  # back-off of a failed connector's restarts
 DELETE_TIMEOUT = 300  # seconds a deletion waits for the database before the Source goes
 LOGGER = logging.getLogger("distributary.sources")
@@ -94,11 +109,13 @@ class _Restarts:
 _RESTARTS: dict[tuple[str, str], _Restarts] = {}
 
 
-def _table_logs(source: Source, owner: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The manifests of the Source's table Logs, children of the Source."""
+def _table_logs(source: Source, owner: Mapping[str, Any], serving: int = 1) -> list[dict[str, Any]]:
+    """The manifests of the Source's table Logs, children of the Source; after a re-snapshot's
+    cutover each names the revision it serves (its topic is then that revision's)."""
     manifests = []
     for table in source.spec.tables:
         log = table_log(source, table)
+        annotations = {SERVING_ANNOTATION: str(serving)} if serving > 1 else {}
         manifests.append(
             log_manifest(
                 log.metadata.name,
@@ -108,6 +125,7 @@ def _table_logs(source: Source, owner: Mapping[str, Any]) -> list[dict[str, Any]
                     "app.kubernetes.io/managed-by": "distributary",
                     SOURCE_LABEL: source.metadata.name,
                 },
+                annotations=annotations,
                 ownerReferences=[dict(owner)],
             )
         )
@@ -140,7 +158,7 @@ def _apply_logs(
 def _round(services: OperatorServices, body: Mapping[str, Any]) -> dict[str, Any]:
     """One round of a Source, blocking: act as its spec says and return its status."""
     meta = body.get("metadata") or {}
-    namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+    namespace = str(meta.get("namespace"))
     generation = int(meta.get("generation") or 0)
     previous = [
         Condition.model_validate(c) for c in (body.get("status") or {}).get("conditions") or []
@@ -168,26 +186,32 @@ def _round(services: OperatorServices, body: Mapping[str, Any]) -> dict[str, Any
     except SecretMissingError as exc:
         problem = Problem("SecretMissing", str(exc))
         return finished(source_observation(source, generation, problems=[problem]))
-    if source.spec.snapshot.epoch != 0:
+    recorded = [dict(r) for r in (body.get("status") or {}).get("revisions") or []]
+    if source.spec.snapshot.epoch != 0 and not connectors.lists_offsets:
         problem = Problem("ResnapshotUnsupported", (
-            f"spec.snapshot.epoch: is {source.spec.snapshot.epoch}, but the operator does not "
-            "take a new snapshot beside the serving one yet (distributary run does): set it to "
-            "0, or delete and re-apply the Source to snapshot its tables again"
+            f"spec.snapshot.epoch: is {source.spec.snapshot.epoch}, but {connectors.where} does "
+            "not tell the connectors' offsets, so a new snapshot taken beside the serving one "
+            "could never be known to have caught up: set it back, or run the operator with "
+            "--connect-url (a Connect REST endpoint), or delete and re-apply the Source to "
+            "snapshot its tables again"
         ))  # fmt: skip
         return finished(source_observation(source, generation, problems=[problem]))
+    live = _live(recorded)
+    serving_before = _serving(recorded)
     names = [t.name for t in source.spec.tables]
     try:
         with connect(source.spec.postgres, password) as db:
             shapes = table_shapes(db, names)
             rights = capture_rights(db, source.identifier, names)
-            reading, seconds = slot_reading(db, source.identifier)
+            readings = {r: slot_reading(db, source.revision_identifier(r)) for r in live}
     except DatabaseError as exc:
         return finished(
             source_observation(
                 source, generation, first_sight=first, unreachable=f"{exc.field}: {exc}"
             ),
-            connector=connector_name(source),
+            connector=connector_name(source, serving_before),
         )
+    reading, seconds = readings[serving_before]
     tables = [
         resolve_table(source, index, table, shapes.get(table.name))
         for index, table in enumerate(source.spec.tables)
@@ -195,7 +219,7 @@ def _round(services: OperatorServices, body: Mapping[str, Any]) -> dict[str, Any
     problems = [Problem(TABLE_PROBLEM, p) for t in tables for p in t.problems]
     problems += [Problem("CaptureRefused", p) for p in capture_problems(source, rights)]
     slot = {
-        "name": source.identifier,
+        "name": source.revision_identifier(serving_before),
         "active": reading.active if reading.exists else None,
         "retainedWalBytes": reading.retained_bytes,
         "lagBytes": reading.lag_bytes,
@@ -207,42 +231,55 @@ def _round(services: OperatorServices, body: Mapping[str, Any]) -> dict[str, Any
             slot={k: v for k, v in slot.items() if v is not None},
         )
     whole = resolved(source, tables)
-    manifests = _table_logs(whole, owner_of_body(body))
-    problems = _apply_logs(services, manifests, str(meta.get("uid")))
     logs = {t.name: table_log(whole, t) for t in whole.spec.tables}
+    try:
+        step = _step(services, source, logs, recorded, readings)
+    except (ConnectError, KubeError) as exc:
+        return finished(
+            source_observation(
+                source, generation, first_sight=first, unreachable=f"{connectors.where}: {exc}"
+            ),
+            connector=connector_name(source, serving_before),
+        )
+    serving = step.serving
+    manifests = _table_logs(whole, owner_of_body(body), serving)
+    problems = _apply_logs(services, manifests, str(meta.get("uid")))
+    topics = serving_topics(step.rows)
     table_status = [
-        {"name": table, "log": log.metadata.name, "topic": log.spec.topic_name,
+        {"name": table, "log": log.metadata.name, "topic": topics.get(table, log.topic),
          "columns": log.spec.record_schema, "key": list(log.spec.key or [])}
         for table, log in logs.items()
     ]  # fmt: skip
     fields: dict[str, Any] = {
-        "connector": connector_name(source),
+        "connector": connector_name(source, serving),
         "tables": table_status,
         "slot": {k: v for k, v in slot.items() if v is not None},
-        "publication": source.identifier,
+        "publication": source.revision_identifier(serving),
+        "servingRevision": serving,
+        "revisions": list(step.rows),
     }
     if problems:
         return finished(
             source_observation(source, generation, problems=problems, slot=reading), **fields
         )
+    reference = password_reference(services.settings.connect_secrets, namespace, secret)
+    states: dict[int, ConnectorState | None] = {}
     try:
-        _heartbeats(services, source)
+        if step.cut_over:
+            _serve(services, manifests, serving)
+        for revision in (serving, step.catching_up):
+            if revision is not None:
+                _topics(services, source, logs, revision)
+                config = connector_config(
+                    whole, revision_topics(whole, logs, revision), reference, revision
+                )
+                states[revision] = _run_connector(services, source, revision, config, body)
+        rows = _retire(services, source, password, step, recorded)
     except KafkaAdminError as exc:
         return finished(
             source_observation(source, generation, first_sight=first, unreachable=f"Kafka: {exc}"),
             **fields,
         )
-    topics = {table: str(log.spec.topic_name) for table, log in logs.items()}
-    reference = password_reference(services.settings.connect_secrets, namespace, secret)
-    config = connector_config(whole, topics, reference)
-    connector = connector_name(source)
-    try:
-        connectors.apply(connector, config, source.spec.paused, owner_of_body(body), namespace)
-        state = connectors.state(connector, namespace)
-        if state is not None and state.failed:
-            _restart_later(services, source, connector, state)
-        elif state is not None and state.running:
-            _RESTARTS.pop((namespace, name), None)
     except (ConnectError, KubeError) as exc:
         return finished(
             source_observation(
@@ -254,79 +291,189 @@ def _round(services: OperatorServices, body: Mapping[str, Any]) -> dict[str, Any
             ),
             **fields,
         )
+    except DatabaseError as exc:
+        return finished(
+            source_observation(
+                source, generation, first_sight=first, unreachable=f"{exc.field}: {exc}"
+            ),
+            **fields,
+        )
+    fields["revisions"] = list(rows)
+    state = states.get(serving)
     fields["connectorState"] = state.state if state is not None else None
-    row = _snapshot_row(services, source, logs, body, reading)
-    fields["servingRevision"] = 1
-    fields["revisions"] = [row]
+    broken = interrupted(rows)
     observation = source_observation(
         source,
         generation,
         first_sight=first and state is None,
         connector=state,
         slot=reading,
-        interrupted=OPERATOR_INTERRUPTED if row.get("snapshot") == "Interrupted" else None,
+        problems=[Problem("EpochRefused", step.problem)] if step.problem else [],
+        interrupted=(
+            None
+            if broken is None
+            else interrupted_message(broken)
+            if connectors.lists_offsets
+            else STRIMZI_INTERRUPTED
+        ),
+        snapshotting=(
+            f"Revision {step.catching_up} takes a new snapshot beside revision {serving}, "
+            "which serves; it serves once it has caught up."
+            if step.catching_up is not None
+            else None
+        ),
     )
     return finished(observation, **fields)
 
 
-OPERATOR_INTERRUPTED = (
-    "the snapshot was interrupted (the connector started again before it was whole) and taken "
-    "again from a later point, so changes made in between may be missing from the table Logs: "
-    "delete the Source and apply it again to take a clean snapshot (the operator does not take "
-    "one beside the serving one yet)"
-)
 _RESTARTED: set[str] = set()  # connectors restarted by the operator since their last round
+STRIMZI_INTERRUPTED = (
+    "the snapshot was interrupted (the connector started again before it was whole) and taken "
+    "again from a later point, so changes made in between may be missing from the table Logs; "
+    "a KafkaConnector does not tell its offsets, so no fresh snapshot is taken beside it: "
+    "delete the Source and apply it again to take a clean one"
+)
 
 
-def _snapshot_row(
+def _live(recorded: list[dict[str, Any]]) -> list[int]:
+    """The revisions whose connectors run, as status recorded them (revision 1 at first)."""
+    found = [int(r["revision"]) for r in recorded if r.get("phase") in (SERVING, CATCHING_UP)]
+    return sorted(found) or [1]
+
+
+def _serving(recorded: list[dict[str, Any]]) -> int:
+    return next((int(r["revision"]) for r in recorded if r.get("phase") == SERVING), 1)
+
+
+def _step(
     services: OperatorServices,
     source: Source,
     logs: Mapping[str, Log],
-    body: Mapping[str, Any],
-    reading: SlotReading,
-) -> dict[str, Any]:
-    """Revision 1's status row: its connector's position, and whether its snapshot is to be
-    trusted (`plan.source_revisions`): a connector restarted before its snapshot was whole, or
-    whose snapshot's position is later than its slot's starting point, took it again."""
+    recorded: list[dict[str, Any]],
+    readings: Mapping[int, tuple[SlotReading, float | None]],
+) -> RevisionStep:
+    """The revisions' next step (`plan.source_revisions`) from each live connector's committed
+    offsets and its slot: a new revision beside the serving one when the epoch was raised or a
+    snapshot was interrupted, a cutover once it has caught up, a revision to retire."""
     assert services.connectors is not None
-    connector = connector_name(source)
-    recorded = [dict(r) for r in (body.get("status") or {}).get("revisions") or []]
+    namespace = source.metadata.namespace
+    positions: dict[int, CapturePosition | None] = {}
+    slots: dict[int, int | None] = {}
+    restarted = set()
+    for revision, (reading, _) in readings.items():
+        connector = connector_name(source, revision)
+        positions[revision] = capture_position(services.connectors.offsets(connector, namespace))
+        slots[revision] = reading.confirmed if reading.exists else None
+        if connector in _RESTARTED:
+            restarted.add(revision)
+            _RESTARTED.discard(connector)
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    offsets = services.connectors.offsets(connector, source.metadata.namespace)
-    restarted = {1} if connector in _RESTARTED else set()
-    _RESTARTED.discard(connector)
-    confirmed = reading.confirmed if reading.exists else None
-    step = revision_step(  # only revision 1's row is kept: the operator takes no other yet
-        source,
-        logs,
-        [r for r in recorded if r.get("revision") == 1][:1],
-        {1: capture_position(offsets)},
-        now,
-        {1: confirmed},
-        restarted,
-    )
-    return next(r for r in step.rows if r["revision"] == 1)
+    step = revision_step(source, logs, recorded, positions, now, slots, restarted)
+    if services.connectors.lists_offsets:
+        return step
+    # Without offsets no revision could be known to have caught up: revision 1 serves on, and
+    # an interrupted snapshot is only said (`STRIMZI_INTERRUPTED`).
+    first = tuple(r for r in step.rows if r["revision"] == 1)
+    return RevisionStep(first, 1, None, (), False, step.problem)
 
 
-_HEARTBEATS: set[str] = set()  # heartbeat topics known to exist
+def _serve(services: OperatorServices, manifests: list[dict[str, Any]], revision: int) -> None:
+    """Point each table Log's readers at the revision's topics (`status.topicName`: views
+    reprocess them, Sinks fill beside and switch); its manifest, applied before, names the
+    revision, so its topic is the Log's from now on."""
+    for manifest in manifests:
+        meta = manifest["metadata"]
+        log = parse_body(manifest, Log)
+        assert isinstance(log, Log)
+        topic = revision_topic(log, revision)
+        services.kube.patch_status(
+            manifest["apiVersion"], "Log", meta["namespace"], meta["name"], {"topicName": topic}
+        )
+        LOGGER.info("Log %s/%s serves %s: revision %d of its Source caught up",
+                    meta["namespace"], meta["name"], topic, revision)  # fmt: skip
 
 
-def _heartbeats(services: OperatorServices, source: Source) -> None:
-    """Make the connector's heartbeat topic (one partition, an hour kept) unless it was made:
-    a heartbeat sent to a topic that does not exist holds the connector's Kafka transaction
-    open, and readers at read_committed then see none of its changes."""
-    topic = heartbeat_topic(source)
-    if topic not in _HEARTBEATS:
-        retention = {"retention.ms": str(HEARTBEAT_RETENTION_MS)}
-        DirectTopics(services.admin).apply(DesiredTopic(topic, 1, None, retention))
-        _HEARTBEATS.add(topic)
+def _run_connector(
+    services: OperatorServices,
+    source: Source,
+    revision: int,
+    config: Mapping[str, str],
+    body: Mapping[str, Any],
+) -> ConnectorState | None:
+    """Keep a revision's connector as the spec says (running or paused), a failed one restarted
+    with back-off; its state."""
+    connectors = services.connectors
+    assert connectors is not None
+    namespace = source.metadata.namespace
+    connector = connector_name(source, revision)
+    connectors.apply(connector, config, source.spec.paused, owner_of_body(body), namespace)
+    state = connectors.state(connector, namespace)
+    if state is not None and state.failed:
+        _restart_later(services, source, connector, state)
+    elif state is not None and state.running:
+        _RESTARTS.pop((namespace, connector), None)
+    return state
+
+
+def _retire(
+    services: OperatorServices,
+    source: Source,
+    password: str,
+    step: RevisionStep,
+    recorded: list[dict[str, Any]],
+) -> tuple[dict[str, Any], ...]:
+    """Retire the revisions the status already recorded as Retiring (the write-ahead record:
+    one the step marks now is retired in the next round, after the status says so): the
+    connector deleted, the slot and publication dropped; their topics stay. The rows after."""
+    assert services.connectors is not None
+    namespace = source.metadata.namespace
+    marked = {int(r["revision"]) for r in recorded if r.get("phase") == RETIRING}
+    rows = step.rows
+    for revision in step.retire:
+        if revision not in marked:
+            continue
+        connector = connector_name(source, revision)
+        services.connectors.delete(connector, namespace)
+        _RESTARTS.pop((namespace, connector), None)
+        identifier = source.revision_identifier(revision)
+        with connect(source.spec.postgres, password) as db:
+            dropped = drop_capture(db, identifier, identifier)
+        rows = retired_rows(rows, revision)
+        what = " and ".join(dropped) if dropped else "nothing left to drop"
+        LOGGER.info("Source %s/%s: revision %d retired: its connector deleted, %s dropped; its "
+                    "topics stay", namespace, source.metadata.name, revision, what)  # fmt: skip
+    return rows
+
+
+_MADE: set[str] = set()  # heartbeat topics known to exist, with their revision's topics
+
+
+def _topics(
+    services: OperatorServices, source: Source, logs: Mapping[str, Log], revision: int
+) -> None:
+    """Make a revision's heartbeat topic (one partition, an hour kept) and, for a revision
+    after the first, its table topics as its Logs' own (compacted, keyed, as many partitions),
+    unless they were made: a heartbeat sent to a topic that does not exist holds the
+    connector's Kafka transaction open, and readers at read_committed then see none of its
+    changes. Revision 1 writes the topics its Logs make."""
+    heartbeat = heartbeat_topic(source, revision)
+    if heartbeat in _MADE:
+        return
+    retention = {"retention.ms": str(HEARTBEAT_RETENTION_MS)}
+    wanted = [DesiredTopic(heartbeat, 1, None, retention)]
+    if revision > 1:
+        wanted += [desired_topic(log, topic=revision_topic(log, revision)) for log in logs.values()]
+    topics = DirectTopics(services.admin)
+    for topic in wanted:
+        topics.apply(topic)
+    _MADE.add(heartbeat)
 
 
 def _restart_later(
     services: OperatorServices, source: Source, connector: str, state: ConnectorState
 ) -> None:
     """Restart a failed connector after its back-off (5 s, 15 s, then every minute)."""
-    key = (source.metadata.namespace, source.metadata.name)
+    key = (source.metadata.namespace, connector)
     restarts = _RESTARTS.setdefault(key, _Restarts())
     now = time.monotonic()
     if restarts.due == 0.0:
@@ -367,8 +514,8 @@ async def observe(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo,
 async def delete(
     body: kopf.Body, memo: kopf.Memo, retry: int = 0, runtime: Any = None, **_: Any
 ) -> None:
-    """Delete the connector and drop the slot and publication; the Logs stay as their
-    deletionPolicy says."""
+    """Delete the connectors and drop the slots and publications of every revision not yet
+    retired; the Logs stay as their deletionPolicy says."""
     services: OperatorServices = memo.services
     meta = body.get("metadata") or {}
     namespace, name = str(meta.get("namespace")), str(meta.get("name"))
@@ -378,35 +525,48 @@ async def delete(
     source = parsed
     events = KubeEvents(services.kube, body)
     waited = runtime.total_seconds() if runtime is not None else 0.0
+    recorded = [dict(r) for r in (body.get("status") or {}).get("revisions") or []]
+    revisions = sorted({1, *(int(r["revision"]) for r in recorded if r.get("phase") != RETIRED)})
     try:
         if services.connectors is not None:
-            await asyncio.to_thread(services.connectors.delete, connector_name(source), namespace)
+            for revision in revisions:
+                await asyncio.to_thread(
+                    services.connectors.delete, connector_name(source, revision), namespace
+                )
         password = await asyncio.to_thread(
             secret_value, services, namespace, source.spec.postgres.password_secret,
             "spec.postgres.passwordSecret",
         )  # fmt: skip
-        dropped = await asyncio.to_thread(_drop, source, password)
+        dropped = await asyncio.to_thread(_drop, source, password, revisions)
     except (SecretMissingError, DatabaseError, ConnectError, KubeError) as exc:
         if waited < DELETE_TIMEOUT and not isinstance(exc, SecretMissingError):
             raise kopf.TemporaryError(
                 f"Source {namespace}/{name}: {exc}; trying again", delay=10
             ) from exc
+        slots = [source.revision_identifier(r) for r in revisions]
+        by_hand = "; ".join(
+            f"SELECT pg_drop_replication_slot('{slot}'); DROP PUBLICATION {slot}" for slot in slots
+        )
         message = (
-            f"the Source is deleted, but its replication slot {source.identifier!r} and "
-            f"publication could not be dropped ({exc}): drop them by hand (SELECT "
-            f"pg_drop_replication_slot('{source.identifier}'); DROP PUBLICATION "
-            f"{source.identifier}), or the server keeps WAL for the slot until its disk fills"
+            f"the Source is deleted, but its replication slot(s) {', '.join(slots)} and "
+            f"publication(s) could not be dropped ({exc}): drop them by hand ({by_hand}), or "
+            "the server keeps WAL for the slot until its disk fills"
         )
         events.warn("SlotLeft", message)
         LOGGER.warning("Source %s/%s: %s", namespace, name, message)
         return
-    _RESTARTS.pop((namespace, name), None)
+    for revision in revisions:
+        _RESTARTS.pop((namespace, connector_name(source, revision)), None)
     metrics.forget(namespace, name)
     what = " and ".join(dropped) if dropped else "nothing left to drop"
     LOGGER.info("Source %s/%s deleted: %s dropped; its Logs stay as their deletionPolicy says",
                 namespace, name, what)  # fmt: skip
 
 
-def _drop(source: Source, password: str) -> list[str]:
+def _drop(source: Source, password: str, revisions: list[int]) -> list[str]:
+    dropped = []
     with connect(source.spec.postgres, password) as db:
-        return drop_capture(db, source.identifier, source.identifier)
+        for revision in revisions:
+            identifier = source.revision_identifier(revision)
+            dropped += drop_capture(db, identifier, identifier)
+    return dropped

@@ -250,21 +250,13 @@ class LocalRun:
             progress=progress,
             topics=DirectTopicBackend(admin),
             runtime=self.runtime,
-            lost_history=lambda topics: lost_input_history(
-                admin, topics, client, tables=self._table_logs()
+            lost_history=lambda topics, tables: lost_input_history(
+                admin, topics, client, tables=tables
             ),
             restart_policy=self.restart_policy,
             kafka_security=self.kafka_security,
         )
         self.reconcile()
-
-    def _table_logs(self) -> set[str]:
-        """The names of the Sources' table Logs."""
-        return {
-            log.metadata.name
-            for source in self.pipeline.captures.values()
-            for log in self.pipeline.table_logs(source).values()
-        }
 
     def _make_topics(self, topics: DirectTopics) -> None:
         assert self.plan is not None

@@ -32,6 +32,7 @@ DEFAULT_CHECKPOINT_ROOT = "file:///var/lib/distributary/checkpoints"
 DEFAULT_TOPIC_BACKEND: TopicBackend = "direct"  # works with any Kafka; the chart picks strimzi
 DEFAULT_STRIMZI_CLUSTER = "my-cluster"
 VIEW_LABEL = "distributary.dev/view"  # on a view's output Log: the view (also an annotation)
+SOURCE_LABEL = "distributary.dev/source"  # on a Source's table Log (under the operator): the Source
 
 
 def revision_topic(log: Log, revision: int) -> str:

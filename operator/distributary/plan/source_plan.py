@@ -36,6 +36,7 @@ TABLE_PROBLEM = "TableProblem"  # a table missing, without a primary key, or wit
 DATABASE_UNREACHABLE = "DatabaseUnreachable"
 CONNECTOR_FAILED = "ConnectorFailed"
 DATA_LOSS_RISK = "DataLossRisk"
+SNAPSHOTTING = "Snapshotting"  # a new revision takes its snapshot beside the serving one
 SNAPSHOT_INTERRUPTED = "SnapshotInterrupted"  # the snapshot was taken again from a later point
 PAUSED = "Paused"
 
@@ -437,13 +438,15 @@ def source_observation(
     connector: ConnectorState | None = None,
     slot: SlotReading | None = None,
     interrupted: str | None = None,
+    snapshotting: str | None = None,
 ) -> Observation:
     """What a Source's conditions say of it. A problem only its user can fix (a table missing,
     a right not granted, a Secret absent) makes it Stalled; a database or Connect that does not
     answer, a connector being created, starting or failed (restarted with back-off) is work
     under way (Reconciling); paused as the spec asks is Ready with reason Paused (changes wait in
     the slot). A slot keeping more WAL than `spec.walWarning` adds DataLossRisk=True; a snapshot
-    found interrupted (`interrupted` says what to do) adds SnapshotInterrupted=True."""
+    found interrupted (`interrupted` says what to do) adds SnapshotInterrupted=True; a new
+    revision taking its snapshot beside the serving one (`snapshotting`) is work under way."""
     work: list[Work] = []
     if unreachable:
         work.append(Work(DATABASE_UNREACHABLE, unreachable))
@@ -456,6 +459,8 @@ def source_observation(
     elif not source.spec.paused and not connector.running:
         detail = f" ({connector.reason})" if connector.reason else ""
         work.append(Work("Starting", f"The connector is {connector.state}{detail}."))
+    if snapshotting:
+        work.append(Work(SNAPSHOTTING, snapshotting))
     extras = []
     warning = wal_warning(source, slot) if slot is not None else None
     if warning is not None:

@@ -41,8 +41,8 @@ from distributary.plan.lifecycle import (
     revisions_of,
     step,
 )
+from distributary.plan.pipeline import SOURCE_LABEL, revision_topic, view_output_metadata
 from distributary.plan.pipeline import VIEW_LABEL as VIEW_LABEL
-from distributary.plan.pipeline import revision_topic, view_output_metadata
 from distributary.plan.runner_spec import (
     RunnerSpec,
     StartingPosition,
@@ -264,6 +264,7 @@ class ViewPlan:
     starts: bool = False
     lifecycle: Lifecycle | None = None
     upgrade: Upgrade | None = None  # what keeping up means (the cutover's window and margin)
+    tables: frozenset[str] = frozenset()  # the inputs that are a Source's table Logs
 
 
 def _after_upstream(
@@ -298,6 +299,12 @@ def partitions_lowered(output: Log, child: LogStatus | None) -> Problem | None:
         f"has, and Kafka cannot remove partitions; set it to {have} or more (or leave it unset "
         "if the inputs have as many), or create a new view to shrink it",
     )
+
+
+def is_table_log(log: Log, pipeline: Pipeline) -> bool:
+    """Whether `log` is a Source's table Log: derived from a Source in the pipeline (`distributary
+    run`), or made by one and labelled so (the operator's)."""
+    return pipeline.is_captured(log) or SOURCE_LABEL in log.metadata.labels
 
 
 def serving_log(log: Log, children: Mapping[str, LogStatus], pipeline: Pipeline) -> Log | None:
@@ -456,6 +463,9 @@ def plan_view(
         ),
         lifecycle=lifecycle,
         upgrade=view.spec.upgrade,
+        tables=frozenset(
+            log.metadata.name for log in inputs.values() if is_table_log(log, pipeline)
+        ),
     )
     if lifecycle.current is None:
         if lifecycle.problem is None:
@@ -528,9 +538,11 @@ def _rewind_rebuild(view: DerivedView, previous: Mapping[str, Any]) -> Rebuild |
     return "Rewind" if keeps_state(view.spec.sql) else None
 
 
-LostHistory = Callable[[Mapping[str, str]], str | None]
+LostHistory = Callable[[Mapping[str, str], Collection[str]], str | None]
 """Why some input topics (topic -> log) no longer hold their whole history, None if they do
-(`kafka.history.lost_input_history`)."""
+(`kafka.history.lost_input_history`); the second argument names the Logs that are a Source's
+tables (their topics are written in transactions, whose markers read as compaction's gaps, and
+begin with a snapshot: only retention is checked there)."""
 
 
 def history_guard(
@@ -545,7 +557,7 @@ def history_guard(
         return plan
     if not lifecycle.beside(runner.revision):  # a view's first revision reprocesses nothing
         return plan
-    lost = lost_history_of({source.topic: source.log for source in runner.inputs})
+    lost = lost_history_of({source.topic: source.log for source in runner.inputs}, plan.tables)
     return plan if lost is None else planned(history_lost=lost)
 
 

@@ -441,6 +441,102 @@ def test_a_paused_source_keeps_changes_in_its_slot_and_resumes_exactly(
     )
 
 
+def _resnapshotted(cluster: Cluster) -> dict[str, Any] | None:
+    """The Source once revision 2 serves and revision 1 is retired."""
+    source = cluster.get("source", "shop") or {}
+    rows = {r["revision"]: r["phase"] for r in source.get("status", {}).get("revisions") or []}
+    return source if rows == {1: "Retired", 2: "Serving"} else None
+
+
+def _capture(postgres: PostgresServer) -> list[str]:
+    """The replication slots and publications on the server."""
+    with psycopg.connect(postgres.dsn("shop")) as db:
+        found = db.execute(
+            "SELECT slot_name FROM pg_replication_slots "
+            "UNION ALL SELECT pubname FROM pg_publication"
+        ).fetchall()
+    return sorted(str(row[0]) for row in found)
+
+
+def test_a_raised_epoch_snapshots_again_beside_and_the_stores_follow_exactly(
+    crashed: dict[str, Any],
+    cluster: Cluster,
+    operator: Operator,
+    shop: Shop,
+    broker: EmbeddedBroker,
+    stores: tuple[PostgresServer, RedisServer],
+) -> None:
+    """Orders keep arriving while `spec.snapshot.epoch` is raised: revision 2 snapshots the
+    table beside revision 1, which goes on capturing; once caught up, the table Log serves
+    revision 2's topic, the view reprocesses it and cuts over, the Sinks follow, and revision
+    1's connector, slot and publication go. The stores then equal what the orders imply, and
+    revision 2's topic holds every order exactly once."""
+    before = cluster.get("log", "shop-orders")["status"]["topicName"]  # type: ignore[index]
+    with psycopg.connect(shop.dsn("app")) as db:
+        first = int(db.execute("SELECT max(id) FROM orders").fetchone()[0]) + 1  # type: ignore[index]
+    placed = [0]
+    stop = threading.Event()
+
+    def keep_ordering() -> None:
+        while not stop.is_set():
+            placed[0] += place_orders(shop.dsn("app"), 5, rate=RATE, first=first + placed[0])
+
+    writer = threading.Thread(target=keep_ordering, daemon=True)
+    writer.start()
+    try:
+        time.sleep(2)
+        cluster.kubectl(
+            "patch", "source", "shop", "-n", NAMESPACE, "--type=merge",
+            "-p", '{"spec":{"snapshot":{"epoch":1}}}',
+        )  # fmt: skip
+        source = waiting(
+            operator,
+            "revision 2 serving and revision 1 retired",
+            lambda: _resnapshotted(cluster),
+            timeout=240,
+            show=lambda: cluster.get("source", "shop"),
+        )
+        time.sleep(3)  # orders still arrive after the cutover
+    finally:
+        stop.set()
+        writer.join()
+    expected = shop.truth()
+    waiting(
+        operator,
+        "the stores to equal what the orders imply, through revision 2",
+        lambda: shop.serving() == expected and shop.cache() == expected,
+        timeout=240,
+        show=lambda: [cluster.get("derivedview", "customer-revenue"), len(shop.serving())],
+    )
+    status = source["status"]
+    assert status["servingRevision"] == 2
+    assert status["connector"] == "distributary.shop.shop.r2"
+    assert status["publication"] == f"{SLOT}_r2"
+    row = next(r for r in status["revisions"] if r["revision"] == 2)
+    assert (row["epoch"], row["snapshotDone"]) == (1, True)
+    assert row["startedAt"] <= row["caughtUpAt"]
+    assert row["snapshot"] in ("Clean", "Unchecked")
+    log = cluster.get("log", "shop-orders")
+    assert log["status"]["topicName"] == f"{before}.r2"  # type: ignore[index]
+    assert status["tables"][0]["topic"] == f"{before}.r2"
+    # Revision 2's topic holds every order exactly once, snapshot and changes alike.
+    ids = Counter(
+        json.loads(r.value)["id"]
+        for r in read_topic(broker.bootstrap_servers, f"{before}.r2")
+        if r.value
+    )
+    assert set(ids) == set(range(1, first + placed[0]))
+    assert [i for i, n in ids.items() if n > 1] == []
+    # The view reprocessed the new topic and serves the revision that read it.
+    view = cluster.get("derivedview", "customer-revenue") or {}
+    serving = view["status"]["servingRevision"]
+    inputs = next(r for r in view["status"]["revisions"] if r["revision"] == serving)["inputs"]
+    assert [i["topic"] for i in inputs] == [f"{before}.r2"]
+    # Revision 1's slot and publication are gone; its topic stays, as data.
+    assert _capture(stores[0]) == [f"{SLOT}_r2", f"{SLOT}_r2"]
+    assert KafkaAdmin(broker.bootstrap_servers).list_partitions([before]).get(before)
+
+
 def test_deleting_the_source_drops_its_slot_and_keeps_its_topic(
     crashed: dict[str, Any],
     cluster: Cluster,
@@ -451,16 +547,7 @@ def test_deleting_the_source_drops_its_slot_and_keeps_its_topic(
 ) -> None:
     topic = cluster.get("log", "shop-orders")["status"]["topicName"]
     cluster.kubectl("delete", "source", "shop", "-n", NAMESPACE, "--wait=true", "--timeout=120s")
-
-    def slots() -> list[str]:
-        with psycopg.connect(stores[0].dsn("shop")) as db:
-            found = db.execute(
-                "SELECT slot_name FROM pg_replication_slots "
-                "UNION ALL SELECT pubname FROM pg_publication"
-            ).fetchall()
-        return [str(row[0]) for row in found]
-
-    assert slots() == []
+    assert _capture(stores[0]) == []
     waiting(
         operator,
         "the table Log garbage-collected with its Source",
@@ -496,13 +583,4 @@ def test_a_source_without_its_secret_or_its_table_is_stalled_saying_why(
     )
     assert "public.returns" in condition(stalled, "Stalled")["message"]  # type: ignore[index]
     assert cluster.get("log", "returns-returns") is None  # nothing made for a table not there
-    source["spec"]["snapshot"] = {"epoch": 1}  # a re-snapshot: refused here, said so
-    cluster.apply(source)
-    stalled = waiting(
-        operator,
-        "the Source Stalled for its re-snapshot",
-        _when(cluster, "source", "returns", "ResnapshotUnsupported"),
-        timeout=60,
-    )
-    assert "spec.snapshot.epoch" in condition(stalled, "Stalled")["message"]  # type: ignore[index]
     cluster.kubectl("delete", "source", "returns", "-n", NAMESPACE, "--wait=true", "--timeout=60s")

@@ -66,7 +66,7 @@ def services(
         progress=cast(Any, None),
         topics=topics,
         runtime=cast(Any, None),
-        lost_history=lambda _: None,
+        lost_history=lambda _topics, _tables: None,
         settings=OperatorSettings("kafka:9092", namespaces=namespaces),
         kube=cast(Any, FakeKube(calls, failure)),
     )

@@ -11,7 +11,7 @@ request id onto a fresh checkpoint, and what a second run makes of what the firs
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -59,7 +59,7 @@ def run(
     journal: list[tuple[Any, ...]] = []
     admin = admin or FakeAdmin(journal)
 
-    def lost_history_of(topics: Mapping[str, str]) -> str | None:
+    def lost_history_of(topics: Mapping[str, str], tables: Collection[str]) -> str | None:
         assert starts is not None, "the first revision reads no history"
         assert topics == {"clicks": "clicks"}
         return lost_history(starts, topics)

@@ -78,7 +78,7 @@ def local_run(state: Path, said: list[str]) -> tuple[LocalRun, BrokenRuntime]:
         progress=cast(Any, FakeProgress()),
         topics=FakeTopics(journal),
         runtime=runtime,
-        lost_history=lambda topics: None,
+        lost_history=lambda _topics, _tables: None,
     )
     return local, runtime
 

@@ -5,7 +5,7 @@ unit tier only: the integration tests drive the same reconcile through the real 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -280,9 +280,11 @@ class Parts:
     admin: FakeAdmin
     lost: list[str]  # what the retention guard answers: the first element, if any
     progress: FakeProgress = field(default_factory=FakeProgress)
+    asked: list[tuple[dict[str, str], set[str]]] = field(default_factory=list)  # of the guard
 
     def services(self) -> Services:
-        def lost_history(topics: Mapping[str, str]) -> str | None:
+        def lost_history(topics: Mapping[str, str], tables: Collection[str]) -> str | None:
+            self.asked.append((dict(topics), set(tables)))
             return self.lost[0] if self.lost else None
 
         return Services(

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from tests.unit.reconcile.fakes import NS, FakeStore, Parts, parts
 
+from distributary.plan.pipeline import SOURCE_LABEL
 from distributary.plan.progress import progress_key
 from distributary.reconcile.ports import StatusConflictError, TryAgain
 from distributary.reconcile.view import reconcile_view
@@ -173,6 +174,19 @@ def test_a_refused_edit_changes_nothing() -> None:
     assert status["revisions"] == before["revisions"]
     reasons = {c["type"]: c.get("reason") for c in status["conditions"]}
     assert reasons["Stalled"] == "HistoryIncomplete"
+
+
+def test_the_retention_guard_is_told_which_inputs_are_a_sources_tables() -> None:
+    table = log("clicks")
+    table["metadata"]["labels"] = {SOURCE_LABEL: "shop"}  # made by a Source (the operator's)
+    p = parts([table], [])
+    run(p, view())
+    run(p, view("SELECT user, n FROM src WHERE n > 5", generation=2), old_spec=view()["spec"])
+    assert p.asked == [({"clicks": "clicks"}, {"clicks"})]
+    plain = parts([log("clicks")], [])
+    run(plain, view())
+    run(plain, view("SELECT user, n FROM src WHERE n > 5", generation=2), old_spec=view()["spec"])
+    assert plain.asked == [({"clicks": "clicks"}, set())]
 
 
 def test_a_conflict_on_the_start_record_acts_on_nothing() -> None:
