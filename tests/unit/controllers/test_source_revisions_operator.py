@@ -10,29 +10,13 @@ from collections.abc import Iterator
 from typing import Any, cast
 
 import pytest
+from tests.unit.plan.test_source_revisions import LOGS, _source
 
-from distributary.api.log import Log
-from distributary.api.source import Source
 from distributary.controllers import sources
 from distributary.plan.source_plan import SlotReading
 from distributary.plan.source_revisions import CATCHING_UP, RETIRED, RETIRING, SERVING
 
 STREAMING = {"offsets": [{"partition": {}, "offset": {"lsn_proc": 900, "lsn_commit": 900}}]}
-LOGS = {"public.orders": Log.model_validate({"metadata": {"name": "shop-orders"}})}
-
-
-def _source(epoch: int) -> Source:
-    return Source.model_validate(
-        {
-            "metadata": {"name": "shop", "namespace": "sales"},
-            "spec": {
-                "postgres": {"host": "db", "database": "shop", "user": "cdc",
-                             "passwordSecret": {"name": "db"}},
-                "tables": [{"name": "public.orders"}],
-                "snapshot": {"epoch": epoch},
-            },
-        }
-    )  # fmt: skip
 
 
 class FakeConnectors:
