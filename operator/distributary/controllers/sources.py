@@ -12,11 +12,21 @@ and the WAL it keeps) and writes status: Ready/Reconciling/Stalled, the connecto
 table's Log and topic, the slot, and DataLossRisk when the slot keeps more WAL than
 `spec.walWarning`.
 
+A raised `spec.snapshot.epoch`, or a snapshot found interrupted, is a new revision beside the
+serving one (`plan.source_revisions`, as under `distributary run`): its own connector, slot,
+publication and topics, made here before its connector starts. The revisions are rows of
+`status.revisions`, the write-ahead record: once the new revision has caught up (the connectors'
+committed offsets, read from Connect's REST API), the table Logs are annotated with it and their
+`status.topicName` moves to its topics (views reprocess them, Sinks follow), and the replaced
+revision is recorded `Retiring`; the next round deletes its connector and drops its slot and
+publication. A Strimzi KafkaConnector does not tell its offsets: there revision 1 serves on, a
+raised epoch is refused and an interrupted snapshot is only said.
+
 The password reaches Connect only as a reference its workers resolve (`--connect-secrets`): the
 connector's config, stored in Kafka, never holds it.
 
-Deleting a Source deletes its connector and drops its slot and publication (else the server keeps
-WAL for the slot until its disk fills); its Logs go with it as children, and their topics stay
+Deleting a Source deletes the connector and drops the slot and publication of every revision not
+retired (else the server keeps WAL for the slot until its disk fills); its Logs go with it as children, and their topics stay
 unless a Log says `deletionPolicy: Delete`. A database that cannot be reached holds the deletion
 for up to `DELETE_TIMEOUT`, after which the Source goes and a Warning event names the slot to drop
 by hand.

@@ -59,6 +59,7 @@ from distributary.plan.source_plan import (
     DATABASE_UNREACHABLE,
     HEARTBEAT_RETENTION_MS,
     PAUSED,
+    SNAPSHOTTING,
     ResolvedTable,
     SlotReading,
     TableShape,
@@ -573,7 +574,7 @@ class LocalSources:
         elif step.problem is not None:
             ready = ("False", "EpochRefused", step.problem)
         elif step.catching_up is not None:
-            ready = ("False", "Snapshotting", f"revision {step.catching_up} takes a new snapshot "
+            ready = ("False", SNAPSHOTTING, f"revision {step.catching_up} takes a new snapshot "
                      f"beside revision {step.serving}, which serves")  # fmt: skip
         elif running:
             ready = ("True", "Capturing", "the connector reads the slot")
