@@ -26,10 +26,10 @@ The password reaches Connect only as a reference its workers resolve (`--connect
 connector's config, stored in Kafka, never holds it.
 
 Deleting a Source deletes the connector and drops the slot and publication of every revision not
-retired (else the server keeps WAL for the slot until its disk fills); its Logs go with it as children, and their topics stay
-unless a Log says `deletionPolicy: Delete`. A database that cannot be reached holds the deletion
-for up to `DELETE_TIMEOUT`, after which the Source goes and a Warning event names the slot to drop
-by hand.
+retired (else the server keeps WAL for the slot until its disk fills); its Logs go with it as
+children, and their topics stay unless a Log says `deletionPolicy: Delete`. A database that
+cannot be reached holds the deletion for up to `DELETE_TIMEOUT`, after which the Source goes and a
+Warning event names the slots to drop by hand.
 """
 
 from __future__ import annotations
