@@ -54,7 +54,7 @@ SECRET_RULES: frozenset[Rule] = frozenset({("", "secrets", "get")})
 KAFKACONNECTOR_RULES: frozenset[Rule] = frozenset(
     ("kafka.strimzi.io", "kafkaconnectors", verb)
     for verb in ("get", "list", "watch", "create", "patch", "delete")
-)
+) | {("", "configmaps", "get")}  # the ConfigMaps Strimzi lists the connectors' offsets into
 KAFKATOPIC_RULES: frozenset[Rule] = frozenset(
     ("kafka.strimzi.io", "kafkatopics", verb)
     for verb in ("get", "list", "watch", "create", "patch", "delete")

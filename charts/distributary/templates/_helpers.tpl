@@ -109,10 +109,14 @@ namespace. Each rule is what the operator does, nothing more:
   verbs: ["get"]
 {{- end }}
 {{- if and .Values.connect.cluster (not .Values.connect.namespace) (not .Values.connect.url) }}
-# Sources' connectors as Strimzi KafkaConnectors beside each Source.
+# Sources' connectors as Strimzi KafkaConnectors beside each Source, and the ConfigMaps Strimzi
+# lists their offsets into (read only).
 - apiGroups: ["kafka.strimzi.io"]
   resources: ["kafkaconnectors"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get"]
 {{- end }}
 - apiGroups: [""]
   resources: ["events"]

@@ -30,7 +30,14 @@ from urllib.parse import quote
 
 from distributary.errors import DistributaryError
 from distributary.kube.resources import Kube
-from distributary.plan.source_plan import ConnectorState, kafka_connector_manifest
+from distributary.plan.source_plan import (
+    OFFSETS_ANNOTATION,
+    OFFSETS_KEY,
+    ConnectorState,
+    kafka_connector_manifest,
+    lists_offsets,
+    offsets_config_map,
+)
 
 STRIMZI_API_VERSIONS = ("kafka.strimzi.io/v1", "kafka.strimzi.io/v1beta2")
 
@@ -334,9 +341,37 @@ class StrimziConnectors:
         self.kube.delete(self.api_version(), "KafkaConnector", self._namespace(namespace), name)
 
     def offsets(self, name: str, namespace: str) -> dict[str, Any] | None:
-        """Not read: Strimzi's KafkaConnector lists offsets only into a ConfigMap on request."""
-        return None
+        """The offsets Strimzi last listed into the connector's ConfigMap (`spec.listOffsets`),
+        and a fresh listing asked for (the `strimzi.io/connector-offsets: list` annotation,
+        which Strimzi removes once it has listed them): a round reads what the one before it
+        asked for, so they are an observe interval or so old. None before the first listing,
+        or where KafkaConnectors cannot list them."""
+        if not self.lists_offsets or self._get(name, namespace) is None:
+            return None
+        where = self._namespace(namespace)
+        found = self.kube.get("v1", "ConfigMap", where, offsets_config_map(name))
+        self.kube.apply(
+            {
+                "apiVersion": self.api_version(),
+                "kind": "KafkaConnector",
+                "metadata": {
+                    "name": name,
+                    "namespace": where,
+                    "annotations": {OFFSETS_ANNOTATION: "list"},
+                },
+            },
+            field_manager="distributary-offsets",
+        )
+        text = ((found or {}).get("data") or {}).get(OFFSETS_KEY)
+        try:
+            listed = json.loads(text) if text else None
+        except ValueError:
+            return None
+        return listed if isinstance(listed, dict) else None
 
     @property
     def lists_offsets(self) -> bool:
-        return False
+        try:
+            return lists_offsets(self.api_version())
+        except ConnectError:
+            return False

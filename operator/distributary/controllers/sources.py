@@ -19,8 +19,9 @@ publication and topics, made here before its connector starts. The revisions are
 committed offsets, read from Connect's REST API), the table Logs are annotated with it and their
 `status.topicName` moves to its topics (views reprocess them, Sinks follow), and the replaced
 revision is recorded `Retiring`; the next round deletes its connector and drops its slot and
-publication. A Strimzi KafkaConnector does not tell its offsets: there revision 1 serves on, a
-raised epoch is refused and an interrupted snapshot is only said.
+publication. A Strimzi KafkaConnector of `kafka.strimzi.io/v1` lists its offsets into a
+ConfigMap on request (`backends.connect.StrimziConnectors.offsets`); an older v1beta2 one cannot:
+there revision 1 serves on, a raised epoch is refused and an interrupted snapshot is only said.
 
 The password reaches Connect only as a reference its workers resolve (`--connect-secrets`): the
 connector's config, stored in Kafka, never holds it.
@@ -197,15 +198,15 @@ def _round(services: OperatorServices, body: Mapping[str, Any]) -> dict[str, Any
         problem = Problem("SecretMissing", str(exc))
         return finished(source_observation(source, generation, problems=[problem]))
     recorded = [dict(r) for r in (body.get("status") or {}).get("revisions") or []]
+    refused: list[Problem] = []  # kept to the end: the connector is kept as before meanwhile
     if source.spec.snapshot.epoch != 0 and not connectors.lists_offsets:
-        problem = Problem("ResnapshotUnsupported", (
+        refused.append(Problem("ResnapshotUnsupported", (
             f"spec.snapshot.epoch: is {source.spec.snapshot.epoch}, but {connectors.where} does "
-            "not tell the connectors' offsets, so a new snapshot taken beside the serving one "
-            "could never be known to have caught up: set it back, or run the operator with "
-            "--connect-url (a Connect REST endpoint), or delete and re-apply the Source to "
-            "snapshot its tables again"
-        ))  # fmt: skip
-        return finished(source_observation(source, generation, problems=[problem]))
+            "not list the connectors' offsets (a KafkaConnector of kafka.strimzi.io/v1 does), "
+            "so a new snapshot taken beside the serving one could never be known to have caught "
+            "up: set it back, upgrade Strimzi, or delete and re-apply the Source to snapshot "
+            "its tables again"
+        )))  # fmt: skip
     live = _live(recorded)
     serving_before = _serving(recorded)
     names = [t.name for t in source.spec.tables]
@@ -318,7 +319,7 @@ def _round(services: OperatorServices, body: Mapping[str, Any]) -> dict[str, Any
         first_sight=first and state is None,
         connector=state,
         slot=reading,
-        problems=[Problem("EpochRefused", step.problem)] if step.problem else [],
+        problems=[*refused, *([Problem("EpochRefused", step.problem)] if step.problem else [])],
         interrupted=(
             None
             if broken is None
@@ -340,8 +341,8 @@ _RESTARTED: set[str] = set()  # connectors restarted by the operator since their
 STRIMZI_INTERRUPTED = (
     "the snapshot was interrupted (the connector started again before it was whole) and taken "
     "again from a later point, so changes made in between may be missing from the table Logs; "
-    "a KafkaConnector does not tell its offsets, so no fresh snapshot is taken beside it: "
-    "delete the Source and apply it again to take a clean one"
+    "a KafkaConnector of kafka.strimzi.io/v1beta2 does not list its offsets, so no fresh "
+    "snapshot is taken beside it: delete the Source and apply it again to take a clean one"
 )
 
 

@@ -147,6 +147,10 @@ class _Kube:
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         return self.objects.get((namespace, name))
 
+    def delete_annotation(self, namespace: str, name: str, key: str) -> None:
+        """What Strimzi does once it has listed a connector's offsets."""
+        self.objects[(namespace, name)]["metadata"]["annotations"].pop(key)
+
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
         return self.objects.pop((namespace, name), None) is not None
 
@@ -184,3 +188,36 @@ def test_a_cluster_without_kafka_connectors_is_told_what_to_install() -> None:
     connectors = StrimziConnectors(_Kube(serves=None), "connect")  # type: ignore[arg-type]
     with pytest.raises(ConnectError, match="--connect-url"):
         connectors.apply("c", CONFIG, False, OWNER, "sales")
+
+
+def test_strimzi_connectors_list_their_offsets_into_a_config_map_on_request() -> None:
+    kube = _Kube()
+    connectors = StrimziConnectors(kube, "connect")  # type: ignore[arg-type]
+    assert connectors.lists_offsets
+    assert connectors.offsets("c", "sales") is None  # no connector yet: nothing asked
+    assert ("sales", "c") not in kube.objects
+    connectors.apply("c", CONFIG, False, OWNER, "sales")
+    made = kube.objects[("sales", "c")]
+    assert made["spec"]["listOffsets"] == {"toConfigMap": {"name": "c-offsets"}}
+    assert connectors.offsets("c", "sales") is None  # asked for; not listed yet
+    assert made["metadata"]["annotations"] == {"strimzi.io/connector-offsets": "list"}
+    assert kube.managers[-1] == "distributary-offsets"  # the spec's manager is not disturbed
+    # Strimzi lists them into the ConfigMap and removes the annotation.
+    listed = {"offsets": [{"partition": {"server": "s"}, "offset": {"lsn": 7}}]}
+    kube.objects[("sales", "c-offsets")] = {"data": {"offsets.json": json.dumps(listed)}}
+    kube.delete_annotation("sales", "c", "strimzi.io/connector-offsets")
+    assert connectors.offsets("c", "sales") == listed
+    assert made["metadata"]["annotations"] == {"strimzi.io/connector-offsets": "list"}  # again
+    kube.objects[("sales", "c-offsets")] = {"data": {"offsets.json": "{not json"}}
+    assert connectors.offsets("c", "sales") is None
+
+
+def test_an_older_kafka_connector_version_is_not_asked_for_offsets() -> None:
+    kube = _Kube(serves="kafka.strimzi.io/v1beta2")
+    connectors = StrimziConnectors(kube, "connect")  # type: ignore[arg-type]
+    assert not connectors.lists_offsets
+    connectors.apply("c", CONFIG, False, OWNER, "sales")
+    assert "listOffsets" not in kube.objects[("sales", "c")]["spec"]
+    assert connectors.offsets("c", "sales") is None
+    assert "annotations" not in kube.objects[("sales", "c")]["metadata"]
+    assert not StrimziConnectors(_Kube(serves=None), "connect").lists_offsets  # type: ignore[arg-type]
