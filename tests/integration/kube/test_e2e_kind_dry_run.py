@@ -35,9 +35,17 @@ from tests.integration.e2e_kind import (
 )
 from tests.integration.kube.conftest import Kubectl
 
+from distributary.api.source import Source
+from distributary.plan.source_plan import (
+    connector_config,
+    connector_name,
+    kafka_connector_manifest,
+)
+
 # What the run applies of Strimzi's kinds (KafkaTopics are Distributary's to make, and the tier's
-# other modules install their own KafkaTopic CRD).
-STRIMZI_KINDS = ("Kafka", "KafkaNodePool", "KafkaUser")
+# other modules install their own KafkaTopic CRD), and the KafkaConnectors the operator makes for
+# Sources (`--connect-cluster`).
+STRIMZI_KINDS = ("Kafka", "KafkaNodePool", "KafkaUser", "KafkaConnector")
 CLUSTER_SCOPED = {
     "ClusterRole",
     "ClusterRoleBinding",
@@ -143,6 +151,39 @@ def test_every_object_of_the_charts_the_run_installs_passes(
             manifest["metadata"].setdefault("namespace", setting(namespace))
     out = dry_run(cluster, yaml.safe_dump_all(rendered))
     assert out.count("(server dry run)") == len(rendered), out
+
+
+@pytest.mark.parametrize("revision", [1, 2])
+@pytest.mark.parametrize("paused", [False, True])
+def test_the_operators_kafka_connectors_pass_strimzis_crd(
+    cluster: Kubectl, strimzi: dict[str, Path], revision: int, paused: bool
+) -> None:
+    """A Source's connector as the operator applies it (`StrimziConnectors`): each revision's,
+    running or paused, its offsets listed into a ConfigMap (`spec.listOffsets`)."""
+    (found,) = [
+        d for d in documents((ROOT / "examples" / "shop" / "source.yaml").read_text())
+        if d["kind"] == "Source"
+    ]  # fmt: skip
+    found["metadata"]["namespace"] = setting("PIPELINE_NAMESPACE")
+    source = Source.model_validate(found)
+    topics = {t.name: f"shop-orders.r{revision}" for t in source.spec.tables}
+    config = connector_config(source, topics, "${secrets:shop/shop-db:password}", revision)
+    served = yaml.safe_load(strimzi["KafkaConnector"].read_text())["spec"]["versions"]
+    assert "v1" in [v["name"] for v in served if v["served"]]
+    manifest = kafka_connector_manifest(
+        "kafka.strimzi.io/v1",
+        connector_name(source, revision),
+        setting("KAFKA_NAMESPACE"),
+        "shop-connect",
+        config,
+        paused,
+        None,
+    )
+    assert manifest["spec"]["listOffsets"] == {
+        "toConfigMap": {"name": f"{connector_name(source, revision)}-offsets"}
+    }
+    out = dry_run(cluster, yaml.safe_dump(manifest))
+    assert f"kafkaconnector.kafka.strimzi.io/{manifest['metadata']['name']} created" in out
 
 
 def test_every_manifest_of_the_run_is_checked_here() -> None:
