@@ -480,12 +480,6 @@ class LocalRun:
         )  # fmt: skip
         return self.files.served.get(log, planned)
 
-    def restart_runner(self) -> None:
-        """Stop the runner (its queries checkpoint) and start it on the current specs."""
-        assert self.runtime is not None
-        self.runtime.stop_runner()
-        self.runtime.flush()
-
     def runner_failed(self) -> str | None:
         """Why the runner exited before it was asked to, or None while it runs."""
         return self.runtime.failure() if self.runtime is not None else None
