@@ -344,9 +344,11 @@ class SteadyProducer:
             time.sleep(4 / self.rate)
 
     def stop(self) -> list[dict[str, Any]]:
-        """Stop appending; every record appended."""
+        """Stop appending; every record appended. Waits for the batch being appended: one
+        appended after this returned would be in the topic and not in the list."""
         self.stopping.set()
-        self.thread.join(30)
+        self.thread.join(120)
+        assert not self.thread.is_alive(), f"the producer to {self.topic} did not stop in 120 s"
         return list(self.sent)
 
 

@@ -124,9 +124,11 @@ def live(folder: Path, broker: EmbeddedBroker) -> tuple[list[dict[str, Any]], in
         time.sleep(3)  # the follower reads what revision 2 wrote last
     finally:
         follower.send_signal(signal.SIGINT)
-        follower.wait(60)
-        run.send_signal(signal.SIGTERM)
-        run.wait(120)
+        try:
+            follower.wait(60)
+        finally:
+            run.send_signal(signal.SIGTERM)
+            run.wait(120)
     return records, sent_at_cutover, view_status(state)
 
 

@@ -19,6 +19,7 @@ and the worker resolves it with a config provider.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import time
 import urllib.error
@@ -84,6 +85,13 @@ class ConnectClient:
             except urllib.error.URLError as exc:
                 raise ConnectError(
                     f"Kafka Connect at {self.url} did not answer {method} {path}: {exc.reason}: "
+                    "check that the worker runs"
+                ) from None
+            except (http.client.HTTPException, OSError) as exc:
+                # A worker that dies mid-answer closes the connection without a response
+                # (RemoteDisconnected), or resets it: the same as not answering.
+                raise ConnectError(
+                    f"Kafka Connect at {self.url} did not answer {method} {path}: {exc}: "
                     "check that the worker runs"
                 ) from None
 

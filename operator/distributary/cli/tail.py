@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -110,6 +111,9 @@ def _follow(
     that is still catching up."""
     shown = ", ".join(f"{name} (topic {topic})" for name, topic, _ in targets)
     click.echo(f"following {shown}; Ctrl-C to stop", err=True)
+    # Ctrl-C (SIGINT) stops it even when it was started with SIGINT ignored, as a shell script's
+    # background job is: Python then leaves SIGINT ignored unless told otherwise.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     with contextlib.suppress(KeyboardInterrupt):
         while True:
             names = {topic: name for name, topic, _ in targets}

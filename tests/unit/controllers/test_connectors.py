@@ -5,6 +5,7 @@ read and restarted through the API server (in-memory stand-ins for Connect and K
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,6 +14,7 @@ from typing import Any, ClassVar
 import pytest
 
 from distributary.backends.connect import (
+    ConnectClient,
     ConnectError,
     RestConnectors,
     StrimziConnectors,
@@ -221,3 +223,25 @@ def test_an_older_kafka_connector_version_is_not_asked_for_offsets() -> None:
     assert connectors.offsets("c", "sales") is None
     assert "annotations" not in kube.objects[("sales", "c")]["metadata"]
     assert not StrimziConnectors(_Kube(serves=None), "connect").lists_offsets  # type: ignore[arg-type]
+
+
+def test_a_worker_that_dies_mid_answer_is_a_connect_error() -> None:
+    """A worker killed while it answers closes the connection without a response."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+
+    def hang_up() -> None:
+        connection, _ = listener.accept()
+        connection.recv(1024)
+        connection.close()
+
+    thread = threading.Thread(target=hang_up, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(ConnectError, match="did not answer"):
+            ConnectClient(f"http://127.0.0.1:{port}").offsets("c")
+    finally:
+        thread.join(5)
+        listener.close()
