@@ -277,7 +277,7 @@ def _round(services: OperatorServices, body: Mapping[str, Any]) -> dict[str, Any
     states: dict[int, ConnectorState | None] = {}
     try:
         if step.cut_over:
-            _serve(services, manifests, serving)
+            _serve(services, logs, topics, serving)
         for revision in (serving, step.catching_up):
             if revision is not None:
                 _topics(services, source, logs, revision)
@@ -388,20 +388,19 @@ def _step(
     return RevisionStep(first, 1, None, (), False, step.problem)
 
 
-def _serve(services: OperatorServices, manifests: list[dict[str, Any]], revision: int) -> None:
-    """Point each table Log's readers at the revision's topics (`status.topicName`: views
-    reprocess them, Sinks fill beside and switch); its manifest, applied before, names the
-    revision, so its topic is the Log's from now on."""
-    for manifest in manifests:
-        meta = manifest["metadata"]
-        log = parse_body(manifest, Log)
-        assert isinstance(log, Log)
-        topic = revision_topic(log, revision)
+def _serve(
+    services: OperatorServices, logs: Mapping[str, Log], topics: Mapping[str, str], revision: int
+) -> None:
+    """Point each table Log's readers at the revision's topic (`status.topicName`: views
+    reprocess it, Sinks fill beside and switch); its manifest, applied before, names the
+    revision, so that topic is the Log's from now on."""
+    for table, log in logs.items():
+        namespace, name = log.metadata.namespace, log.metadata.name
         services.kube.patch_status(
-            manifest["apiVersion"], "Log", meta["namespace"], meta["name"], {"topicName": topic}
+            f"{GROUP}/{VERSION}", "Log", namespace, name, {"topicName": topics[table]}
         )
         LOGGER.info("Log %s/%s serves %s: revision %d of its Source caught up",
-                    meta["namespace"], meta["name"], topic, revision)  # fmt: skip
+                    namespace, name, topics[table], revision)  # fmt: skip
 
 
 def _run_connector(
