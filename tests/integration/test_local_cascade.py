@@ -174,6 +174,7 @@ class Cascade:
     records: list[dict[str, Any]]
     watched: Watched
     said: str
+    runner_log: str
 
 
 @pytest.fixture(scope="module")
@@ -230,7 +231,8 @@ def cascade(tmp_path_factory: pytest.TempPathFactory, broker: EmbeddedBroker) ->
     finally:
         run.send_signal(signal.SIGTERM)
         run.wait(120)
-    return Cascade(records, watched, said.read_text())
+    runner_log = (state / "runner.log").read_text(errors="replace")
+    return Cascade(records, watched, said.read_text(), runner_log)
 
 
 def test_every_level_serves_revision_2_reading_the_new_topic_of_the_level_above(
@@ -295,3 +297,14 @@ def test_each_revision_2_holds_exactly_what_its_query_makes_of_every_record(
         }
         for u in users
     }
+
+
+def test_the_running_spark_took_each_revision_without_starting_again(cascade: Cascade) -> None:
+    # One Spark process for the whole second run: each cutover stopped the old revision and
+    # started the reader's new one in it, while the other views' queries ran on.
+    assert cascade.said.count("Starting Spark") == 1, cascade.said[-3000:]
+    for upstream, reader in itertools.pairwise(LEVELS):
+        assert f"Spark (running): stopping {upstream} r1" in cascade.said
+        assert f"Spark (running): starting {reader} r2" in cascade.said
+    # cc-big's revision 2 started once: the later changes did not touch its query.
+    assert cascade.runner_log.count("default/cc-big r2: started") == 1

@@ -50,6 +50,12 @@ def pipeline(condition: str) -> str:
     return PIPELINE.replace("CONDITION", condition)
 
 
+def spark_starts(said: str) -> int:
+    """Queries started, as the run says: the Spark process started, or a running one asked to
+    start one more."""
+    return said.count("Starting Spark") + said.count("Spark (running): starting")
+
+
 def view_status(state: Path) -> dict[str, Any]:
     try:
         views = json.loads((state / "revisions.json").read_text())["views"]
@@ -120,9 +126,9 @@ def refused(folder: Path, broker: EmbeddedBroker) -> dict[str, Any]:
             started = time.monotonic()
             wait_until("the view is Stalled", lambda: stalled(state) is not None, run, said, 90)
             stalled_after = time.monotonic() - started
-            starts = said.read_text().count("Starting Spark")
+            starts = spark_starts(said.read_text())
             time.sleep(WATCHED)  # a restart, were there one, would come in this time
-            starts_after = said.read_text().count("Starting Spark")
+            starts_after = spark_starts(said.read_text())
             watched = view_status(state)
         finally:
             records = first + producer.stop()

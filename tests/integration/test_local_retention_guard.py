@@ -129,7 +129,7 @@ def test_the_refused_run_serves_revision_1_and_says_why_and_what_to_do(runs: Run
 
 
 def test_the_refused_run_started_no_revision_2(runs: Runs) -> None:
-    specs = runs.refused_state["runner-specs.json"]
+    specs = [r["spec"] for r in runs.refused_state["runner-specs.json"]["revisions"]]
     assert [(s["name"], s["revision"]) for s in specs] == [(VIEW, 1)]
     assert summary_of(runs.results[1])["logs"][VIEW]["topic"] == f"{VIEW}.r1"
     assert not runs.topic_r2_after_refusal

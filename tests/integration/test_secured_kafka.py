@@ -171,8 +171,8 @@ def test_the_password_is_written_nowhere(
     leaked = [str(p) for p in files if kafka.password.encode() in p.read_bytes()]
     assert leaked == []
     # The runner's specs say where the password is, not what it is.
-    specs = json.loads((state / "runner-specs.json").read_text())
-    security = (specs if isinstance(specs, list) else [specs])[0]["kafka_security"]
+    specs = json.loads((state / "runner-specs.json").read_text())["revisions"]
+    security = specs[0]["spec"]["kafka_security"]
     if listener == "SASL_SSL":
         assert security["sasl_password"]["properties_file"] == str(kafka.sasl_properties)
     else:

@@ -2,10 +2,13 @@
 
 One Spark application is kinder to a small machine than one per view, so the revisions the
 reconciles start are gathered, and one runner process (`python -m distributary.runner --spec
-FILE`, local Spark) runs them all. Starting a revision only asks for it; `flush()`, once per
-round, restarts the process when what it should run changed (the queries finish their batch and
-checkpoint first), so a round that starts three views restarts Spark once. Stopping a revision
-restarts the process without it at once: a rewind moves a group's offsets only after the old
+FILE --follow`, local Spark) runs them all. Starting a revision only asks for it; `flush()`, once
+per round, writes what the process should run when that changed, and the running process takes
+it: it stops the revisions no longer asked for between batches, starts the new ones and
+acknowledges the file's generation, while the other queries run on (a cutover of one view does
+not pause the others). The process starts again only when the change needs other process
+settings (`plan.runner_spec.process_settings`) or the process does not acknowledge it. Stopping a
+revision waits for the acknowledgement: a rewind moves a group's offsets only after the old
 query can no longer commit. A revision fails alone: the runner keeps the others running and
 publishes the failed one's state, which is read here from the progress records of the process
 that runs now. A failed revision is not run again until the reconcile starts it after its
@@ -24,6 +27,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,12 +38,27 @@ from distributary.backends.base import Owner, RevisionApp
 from distributary.backends.local_spark import LocalSparkRuntime
 from distributary.local.broker import die_with_parent
 from distributary.plan.progress import progress_key
-from distributary.plan.runner_spec import RunnerSpec, as_run_by
+from distributary.plan.runner_spec import (
+    FOLLOW_ARG,
+    RUNNER_GENERATION,
+    SPEC_FILE_ARG,
+    FollowedSpecs,
+    RunnerSpec,
+    applied_file,
+    as_run_by,
+    process_settings,
+)
 from distributary.plan.spark import Application, application_name
 from distributary.plan.spark_state import CHECKPOINT_LOST, QUERY_REFUSED, AppState
 
 Key = tuple[str, str, int]  # namespace, view, revision
 STOP_GRACE = 60.0  # seconds the runner's queries get to finish their batch
+FOLLOW_TIMEOUT = 120.0  # seconds a running process gets to take a change (stops, then starts)
+
+
+def _names(specs: Mapping[Key, RunnerSpec] | Sequence[Key]) -> str:
+    keys = list(specs.keys()) if isinstance(specs, Mapping) else list(specs)
+    return ", ".join(f"{name} r{revision}" for _, name, revision in keys)
 
 
 class PipelineRuntime:
@@ -66,6 +85,9 @@ class PipelineRuntime:
         self.refused: dict[Key, tuple[RunnerSpec, AppState]] = {}  # Spark refused that spec
         self.process: subprocess.Popen[bytes] | None = None
         self.known = self._load_known()  # every live revision's spec, across runs
+        self.generation = 0  # of the specs file, across the processes of this run
+        self.since: dict[Key, int] = {}  # the generation each revision was (re)started at
+        self.settings: dict[str, Any] = {}  # the running process's (`process_settings`)
 
     @property
     def known_file(self) -> Path:
@@ -137,6 +159,8 @@ class PipelineRuntime:
             return AppState("SUBMITTED" if key in self.wanted else "ABSENT")
         spec = self.running[key]
         record = self.progress().get(progress_key(spec.kind, *key)) or {}
+        if int(record.get(RUNNER_GENERATION) or 0) < self.since.get(key, 0):
+            record = {}  # said of an earlier start of the revision in this process
         if record.get("runnerPid") == self.process.pid and record.get("state") == QUERY_REFUSED:
             # Not run again with the spec the process ran: Spark would refuse the same query
             # again (`runner.main`). An edit of the revision's spec is started (`view_app`).
@@ -221,31 +245,88 @@ class PipelineRuntime:
         }
 
     def flush(self) -> bool:
-        """Restart the runner when what it should run changed; whether it did."""
+        """Bring the runner to what it should run when that changed; whether anything changed.
+        A running process takes the change itself (`_follow`); it starts again only when it
+        cannot (other Spark settings), did not say it took it, or when nothing is left to run."""
         alive = self.process is not None and self.process.poll() is None
         wanted = self.runnable(self.wanted)
         if alive and wanted == self.runnable(self.running):
             return False
         if not alive and not wanted:
             return False
+        same = bool(wanted) and process_settings(list(wanted.values())) == self.settings
+        if alive and same and self._follow(wanted):
+            return True
         self.stop_runner()
         self.start_runner()
         return True
 
+    @property
+    def spec_file(self) -> Path:
+        """The specs the runner process runs (`plan.runner_spec.FollowedSpecs`), which it reads
+        again whenever they change."""
+        return self.state_dir / "runner-specs.json"
+
+    def _write_specs(self, wanted: dict[Key, RunnerSpec]) -> None:
+        """Write the next generation of the specs file: a revision new to the process, started
+        again after it ended, or with another spec is (re)started at this generation."""
+        self.generation += 1
+        for key, spec in wanted.items():
+            if self.running.get(key) != spec:
+                self.since[key] = self.generation
+        followed = FollowedSpecs(
+            self.generation, tuple((self.since[key], spec) for key, spec in wanted.items())
+        )
+        temporary = self.spec_file.with_suffix(".tmp")
+        temporary.write_text(followed.to_json())
+        temporary.replace(self.spec_file)
+
+    def _follow(self, wanted: dict[Key, RunnerSpec]) -> bool:
+        """Have the running process run `wanted` instead of what it runs: stopped revisions end
+        between batches (and write nothing after), new ones start. Whether it said it did within
+        `FOLLOW_TIMEOUT`."""
+        assert self.process is not None
+        started = [k for k, s in wanted.items() if self.running.get(k) != s]
+        stopped = [k for k, s in self.running.items() if wanted.get(k) != s]
+        self._write_specs(wanted)
+        changes = [f"starting {_names(started)}"] if started else []
+        changes += [f"stopping {_names(stopped)}"] if stopped else []
+        self.say(f"Spark (running): {'; '.join(changes)}")
+        deadline = time.monotonic() + FOLLOW_TIMEOUT
+        while time.monotonic() < deadline and self.process.poll() is None:
+            if self._applied() >= self.generation:
+                self.running = wanted
+                return True
+            time.sleep(0.1)
+        self.say(f"Spark did not take the change within {FOLLOW_TIMEOUT:.0f}s; starting it again")
+        return False
+
+    def _applied(self) -> int:
+        """The generation of the specs file the running process said it runs (-1: none)."""
+        try:
+            said = json.loads(applied_file(self.spec_file).read_text())
+        except (OSError, ValueError):
+            return -1
+        if self.process is None or said.get("pid") != self.process.pid:
+            return -1
+        return int(said.get("generation") or 0)
+
     def start_runner(self) -> None:
         """Start the runner on the specs asked for, but failed ones waiting for their restart
         (none: nothing runs)."""
-        self.running = self.runnable(self.wanted)
-        spec_file = self.state_dir / "runner-specs.json"
-        specs = [s.model_dump(mode="json") for s in self.running.values()]
-        spec_file.write_text(json.dumps(specs, indent=1))
-        if not specs:
+        wanted = self.runnable(self.wanted)
+        self.running = {}
+        self._write_specs(wanted)
+        self.running = wanted
+        if not wanted:
             return
-        names = ", ".join(s.name for s in self.running.values())
-        self.say(f"Starting Spark for {len(specs)} view(s) ({names}); log: {self.log_file}")
+        self.settings = process_settings(list(wanted.values()))
+        command = ["-m", "distributary.runner", SPEC_FILE_ARG, str(self.spec_file), FOLLOW_ARG]
+        self.say(f"Starting Spark for {len(wanted)} view(s) ({_names(wanted)}); "
+                 f"log: {self.log_file}")  # fmt: skip
         with open(self.log_file, "ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "distributary.runner", "--spec", str(spec_file)],
+                [sys.executable, *command],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

@@ -12,8 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import (
@@ -37,10 +39,11 @@ from distributary.api.names import (
 )
 from distributary.api.view import DerivedView, Watermark
 from distributary.plan.classify import stateful_parts
-from distributary.plan.kafka_connection import KafkaSecurity
+from distributary.plan.kafka_connection import SPARK_REDACTION, KafkaSecurity
 
 SPEC_JSON_ARG = "--spec-json"  # the runner's argument for the spec inline, as JSON
 SPEC_FILE_ARG = "--spec"  # ...and for the spec in a file
+FOLLOW_ARG = "--follow"  # ...and to read that file again whenever it changes
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
@@ -162,6 +165,83 @@ def reported_hash(spec: RunnerSpec) -> str:
     """The hash a runner running `spec` reports: the planned spec's (`as_run_by`), or its own
     when it runs the spec as planned (a SparkApplication's)."""
     return spec.planned_hash or runner_spec_hash(spec)
+
+
+SQL_SETTING = "spark.sql."  # a prefix of the settings a revision's own Spark session sets
+
+
+def session_settings(specs: Sequence[RunnerSpec]) -> dict[str, str]:
+    """The Spark settings of a runner process running `specs`: each spec's `spark_conf`, the
+    first to name a key winning, and the redaction of secrets from Spark's logs and UI."""
+    chosen: dict[str, str] = {}
+    for spec in specs:
+        for key, value in spec.spark_conf.items():
+            chosen.setdefault(key, value)
+    chosen.setdefault("spark.redaction.regex", SPARK_REDACTION)
+    return chosen
+
+
+def process_settings(specs: Sequence[RunnerSpec]) -> dict[str, Any]:
+    """What the revisions of one runner process share: its Spark settings (but the SQL ones,
+    which each revision's own session sets: `runner.query.revision_session`), the Kafka it
+    reaches and how, and the progress topic. A revision joins a running process (the local
+    runtime's `--follow`) only when these stay the same; otherwise the process starts again."""
+
+    def first(values: Iterator[Any]) -> Any:
+        return next((v for v in values if v), None)
+
+    security = first(s.kafka_security for s in specs)
+    spark = session_settings(specs)
+    return {
+        "spark": {k: v for k, v in spark.items() if not k.startswith(SQL_SETTING)},
+        "bootstrap": first(s.bootstrap_servers for s in specs),
+        "security": security.model_dump(mode="json") if security is not None else None,
+        "progress": first(s.progress_topic for s in specs),
+    }
+
+
+RUNNER_GENERATION = "runnerGeneration"  # the progress record's field: which start of a revision
+
+
+@dataclass(frozen=True)
+class FollowedSpecs:
+    """The specs file a following runner process reads again whenever it changes: each
+    revision's spec with the generation it was (re)started at, and the file's own generation,
+    which the process acknowledges once it runs what the file says (`applied_file`)."""
+
+    generation: int
+    revisions: tuple[tuple[int, RunnerSpec], ...]  # (since, spec)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "generation": self.generation,
+                "revisions": [
+                    {"since": since, "spec": spec.model_dump(mode="json")}
+                    for since, spec in self.revisions
+                ],
+            },
+            indent=1,
+        )
+
+    @classmethod
+    def parse(cls, decoded: Any) -> FollowedSpecs:
+        """The file's content: this shape, or a list of specs or one spec (generation 0)."""
+        if isinstance(decoded, dict) and "revisions" in decoded:
+            return cls(
+                int(decoded.get("generation") or 0),
+                tuple(
+                    (int(item.get("since") or 0), RunnerSpec.model_validate(item["spec"]))
+                    for item in decoded["revisions"]
+                ),
+            )
+        items = decoded if isinstance(decoded, list) else [decoded]
+        return cls(0, tuple((0, RunnerSpec.model_validate(item)) for item in items))
+
+
+def applied_file(spec_file: Path) -> Path:
+    """Where a following runner process acknowledges the generation of `spec_file` it runs."""
+    return spec_file.with_name(spec_file.stem + ".applied.json")
 
 
 def consumer_group(namespace: str, name: str, revision: int) -> str:

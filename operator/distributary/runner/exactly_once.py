@@ -170,8 +170,9 @@ class ExactlyOnceOutput:
                 self.committed_at = time.monotonic()
 
     def close(self) -> None:
-        """Let go of the producer."""
-        self.writer.close()
+        """Let go of the producer, once a batch being written has finished with it."""
+        with self._lock:
+            self.writer.close()
 
     @property
     def label(self) -> str:

@@ -1,5 +1,11 @@
 """The runner's loop: start every revision's query, follow its batches, stop on a signal.
 
+With `--follow` (the local runtime's one process for every view) the loop also reads its specs
+file again whenever it changes, and runs what it says then: a revision no longer in it, started
+again or with another spec is stopped between batches (its producer closed, so it writes nothing
+after), new ones are started, the others run on; then the file's generation is acknowledged
+(`plan.runner_spec.applied_file`).
+
 An exactly-once revision (the default) writes each micro-batch, its dead letters and its group's
 offsets in one Kafka transaction (`exactly_once.py`); the loop only publishes its progress.
 
@@ -49,7 +55,7 @@ from distributary.kafka.connection import client_settings
 from distributary.kafka.progress import ProgressPublisher
 from distributary.kafka.transactions import TransactionError
 from distributary.plan.delivery import Marker, read_marker
-from distributary.plan.kafka_connection import SPARK_REDACTION, KafkaConfigError
+from distributary.plan.kafka_connection import KafkaConfigError
 from distributary.plan.positions import Offsets, offsets_json
 from distributary.plan.progress import (
     Batch,
@@ -59,13 +65,19 @@ from distributary.plan.progress import (
     step,
 )
 from distributary.plan.runner_spec import (
+    FOLLOW_ARG,
+    RUNNER_GENERATION,
     RUNNER_SPEC_HASH,
     SPEC_FILE_ARG,
     SPEC_JSON_ARG,
+    FollowedSpecs,
     RunnerInput,
     RunnerSpec,
     StartingPosition,
+    applied_file,
+    process_settings,
     reported_hash,
+    session_settings,
 )
 from distributary.plan.spark_state import CHECKPOINT_LOST, QUERY_REFUSED
 from distributary.runner.dead_letters import send_dead_letters
@@ -103,6 +115,7 @@ class Revision:
     committed_at: float = field(default_factory=time.monotonic)
     output: ExactlyOnceOutput | None = None  # the transactional sink, when exactly once
     started_from: Offsets | None = None  # the group's offsets a run without checkpoint resumed
+    generation: int = 0  # the specs file's generation this revision was (re)started at
 
     @property
     def label(self) -> str:
@@ -248,6 +261,20 @@ class Revision:
             _log(f"{self.label}: stopped")
         self.publish(self.last)
 
+    def stop(self) -> None:
+        """Stop the revision for good, between batches (the process runs on without it): once
+        this returns, its query writes nothing more and its producer is closed."""
+        if self.query is not None and self.query.isActive:
+            stop_between_batches(self.query)
+        self.poll()
+        if self.state == "Running":
+            self.state = "Stopped"
+            _log(f"{self.label}: stopped")
+            self.publish(self.last)
+        if self.output is not None:
+            self.output.close()
+            self.output = None
+
     def publish(self, batch: Batch | None = None) -> None:
         """Publish this revision's progress record."""
         if self.publisher is None:
@@ -262,6 +289,7 @@ class Revision:
             RUNNER_SPEC_HASH: reported_hash(self.spec),  # which spec of the revision
             "restarts": self.restarts,
             "runnerPid": os.getpid(),  # which run of a shared runner process says this
+            RUNNER_GENERATION: self.generation,  # ...and which start of the revision in it
             "startedFrom": None if self.started_from is None else offsets_json(self.started_from),
         }
         record = progress_record(
@@ -350,33 +378,28 @@ def resumed_inputs(spec: RunnerSpec, committed: Offsets) -> dict[str, RunnerInpu
     return resumed
 
 
-def load_specs(args: argparse.Namespace) -> list[RunnerSpec]:
-    """The specs named on the command line."""
-    specs = [RunnerSpec.model_validate_json(text) for text in args.spec_json or []]
+def load_specs(args: argparse.Namespace) -> FollowedSpecs:
+    """The specs named on the command line (a file's generation with them)."""
+    found = [(0, RunnerSpec.model_validate_json(text)) for text in args.spec_json or []]
+    generation = 0
     for path in args.spec or []:
-        text = Path(path).read_text()
-        decoded = json.loads(text)
-        items = decoded if isinstance(decoded, list) else [decoded]
-        specs.extend(RunnerSpec.model_validate(item) for item in items)
-    if not specs:
+        followed = FollowedSpecs.parse(json.loads(Path(path).read_text()))
+        generation = max(generation, followed.generation)
+        found.extend(followed.revisions)
+    if not found:
         raise SystemExit(
             f"runner: no spec given: pass {SPEC_FILE_ARG} FILE or {SPEC_JSON_ARG} JSON"
         )
-    return specs
+    return FollowedSpecs(generation, tuple(found))
 
 
 def build_session(specs: list[RunnerSpec]) -> SparkSession:
     """The application's Spark session: settings that are not per-session SQL settings come from
-    the specs (the first to name a key wins), e.g. the local runtime's master and jars."""
+    the specs (`session_settings`), e.g. the local runtime's master and jars."""
     builder = SparkSession.builder.appName(
         f"distributary-{specs[0].name}-r{specs[0].revision}" if len(specs) == 1 else "distributary"
     )
-    chosen: dict[str, str] = {}
-    for spec in specs:
-        for key, value in spec.spark_conf.items():
-            chosen.setdefault(key, value)
-    chosen.setdefault("spark.redaction.regex", SPARK_REDACTION)
-    for key, value in chosen.items():
+    for key, value in session_settings(specs).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
@@ -392,8 +415,90 @@ class _Stop:
         self.requested = True
 
 
-def run(specs: list[RunnerSpec], stop: _Stop) -> int:
-    """Run every spec until all queries end or a stop is requested; 1 when any failed."""
+Key = tuple[str, str, str, int]  # kind, namespace, name, revision
+
+
+def _key(spec: RunnerSpec) -> Key:
+    return (spec.kind, spec.namespace, spec.name, spec.revision)
+
+
+@dataclass
+class _Process:
+    """What the revisions of this process share, and the revisions it runs now by key."""
+
+    spark: SparkSession
+    admin: KafkaAdmin
+    publisher: ProgressPublisher | None
+    refresh: float
+    settings: dict[str, Any]
+    revisions: dict[Key, Revision] = field(default_factory=dict)
+
+    def start(self, spec: RunnerSpec, generation: int) -> None:
+        """Start one revision in this process (refused or failed: recorded and published)."""
+        revision = Revision(
+            spec,
+            revision_session(self.spark, spec),
+            self.admin,
+            self.publisher,
+            refresh_seconds=self.refresh,
+            generation=generation,
+        )
+        self.revisions[_key(spec)] = revision
+        try:
+            revision.start()
+        except AnalysisException as exc:
+            revision.refuse(exc)
+        except (PySparkException, ValueError, TransactionError) as exc:
+            revision.state, revision.error = "Failed", _first_line(str(exc))
+            _log(f"{revision.label}: could not start: {revision.error}")
+            revision.publish()
+
+    def follow(self, followed: FollowedSpecs) -> bool:
+        """Run what the specs file says now: revisions no longer in it (or started again, or
+        whose spec changed) stopped first, then the new ones started. False when the file asks
+        for settings this process cannot take (another Spark session or Kafka): the process
+        ends, and its owner starts it again."""
+        wanted = {_key(spec): (since, spec) for since, spec in followed.revisions}
+        if process_settings([spec for _, spec in wanted.values()]) != self.settings:
+            _log("the specs file asks for other process settings: stopping, to start again")
+            return False
+        for key, revision in list(self.revisions.items()):
+            if wanted.get(key) != (revision.generation, revision.spec):
+                revision.stop()
+                del self.revisions[key]
+        for key, (since, spec) in wanted.items():
+            if key not in self.revisions:
+                self.start(spec, since)
+        return True
+
+    def close(self) -> None:
+        for revision in self.revisions.values():
+            if revision.query is not None and revision.query.isActive:
+                stop_between_batches(revision.query)
+            revision.poll()
+            if revision.state == "Running":
+                revision.finish()
+        if self.publisher is not None:
+            self.publisher.flush()
+        for revision in self.revisions.values():
+            if revision.output is not None:
+                revision.output.close()
+        self.spark.stop()
+
+
+def _acknowledge(spec_file: Path, generation: int) -> None:
+    """Say, atomically, which generation of the specs file this process runs."""
+    target = applied_file(spec_file)
+    temporary = target.with_suffix(".tmp")
+    temporary.write_text(json.dumps({"generation": generation, "pid": os.getpid()}))
+    temporary.replace(target)
+
+
+def run(followed: FollowedSpecs, stop: _Stop, follow: Path | None = None) -> int:
+    """Run every spec until all queries end or a stop is requested; 1 when any failed. With
+    `follow`, the specs file is read again whenever it changes and the process runs what it
+    says (`_Process.follow`), until a stop is requested; each generation is acknowledged."""
+    specs = [spec for _, spec in followed.revisions]
     bootstrap = next((s.bootstrap_servers for s in specs if s.bootstrap_servers), None)
     if bootstrap is None:
         raise SystemExit("runner: the specs name no bootstrap servers (spec.bootstrap_servers)")
@@ -402,43 +507,54 @@ def run(specs: list[RunnerSpec], stop: _Stop) -> int:
         client = client_settings(security)  # its secrets resolved here, where the runner runs
     except KafkaConfigError as exc:
         raise SystemExit(f"runner: {exc}") from None
-    spark = build_session(specs)
     admin = KafkaAdmin(bootstrap, client=client)
     topic = next((s.progress_topic for s in specs if s.progress_topic), None)
-    publisher = ProgressPublisher(bootstrap, topic, client) if topic else None
-    refresh = refresh_seconds(admin)
-    revisions = [
-        Revision(spec, revision_session(spark, spec), admin, publisher, refresh_seconds=refresh)
-        for spec in specs
-    ]
+    process = _Process(
+        build_session(specs),
+        admin,
+        ProgressPublisher(bootstrap, topic, client) if topic else None,
+        refresh_seconds(admin),
+        process_settings(specs),
+    )
+    generation, seen = followed.generation, _stamp(follow)
     try:
-        for revision in revisions:
-            try:
-                revision.start()
-            except AnalysisException as exc:
-                revision.refuse(exc)
-            except (PySparkException, ValueError, TransactionError) as exc:
-                revision.state, revision.error = "Failed", _first_line(str(exc))
-                _log(f"{revision.label}: could not start: {revision.error}")
-                revision.publish()
-        while not stop.requested and any(r.state == "Running" for r in revisions):
-            for revision in revisions:
+        for since, spec in followed.revisions:
+            process.start(spec, since)
+        if follow is not None:
+            _acknowledge(follow, generation)
+        while not stop.requested and (
+            follow is not None or any(r.state == "Running" for r in process.revisions.values())
+        ):
+            for revision in list(process.revisions.values()):
                 revision.poll()
             time.sleep(POLL_SECONDS)
+            if follow is not None and _stamp(follow) != seen:
+                seen = _stamp(follow)
+                try:
+                    changed = FollowedSpecs.parse(json.loads(follow.read_text()))
+                except (OSError, ValueError) as exc:
+                    _log(f"could not read {follow}: {exc}; keeping what runs")
+                    continue
+                if changed.generation <= generation:
+                    continue
+                if not process.follow(changed):
+                    break
+                generation = changed.generation
+                _acknowledge(follow, generation)
     finally:
-        for revision in revisions:
-            if revision.query is not None and revision.query.isActive:
-                stop_between_batches(revision.query)
-            revision.poll()
-            if revision.state == "Running":
-                revision.finish()
-        if publisher is not None:
-            publisher.flush()
-        for revision in revisions:
-            if revision.output is not None:
-                revision.output.close()
-        spark.stop()
-    return 1 if any(r.state == "Failed" for r in revisions) else 0
+        process.close()
+    return 1 if any(r.state == "Failed" for r in process.revisions.values()) else 0
+
+
+def _stamp(path: Path | None) -> tuple[int, int] | None:
+    """When and how large the file last was (None: no file followed, or none there)."""
+    if path is None:
+        return None
+    try:
+        found = path.stat()
+    except OSError:
+        return None
+    return (found.st_mtime_ns, found.st_size)
 
 
 def main(argv: list[str]) -> int:
@@ -453,8 +569,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         SPEC_JSON_ARG, dest="spec_json", action="append", help="a runner spec as JSON"
     )
-    specs = load_specs(parser.parse_args(argv))
+    parser.add_argument(
+        FOLLOW_ARG,
+        action="store_true",
+        help="read the one spec file again whenever it changes, and run what it says then",
+    )
+    args = parser.parse_args(argv)
+    if args.follow and len(args.spec or []) != 1:
+        raise SystemExit(f"runner: {FOLLOW_ARG} follows one file: pass {SPEC_FILE_ARG} FILE once")
+    followed = load_specs(args)
     stop = _Stop()
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    return run(specs, stop)
+    return run(followed, stop, Path(args.spec[0]) if args.follow else None)

@@ -26,7 +26,12 @@ from pyspark.sql.types import StructType
 from distributary.graph import DELETED_COLUMN
 from distributary.kafka.connection import spark_options
 from distributary.plan.progress import CORRUPT_METRIC
-from distributary.plan.runner_spec import RunnerInput, RunnerSpec, kafka_source_options
+from distributary.plan.runner_spec import (
+    SQL_SETTING,
+    RunnerInput,
+    RunnerSpec,
+    kafka_source_options,
+)
 
 CORRUPT_COLUMN = "_distributary_corrupt"
 _UNIT = {"ms": "milliseconds", "s": "seconds", "m": "minutes", "h": "hours"}
@@ -36,7 +41,7 @@ def revision_session(spark: SparkSession, spec: RunnerSpec) -> SparkSession:
     """A session of its own for `spec`, with the spec's runtime SQL settings."""
     session = spark.newSession()
     for key, value in spec.spark_conf.items():
-        if key.startswith("spark.sql."):
+        if key.startswith(SQL_SETTING):
             session.conf.set(key, value)
     return session
 
