@@ -133,7 +133,7 @@ def test_the_refused_run_started_no_revision_2(runs: Runs) -> None:
     assert [(s["name"], s["revision"]) for s in specs] == [(VIEW, 1)]
     assert summary_of(runs.results[1])["logs"][VIEW]["topic"] == f"{VIEW}.r1"
     assert not runs.topic_r2_after_refusal
-    assert f"Starting Spark for 1 view(s) ({VIEW})" in runs.results[1].stderr
+    assert f"Starting Spark for 1 view(s) ({VIEW} r1)" in runs.results[1].stderr
 
 
 def test_the_state_folder_says_why_while_the_change_is_refused(runs: Runs) -> None:
