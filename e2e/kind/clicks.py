@@ -234,7 +234,7 @@ def table(reads: Iterable[tuple[bytes | None, bytes | None]], key: str) -> dict[
     return {str(row[key]): canonical(row) for row in rows}
 
 
-def rows_difference(expected: Counter[str], found: Counter[str], what: str) -> str | None:
+def rows_difference(expected: Counter[Any], found: Counter[Any], what: str) -> str | None:
     missing, extra = expected - found, found - expected
     if not missing and not extra:
         return None

@@ -37,6 +37,24 @@ THRESHOLD_AFTER=1000
 OPERATOR_IMAGE="distributary-operator:$IMAGE_TAG"
 SPARK_IMAGE="distributary-spark:$IMAGE_TAG"
 
+# The shop stage (shop.sh): the shop in a namespace of its own, its Source on the KafkaConnect
+# CONNECT_CLUSTER (in the Kafka namespace, on an image built by the run), its stores as pods.
+SHOP_NAMESPACE=shop
+SHOP_EXAMPLE="$ROOT/examples/shop"
+CONNECT_CLUSTER=shop-connect
+CONNECT_IMAGE="distributary-connect:$IMAGE_TAG"
+SHOP_POSTGRES_HOST="postgres.$SHOP_NAMESPACE.svc"
+SHOP_REDIS_HOST="redis.$SHOP_NAMESPACE.svc"
+# The shop's passwords, each a Secret (key `password`) made anew by the run: PostgreSQL's
+# superuser, the application's, the Source's (shop_cdc) and the Sink's (shop_serving).
+SHOP_SECRETS=(shop-admin shop-app shop-db serving-db)
+# The orders: before the Source, while the Connect pod and a Sink's pod are deleted, and while
+# the Source snapshots again.
+SHOP_EXISTING=500
+SHOP_ORDERS=3000
+SHOP_ORDERS_AFTER=1500
+SHOP_RATE=50
+
 say() {
   printf '[e2e-kind %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2
 }
@@ -129,6 +147,65 @@ clicks_configmap() {
 clicks_settings() {
   kubectl create configmap clicks-run --namespace "$PIPELINE_NAMESPACE" --dry-run=client -o yaml \
     "${@/#/--from-literal=}"
+}
+
+# manifest NAME [VARIABLE...]: e2e/kind/manifests/NAME with each @VARIABLE@ replaced by the value
+# of that shell variable (the pins of versions.env, or what the run found out).
+manifest() {
+  local text name
+  text="$(<"$E2E_DIR/manifests/$1")"
+  shift
+  for name in "$@"; do
+    [[ -n "${!name:-}" ]] || die "manifest: $name is not set"
+    text="${text//@$name@/${!name}}"
+  done
+  [[ "$text" != *@[A-Z]*@* ]] || die "manifest: a @VARIABLE@ is left in it: name it"
+  printf '%s\n' "$text"
+}
+
+# The shop example's Source, view and Sinks as the run applies them: the stores' hosts set to
+# the shop's Services (shop.py resources), on stdout.
+shop_resources() {
+  SHOP_POSTGRES_HOST="$SHOP_POSTGRES_HOST" SHOP_REDIS_HOST="$SHOP_REDIS_HOST" \
+    "${PYTHON:-$ROOT/.venv/bin/python}" "$E2E_DIR/shop.py" resources --example "$SHOP_EXAMPLE"
+}
+
+# The ConfigMap the shop's Jobs mount: shop.py, the example's app.py and stores.py, and clicks.py
+# (its Kafka settings and committed reader).
+shop_configmap() {
+  kubectl create configmap shop --namespace "$SHOP_NAMESPACE" --dry-run=client -o yaml \
+    --from-file=shop.py="$E2E_DIR/shop.py" \
+    --from-file=app.py="$SHOP_EXAMPLE/app.py" \
+    --from-file=stores.py="$SHOP_EXAMPLE/stores.py" \
+    --from-file=clicks.py="$E2E_DIR/clicks.py"
+}
+
+# The settings of the shop's Jobs (shop-run): KEY=VALUE arguments.
+shop_settings() {
+  kubectl create configmap shop-run --namespace "$SHOP_NAMESPACE" --dry-run=client -o yaml \
+    "${@/#/--from-literal=}"
+}
+
+# connect_base_image KAFKA_VERSION: the image Strimzi runs Kafka Connect of that version on,
+# from its STRIMZI_KAFKA_CONNECT_IMAGES (VERSION=IMAGE pairs, apart by blanks or commas) on stdin.
+connect_base_image() {
+  tr ',[:blank:]' '\n' | awk -F= -v version="$1" '$1 == version { print substr($0, length($1) + 2) }' |
+    head -n 1
+}
+
+# debezium_plugin FOLDER: Debezium's PostgreSQL connector plugin at DEBEZIUM_VERSION, from Maven
+# Central (through mvn, with its checksums), unpacked into FOLDER/debezium-connector-postgres.
+debezium_plugin() {
+  need mvn
+  local folder="$1"
+  mkdir -p "$folder"
+  mvn -B -q dependency:copy \
+    "-Dartifact=io.debezium:debezium-connector-postgres:$DEBEZIUM_VERSION:tar.gz:plugin" \
+    "-DoutputDirectory=$folder" >&2
+  tar -xzf "$folder/debezium-connector-postgres-$DEBEZIUM_VERSION-plugin.tar.gz" -C "$folder"
+  rm -f "$folder/debezium-connector-postgres-$DEBEZIUM_VERSION-plugin.tar.gz"
+  [[ -f "$folder/debezium-connector-postgres/debezium-connector-postgres-$DEBEZIUM_VERSION.jar" ]] ||
+    die "the Debezium plugin has no connector jar"
 }
 
 # wait_until WHAT SECONDS COMMAND...: run COMMAND every 5 s until it succeeds, saying what is

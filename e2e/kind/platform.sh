@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# What the pipeline runs on: Strimzi (its chart) with a KRaft Kafka cluster and a KafkaUser, the
-# Spark operator (its chart), the checkpoint claim, the Kafka secrets where their readers are,
-# and Distributary's chart. Each step waits until what it installed is ready.
+# What the pipelines run on: Strimzi (its chart) with a KRaft Kafka cluster and a KafkaUser, the
+# Spark operator (its chart), the checkpoint claims, the Kafka secrets where their readers are,
+# and Distributary's chart (watching the clickstream's and the shop's namespaces). Each step waits until what it installed is ready.
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -29,7 +29,8 @@ copy_secret() {
   say "Secret $name ($key) copied from $KAFKA_NAMESPACE to $to"
 }
 
-namespaces=("$KAFKA_NAMESPACE" "$SPARK_NAMESPACE" "$DISTRIBUTARY_NAMESPACE" "$PIPELINE_NAMESPACE")
+namespaces=("$KAFKA_NAMESPACE" "$SPARK_NAMESPACE" "$DISTRIBUTARY_NAMESPACE" "$PIPELINE_NAMESPACE"
+  "$SHOP_NAMESPACE")
 for namespace in "${namespaces[@]}"; do
   kubectl create namespace "$namespace" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 done
@@ -45,12 +46,13 @@ kubectl wait "kafkauser/$KAFKA_USER" --namespace "$KAFKA_NAMESPACE" --for=condit
 
 install_chart spark_operator_chart_args
 
-say "applying the checkpoint claim in $PIPELINE_NAMESPACE ..."
+say "applying the checkpoint claims in $PIPELINE_NAMESPACE and $SHOP_NAMESPACE ..."
 kubectl apply -f "$E2E_DIR/manifests/checkpoints.yaml"
 
 for secret in "${KAFKA_SECRETS[@]}"; do
   copy_secret "$secret" "$DISTRIBUTARY_NAMESPACE"
   copy_secret "$secret" "$PIPELINE_NAMESPACE"
+  copy_secret "$secret" "$SHOP_NAMESPACE"
 done
 
 install_chart distributary_chart_args

@@ -35,30 +35,24 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import redis
 import yaml
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from app import SCHEMA, place_orders  # noqa: E402
+import stores  # noqa: E402
+from app import place_orders  # noqa: E402
+from stores import DATABASE, ROLES, Table, differences  # noqa: E402
 
 from distributary.devtools.postgres import PostgresServer  # noqa: E402
 from distributary.devtools.redis import RedisServer  # noqa: E402
 
-DATABASE = "shop"
-TABLE = "public.customer_revenue"
-PREFIX = "revenue:"
 CRASHES = ("sink revenue-table", "Connect worker", "view's Spark driver", "sink revenue-cache",
            "whole run")  # fmt: skip
-
-Table = dict[str, tuple[Decimal, int]]
 
 
 def say(text: str) -> None:
@@ -73,7 +67,7 @@ class Shop:
         self.admin = admin_url
         self.redis_port = redis_port
         self.bootstrap = bootstrap
-        self.passwords = {role: secrets.token_urlsafe(12) for role in ("app", "cdc", "serving")}
+        self.passwords = {role: secrets.token_urlsafe(12) for role in ROLES}
         self.run: subprocess.Popen[bytes] | None = None
         self.runs = 0
         self.crashes: list[str] = []
@@ -81,32 +75,10 @@ class Shop:
     # -- the database, the secrets and the files -------------------------------------------------
 
     def dsn(self, role: str | None = None, database: str = DATABASE) -> str:
-        parts = conninfo_to_dict(self.admin)
-        parts["dbname"] = database
-        if role is not None:
-            parts.update(user=f"shop_{role}", password=self.passwords[role])
-        return make_conninfo(**{k: str(v) for k, v in parts.items() if v is not None})
+        return stores.dsn(self.admin, role, self.passwords.get(role or "", ""), database)
 
     def prepare(self) -> None:
-        with psycopg.connect(self.dsn(database="postgres"), autocommit=True) as db:
-            if not db.execute(
-                "SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)
-            ).fetchall():
-                db.execute(f"CREATE DATABASE {DATABASE}")
-            for role, extra in (("app", ""), ("cdc", " REPLICATION"), ("serving", "")):
-                name = f"shop_{role}"
-                if not db.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchall():
-                    db.execute(f"CREATE ROLE {name} LOGIN{extra}")
-                password = sql.Literal(self.passwords[role])
-                db.execute(
-                    sql.SQL("ALTER ROLE {} PASSWORD {}").format(sql.Identifier(name), password)
-                )
-        with psycopg.connect(self.dsn(), autocommit=True) as db:
-            db.execute(f"GRANT CREATE ON DATABASE {DATABASE} TO shop_cdc")  # its publication
-            db.execute("GRANT CREATE ON SCHEMA public TO shop_cdc, shop_serving")
-        with psycopg.connect(self.dsn("cdc"), autocommit=True) as db:
-            db.execute(SCHEMA)
-            db.execute("GRANT SELECT, INSERT ON orders TO shop_app")
+        stores.prepare(self.admin, self.passwords)
         for secret, role in (("shop-db", "cdc"), ("serving-db", "serving")):
             folder = self.state / "secrets" / secret
             folder.mkdir(parents=True, exist_ok=True)
@@ -227,42 +199,15 @@ class Shop:
 
     def truth(self) -> Table:
         """What the orders imply: revenue and orders per customer, from the source table."""
-        with psycopg.connect(self.dsn("app")) as db:
-            rows = db.execute(
-                "SELECT customer, sum(amount), count(*) FROM orders GROUP BY customer"
-            ).fetchall()
-        return {str(c): (Decimal(r), int(n)) for c, r, n in rows}
+        return stores.truth(self.dsn("app"))
 
     def serving(self) -> Table:
         """The Sink's table, as the shop's reports read it."""
-        try:
-            with psycopg.connect(self.dsn("serving")) as db:
-                rows = db.execute(f"SELECT customer, revenue, orders FROM {TABLE}").fetchall()
-        except psycopg.errors.UndefinedTable:
-            return {}
-        return {str(c): (Decimal(r), int(n)) for c, r, n in rows}
+        return stores.serving(self.dsn("serving"))
 
     def cache(self) -> Table:
         """The Sink's cache, as the shop's pages read it."""
-        client = redis.Redis(host="127.0.0.1", port=self.redis_port)
-        found: Table = {}
-        for key in client.scan_iter(match=f"{PREFIX}*"):
-            value = client.get(key)
-            if value is not None:
-                row = json.loads(value, parse_float=Decimal)
-                found[key.decode()[len(PREFIX) :]] = (Decimal(row["revenue"]), int(row["orders"]))
-        return found
-
-
-def differences(expected: Table, actual: Table) -> list[str]:
-    """What differs, customer by customer (empty when equal)."""
-    lines = []
-    for customer in sorted(set(expected) | set(actual)):
-        if expected.get(customer) != actual.get(customer):
-            lines.append(
-                f"{customer}: expected {expected.get(customer)}, found {actual.get(customer)}"
-            )
-    return lines
+        return stores.cache(redis.Redis(host="127.0.0.1", port=self.redis_port))
 
 
 @contextlib.contextmanager

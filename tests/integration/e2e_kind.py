@@ -50,6 +50,14 @@ def lib(*command: str) -> str:
     return result.stdout
 
 
+def filled(name: str, *variables: str, **values: str) -> str:
+    """lib.sh's `manifest NAME VARIABLE...`: e2e/kind/manifests/NAME with each @VARIABLE@ set,
+    from lib.sh or else from `values` (what the run finds out, such as the Kafka version)."""
+    given = [f"{k}={v}" for k, v in values.items()]
+    script = f'source "{LIB}" && manifest "$@"'
+    return lib("env", *given, "bash", "-c", script, "manifest", name, *variables, *values)
+
+
 def setting(name: str) -> str:
     """A variable of lib.sh (and so of versions.env), as the scripts see it."""
     out = subprocess.run(

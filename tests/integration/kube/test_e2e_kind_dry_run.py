@@ -7,9 +7,12 @@ wrong type, a broken CEL rule or a missing required field fails here:
 - Strimzi's Kafka, KafkaNodePool and KafkaUser (`e2e/kind/manifests`), against Strimzi's own
   CRDs at the pinned version, generated here as Strimzi's build generates them (see
   `tests/integration/e2e_kind.py`; Strimzi's chart itself cannot be fetched here);
-- the checkpoint claim and the data Jobs, with the ConfigMaps `lib.sh` makes for them;
+- the checkpoint claims and the data Jobs, with the ConfigMaps `lib.sh` makes for them;
 - the clickstream example as applied, and its views as the run edits them, against the CRDs in
   `crds/`;
+- the shop stage's stores, its KafkaConnect with its KafkaUser and the Role that lets Connect
+  read the Source's Secret (against Strimzi's KafkaConnect CRD), its Jobs, and the shop example
+  as the run applies it (the stores' hosts set), in the shop's namespace;
 - Distributary's chart and the Spark operator's chart (v2.3.0), rendered with the run's
   arguments, every object.
 
@@ -27,6 +30,7 @@ from tests.integration.e2e_kind import (
     E2E,
     ROOT,
     documents,
+    filled,
     lib,
     render,
     setting,
@@ -45,7 +49,7 @@ from distributary.plan.source_plan import (
 # What the run applies of Strimzi's kinds (KafkaTopics are Distributary's to make, and the tier's
 # other modules install their own KafkaTopic CRD), and the KafkaConnectors the operator makes for
 # Sources (`--connect-cluster`).
-STRIMZI_KINDS = ("Kafka", "KafkaNodePool", "KafkaUser", "KafkaConnector")
+STRIMZI_KINDS = ("Kafka", "KafkaNodePool", "KafkaUser", "KafkaConnect", "KafkaConnector")
 CLUSTER_SCOPED = {
     "ClusterRole",
     "ClusterRoleBinding",
@@ -54,7 +58,13 @@ CLUSTER_SCOPED = {
     "CustomResourceDefinition",
     "Namespace",
 }
-NAMESPACES = ("KAFKA_NAMESPACE", "SPARK_NAMESPACE", "DISTRIBUTARY_NAMESPACE", "PIPELINE_NAMESPACE")
+NAMESPACES = (
+    "KAFKA_NAMESPACE",
+    "SPARK_NAMESPACE",
+    "DISTRIBUTARY_NAMESPACE",
+    "PIPELINE_NAMESPACE",
+    "SHOP_NAMESPACE",
+)
 
 
 @pytest.fixture(scope="module")
@@ -186,10 +196,42 @@ def test_the_operators_kafka_connectors_pass_strimzis_crd(
     assert f"kafkaconnector.kafka.strimzi.io/{manifest['metadata']['name']} created" in out
 
 
+def test_the_shop_stage_passes(cluster: Kubectl) -> None:
+    """shop.sh's stores, Connect and Jobs as `manifest` renders them, and the example as the
+    run applies it."""
+    out = dry_run(cluster, filled("shop-stores.yaml", "POSTGRES_IMAGE", "REDIS_IMAGE"))
+    assert out.count("created (server dry run)") == 5
+    connect = filled("shop-connect.yaml", "CONNECT_IMAGE", KAFKA_VERSION="4.1.1")
+    out = dry_run(cluster, connect)
+    assert f"kafkaconnect.kafka.strimzi.io/{setting('CONNECT_CLUSTER')} created" in out
+    assert f"kafkauser.kafka.strimzi.io/{setting('CONNECT_CLUSTER')} created" in out
+    assert out.count("created (server dry run)") == 4
+    for command in ("prepare", "orders", "check"):
+        job = filled("shop-job.yaml", COMMAND=command)
+        assert f"job.batch/shop-{command} created (server dry run)" in dry_run(cluster, job)
+    dry_run(cluster, lib("shop_configmap"))
+    dry_run(cluster, lib("shop_settings", "EXISTING=500", "FIRST=501", "COUNT=3000"))
+    out = dry_run(cluster, lib("shop_resources"), setting("SHOP_NAMESPACE"))
+    assert "source.distributary.dev/shop created (server dry run)" in out
+    assert out.count("created (server dry run)") == 4
+
+
+def test_a_kafka_connect_strimzi_refuses_is_refused_here(cluster: Kubectl) -> None:
+    """The dry run has teeth for the KafkaConnect too: Connect's own topics belong in its
+    spec, where Strimzi's v1 API wants them."""
+    connect = filled("shop-connect.yaml", "CONNECT_IMAGE", KAFKA_VERSION="4.1.1")
+    text = connect.replace("  groupId: shop-connect\n", "")
+    assert text != connect
+    result = cluster("apply", "--dry-run=server", "-f", "-", input=text, check=False)
+    assert result.returncode != 0
+    assert "groupId" in result.stderr
+
+
 def test_every_manifest_of_the_run_is_checked_here() -> None:
     """A manifest added to e2e/kind/manifests is one more for the tests above to apply."""
     checked = {"kafka.yaml", "kafka-user.yaml", "checkpoints.yaml"}
     checked |= {"clicks-produce.yaml", "clicks-check.yaml"}
+    checked |= {"shop-stores.yaml", "shop-connect.yaml", "shop-job.yaml"}
     assert {p.name for p in (E2E / "manifests").glob("*.yaml")} == checked
     for path in (E2E / "manifests").glob("*.yaml"):
         assert documents(path.read_text()), path.name

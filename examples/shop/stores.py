@@ -1,0 +1,103 @@
+"""The shop's stores, as its operators set them up and as its readers see them.
+
+- `prepare`: the database `shop` and its three roles, each with its own password: `shop_app`
+  (the application: it may only insert and read orders), `shop_cdc` (the Source: it owns the
+  table, with REPLICATION and CREATE on the database, for its publication) and `shop_serving`
+  (the Sink: it makes its own table). Run again, it sets the passwords anew and changes nothing
+  else.
+- `truth`, `serving`, `cache`: revenue and number of orders per customer, from the orders table
+  (what the orders imply), from the serving table (what the reports read) and from the Redis
+  cache (what the pages read); `differences` says, customer by customer, where two disagree.
+
+`run.py` (one machine) and the kind run's Jobs (`e2e/kind/shop.py`) both use these.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from decimal import Decimal
+
+import psycopg
+import redis
+from app import SCHEMA
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+DATABASE = "shop"
+TABLE = "public.customer_revenue"
+PREFIX = "revenue:"
+ROLES = ("app", "cdc", "serving")
+
+Table = dict[str, tuple[Decimal, int]]
+
+
+def dsn(admin: str, role: str | None = None, password: str = "", database: str = DATABASE) -> str:
+    """The connection string of `role` (`shop_<role>`), else the admin's, to `database`, at the
+    admin URL's server."""
+    parts = conninfo_to_dict(admin)
+    parts["dbname"] = database
+    if role is not None:
+        parts.update(user=f"shop_{role}", password=password)
+    return make_conninfo(**{k: str(v) for k, v in parts.items() if v is not None})
+
+
+def prepare(admin: str, passwords: Mapping[str, str]) -> None:
+    """The database, its roles with `passwords` (role -> password) and the orders table, from
+    `admin` (a superuser's URL)."""
+    with psycopg.connect(dsn(admin, database="postgres"), autocommit=True) as db:
+        if not db.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchall():
+            db.execute(f"CREATE DATABASE {DATABASE}")
+        for role, extra in (("app", ""), ("cdc", " REPLICATION"), ("serving", "")):
+            name = f"shop_{role}"
+            if not db.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchall():
+                db.execute(f"CREATE ROLE {name} LOGIN{extra}")
+            password = sql.Literal(passwords[role])
+            db.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(sql.Identifier(name), password))
+    with psycopg.connect(dsn(admin), autocommit=True) as db:
+        db.execute(f"GRANT CREATE ON DATABASE {DATABASE} TO shop_cdc")  # its publication
+        db.execute("GRANT CREATE ON SCHEMA public TO shop_cdc, shop_serving")
+    with psycopg.connect(dsn(admin, "cdc", passwords["cdc"]), autocommit=True) as db:
+        db.execute(SCHEMA)
+        db.execute("GRANT SELECT, INSERT ON orders TO shop_app")
+
+
+def truth(app_dsn: str) -> Table:
+    """What the orders imply: revenue and orders per customer, from the source table."""
+    with psycopg.connect(app_dsn) as db:
+        rows = db.execute(
+            "SELECT customer, sum(amount), count(*) FROM orders GROUP BY customer"
+        ).fetchall()
+    return {str(c): (Decimal(r), int(n)) for c, r, n in rows}
+
+
+def serving(serving_dsn: str) -> Table:
+    """The Sink's table, as the shop's reports read it (empty while it does not exist)."""
+    try:
+        with psycopg.connect(serving_dsn) as db:
+            rows = db.execute(f"SELECT customer, revenue, orders FROM {TABLE}").fetchall()
+    except psycopg.errors.UndefinedTable:
+        return {}
+    return {str(c): (Decimal(r), int(n)) for c, r, n in rows}
+
+
+def cache(client: redis.Redis) -> Table:
+    """The Sink's cache, as the shop's pages read it."""
+    found: Table = {}
+    for key in client.scan_iter(match=f"{PREFIX}*"):
+        value = client.get(key)
+        if value is not None:
+            row = json.loads(value, parse_float=Decimal)
+            found[key.decode()[len(PREFIX) :]] = (Decimal(row["revenue"]), int(row["orders"]))
+    return found
+
+
+def differences(expected: Table, actual: Table) -> list[str]:
+    """What differs, customer by customer (empty when equal)."""
+    lines = []
+    for customer in sorted(set(expected) | set(actual)):
+        if expected.get(customer) != actual.get(customer):
+            lines.append(
+                f"{customer}: expected {expected.get(customer)}, found {actual.get(customer)}"
+            )
+    return lines
