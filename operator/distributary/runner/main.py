@@ -516,7 +516,7 @@ def run(followed: FollowedSpecs, stop: _Stop, follow: Path | None = None) -> int
         refresh_seconds(admin),
         process_settings(specs),
     )
-    generation, seen = followed.generation, _stamp(follow)
+    generation, unreadable = followed.generation, ""
     try:
         for since, spec in followed.revisions:
             process.start(spec, since)
@@ -528,33 +528,36 @@ def run(followed: FollowedSpecs, stop: _Stop, follow: Path | None = None) -> int
             for revision in list(process.revisions.values()):
                 revision.poll()
             time.sleep(POLL_SECONDS)
-            if follow is not None and _stamp(follow) != seen:
-                seen = _stamp(follow)
-                try:
-                    changed = FollowedSpecs.parse(json.loads(follow.read_text()))
-                except (OSError, ValueError) as exc:
+            if follow is None:
+                continue
+            # Read at every poll, not when the file looks changed: a change made while Spark
+            # started, or two within one tick of the file system's clock, is not missed.
+            try:
+                changed = _newer(follow, generation)
+            except (OSError, ValueError) as exc:
+                if str(exc) != unreadable:
                     _log(f"could not read {follow}: {exc}; keeping what runs")
-                    continue
-                if changed.generation <= generation:
-                    continue
-                if not process.follow(changed):
-                    break
-                generation = changed.generation
-                _acknowledge(follow, generation)
+                unreadable = str(exc)
+                continue
+            if changed is None:
+                continue
+            if not process.follow(changed):
+                break
+            generation = changed.generation
+            _acknowledge(follow, generation)
     finally:
         process.close()
     return 1 if any(r.state == "Failed" for r in process.revisions.values()) else 0
 
 
-def _stamp(path: Path | None) -> tuple[int, int] | None:
-    """When and how large the file last was (None: no file followed, or none there)."""
-    if path is None:
+def _newer(path: Path, generation: int) -> FollowedSpecs | None:
+    """The specs file when its generation is newer than `generation` (else None; its revisions
+    are parsed only then)."""
+    decoded = json.loads(path.read_text())
+    if isinstance(decoded, dict) and int(decoded.get("generation") or 0) <= generation:
         return None
-    try:
-        found = path.stat()
-    except OSError:
-        return None
-    return (found.st_mtime_ns, found.st_size)
+    changed = FollowedSpecs.parse(decoded)
+    return changed if changed.generation > generation else None
 
 
 def main(argv: list[str]) -> int:
