@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Test modules run on this many workers (pytest-xdist; a module's tests stay together on one
+# worker, each worker starts its own broker and control plane). The tests wait on Spark, Kafka and
+# the API server more than they compute, so two workers use a two-core machine well.
+TEST_WORKERS ?= 2
 
 .PHONY: install system-packages test unit integration lint demo shop crds docs clean helm chart-lint devcluster e2e-local e2e-kind locks
 
@@ -20,13 +24,13 @@ system-packages:
 	tools/system-packages.sh
 
 test: $(STAMP) system-packages
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit
 
 integration: $(STAMP) system-packages
-	$(BIN)/python -m pytest tests/integration
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile tests/integration
 
 lint: $(STAMP)
 	$(BIN)/ruff check operator tests bench e2e
