@@ -32,7 +32,10 @@ from typing import Any
 from distributary.backends.local_spark import LocalRuntime
 from distributary.devtools.certificates import make_certificates
 from distributary.devtools.controlplane import ControlPlane
+from distributary.kafka.admin import KafkaAdmin
+from distributary.kafka.connection import client_settings
 from distributary.local.broker import BrokerSecurity, EmbeddedBroker, free_port
+from distributary.plan.kafka_connection import security_from_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "clickstream"
@@ -87,23 +90,30 @@ def wait_for(what: str, probe: Callable[[], str | None], timeout: float) -> None
     raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}: {waiting}")
 
 
-def not_settled(kubeconfig: Path) -> str | None:
+def not_settled(kubeconfig: Path, admin: KafkaAdmin) -> str | None:
+    """What is not settled yet (None: everything is). A view is settled when Ready, CaughtUp and
+    at lag 0, and its position in each input is that input's end now, asked of the broker after
+    the status was read: a status written before the data arrived shows lag 0 too."""
     pending = [
         f"Log {log['metadata']['name']}"
         for log in resources(kubeconfig, "dlog")
         if not is_true(log, "Ready")
     ]
     views = resources(kubeconfig, "dview")
-    pending += [
-        f"DerivedView {v['metadata']['name']} (lag {(v.get('status') or {}).get('lag')})"
-        for v in views
+    for view in views:
+        status = view.get("status") or {}
+        name = f"DerivedView {view['metadata']['name']}"
         # CaughtUp is True while a view keeps up; everything read is lag 0.
-        if not (
-            is_true(v, "Ready")
-            and is_true(v, "CaughtUp")
-            and (v.get("status") or {}).get("lag") == 0
-        )
-    ]
+        if not (is_true(view, "Ready") and is_true(view, "CaughtUp") and status.get("lag") == 0):
+            pending.append(f"{name} (lag {status.get('lag')})")
+            continue
+        for found in status.get("inputs") or []:
+            topic = found.get("topic")
+            ends = admin.end_offsets([topic]).get(topic, {}) if topic else {}
+            position = {int(p): o for p, o in (found.get("position") or {}).items()}
+            if not topic or any(position.get(p, 0) < end for p, end in ends.items()):
+                pending.append(f"{name} (its status is behind {topic})")
+                break
     return ", ".join(pending) or (None if views else "no views yet")
 
 
@@ -202,7 +212,11 @@ def run(state: Path, timeout: float, secured: bool = False) -> dict[str, Any]:
             ],
             check=True,
         )  # fmt: skip
-        wait_for("every resource Ready and caught up", lambda: not_settled(kubeconfig), timeout)
+        security = security_from_environment(kafka_env) if kafka_env else None
+        admin = KafkaAdmin(broker.bootstrap_servers, client=client_settings(security, kafka_env))
+        wait_for(
+            "every resource Ready and caught up", lambda: not_settled(kubeconfig, admin), timeout
+        )
         print(kubectl(kubeconfig, "get", "dlog,dview,sjob", "-n", NAMESPACE), flush=True)
         return {**summary(kubeconfig), "kafka": "SASL_SSL" if secured else "PLAINTEXT"}
     finally:
