@@ -76,6 +76,21 @@ def caught_up(cluster: Cluster, name: str = "vc-big") -> bool:
     return is_true(view, "Ready") and is_true(view, "CaughtUp") and lag == 0
 
 
+def read_to_the_end(cluster: Cluster, broker: EmbeddedBroker, name: str) -> bool:
+    """Caught up, and the status's position in each input is that input's end as the broker has
+    it now (asked after the status was read): a status written before its input had records
+    says lag 0 too."""
+    if not caught_up(cluster, name):
+        return False
+    admin = KafkaAdmin(broker.bootstrap_servers)
+    for found in (cluster.get("dview", name) or {})["status"].get("inputs") or []:
+        ends = admin.end_offsets([found["topic"]]).get(found["topic"], {})
+        position = {int(p): o for p, o in (found.get("position") or {}).items()}
+        if any(position.get(p, 0) < end for p, end in ends.items()):
+            return False
+    return True
+
+
 def runners(operator: Operator) -> list[int]:
     """Pids of runner processes started for this test's views."""
     found = []
@@ -99,7 +114,10 @@ def running(cluster: Cluster, operator: Operator, broker: EmbeddedBroker) -> lis
     try:
         wait_for(
             "both views Ready and CaughtUp",
-            lambda: caught_up(cluster) and caught_up(cluster, "vc-per-user"),
+            lambda: (
+                read_to_the_end(cluster, broker, "vc-big")
+                and read_to_the_end(cluster, broker, "vc-per-user")
+            ),
             timeout=240,
         )
     except AssertionError as exc:
