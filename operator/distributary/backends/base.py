@@ -1,14 +1,16 @@
-"""The two contracts every backend keeps: one for topics, one for Spark.
+"""The contracts every backend keeps: one for topics, one for Spark, one for Sinks' processes.
 
 The one reconcile (`reconcile/`) is written against these and nothing else: which topic
 backend makes topics (`direct`: Kafka's Admin API; `strimzi`: KafkaTopic resources) and which Spark
 runtime runs revisions (`spark-operator`: SparkApplications; `local`: processes on this machine)
-is chosen once, where the services are built, and no reconcile asks which one it has. A new
+and where Sinks' processes run (`spark-operator`: a Deployment each; `local`: a process on this
+machine) is chosen once, where the services are built, and no reconcile asks which one it has. A new
 backend is a new class that keeps these contracts; nothing else changes. The unit tests drive the
 controllers through small in-memory classes that keep them too.
 
 Every method of `TopicBackend` is a coroutine (the direct backend batches many reconciles into
-few Admin API requests); every method of `SparkRuntime` blocks and is called from a thread.
+few Admin API requests); every method of `SparkRuntime` and `SinkRuntime` blocks and is called
+from a thread.
 """
 
 from __future__ import annotations
@@ -19,9 +21,12 @@ from typing import Any, Literal, Protocol
 
 from distributary.api.job import StreamJob
 from distributary.api.log import Log
+from distributary.api.sink import Sink
 from distributary.api.view import DerivedView
+from distributary.errors import DistributaryError
 from distributary.plan.log_status import LogReconcile
 from distributary.plan.runner_spec import RunnerSpec
+from distributary.plan.sink_plan import SinkRun
 from distributary.plan.spark import Application
 from distributary.plan.spark_state import AppState
 from distributary.plan.topics import DesiredTopic
@@ -126,4 +131,30 @@ class SparkRuntime(Protocol):
     def watches_applications(self) -> bool:
         """Whether the runtime's applications are API objects whose changes the operator should
         watch (SparkApplications), rather than processes it looks at on each round."""
+        ...
+
+
+class SecretMissingError(DistributaryError, LookupError):
+    """A Secret (or its key) a resource names is not there; the message names the field, the
+    Secret and how to make it."""
+
+
+class SinkRuntime(Protocol):
+    """Runs Sinks' processes (`python -m distributary.sinks`), one per Sink, and stops them.
+    How the store's password reaches the process is the runtime's: a Secret mounted into a pod,
+    or a file only the process reads."""
+
+    def last_run(self, namespace: str, name: str) -> SinkRun | None:
+        """The spec the Sink's process was last given (None: none yet)."""
+        ...
+
+    def sink_app(self, sink: Sink, run: SinkRun, owner: Mapping[str, Any]) -> RevisionApp:
+        """The Sink's process running `run`: `start` brings it to `run` (a new spec stops the
+        old process first: it finishes its transaction); `state` is RUNNING while it serves,
+        ended once it exited (a runtime that restarts it by itself never says ended). Raises
+        `SecretMissingError` when the store's password cannot be given to it."""
+        ...
+
+    def stop(self, namespace: str, name: str) -> None:
+        """Stop the Sink's process (it finishes its transaction); the store keeps its rows."""
         ...

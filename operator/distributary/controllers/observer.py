@@ -3,8 +3,8 @@
 kopf's timers would do this per resource, but kopf guards every resource that has a timer with a
 finalizer, and a finalizer on every Log would let an operator outage block a namespace's
 deletion. So one loop, started with the operator, lists the Logs and views of the watched
-namespaces every interval: a Log's watermarks go to its status and metrics; a view or job goes
-through the same reconcile as on a change (positions, lag, progress, restarts of ended
+namespaces every interval: a Log's watermarks go to its status and metrics; a view, job or Sink
+goes through the same reconcile as on a change (positions, lag, progress, restarts of ended
 applications), and its status is patched when it changed. A failure on one resource is logged
 and the loop goes on with the next.
 """
@@ -78,6 +78,9 @@ async def observe_namespace(services: OperatorServices, namespace: str | None) -
     for job in jobs:
         if not job["metadata"].get("deletionTimestamp"):
             await _observe(services, job, by_namespace)
+    for sink in sinks:
+        if not sink["metadata"].get("deletionTimestamp"):
+            await _observe(services, sink, by_namespace)
     alive = {
         (o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]) for o in [*views, *jobs]
     }
@@ -119,7 +122,7 @@ async def _observe_log(
 
 
 async def _observe(services: OperatorServices, item: dict[str, Any], indexes: Any) -> bool:
-    """Reconcile a view or job as on a change, and write its status if it changed; False when
+    """Reconcile a view, job or Sink as on a change, and write its status if it changed; False when
     the status had changed since `item` was read (nothing was written)."""
     kind, namespace, name = item["kind"], item["metadata"]["namespace"], item["metadata"]["name"]
     lock = one_at_a_time(kind, namespace, name)

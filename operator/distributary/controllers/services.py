@@ -12,10 +12,13 @@ import logging
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from distributary.backends.base import SparkRuntime, TopicBackend
+from distributary.backends.base import SinkRuntime, SparkRuntime, TopicBackend
 from distributary.backends.claimed import ClaimedTopicBackend
 from distributary.backends.connect import Connectors, RestConnectors, StrimziConnectors
+from distributary.backends.local_sinks import LocalSinkProcesses
 from distributary.backends.local_spark import LocalRuntime, LocalSparkRuntime
+from distributary.backends.secrets import api_secret
+from distributary.backends.sink_workloads import SinkDeployments
 from distributary.backends.spark_operator import SparkOperatorRuntime
 from distributary.backends.strimzi import StrimziTopicBackend, StrimziTopics
 from distributary.backends.topic_batches import DirectTopicBackend
@@ -43,8 +46,6 @@ class OperatorServices(Services):
     kube: Kube
     connectors: Connectors | None = None
     """Where Sources' connectors run (`backends.connect`); None: no Connect was given."""
-    sink_processes: LocalRuntime | None = None
-    """Where Sinks' processes run under the local runtime; None under spark-operator."""
     application_states: dict[tuple[str, str], str] = field(default_factory=dict, repr=False)
     """The last state seen of each SparkApplication (namespace, name), to act on changes."""
 
@@ -90,11 +91,13 @@ def build(settings: OperatorSettings) -> OperatorServices:
     claims = ClaimsLog(settings.bootstrap_servers, settings.claims_topic, client, cluster_id(api))
     topics = ClaimedTopicBackend(topics, claims, admin)
     runtime: SparkRuntime
-    local: LocalRuntime | None = None
+    sinks: SinkRuntime
     if settings.spark_runtime == "local":
         local = LocalRuntime(settings.state_dir)
         runtime = LocalSparkRuntime(local)
+        sinks = LocalSinkProcesses(local, lambda *secret: api_secret(api, *secret))
     else:
+        sinks = SinkDeployments(api, settings.image, settings.kafka_secrets)
         runtime = SparkOperatorRuntime(
             api,
             settings.image,
@@ -131,5 +134,5 @@ def build(settings: OperatorSettings) -> OperatorServices:
         lost_history=lost_history,
         restart_policy=settings.restart_policy,
         connectors=connectors,
-        sink_processes=local,
+        sinks=sinks,
     )

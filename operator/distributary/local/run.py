@@ -1,15 +1,15 @@
 """`distributary run`: a whole pipeline on one machine, no Kubernetes.
 
-This is the second front end of the one reconcile (`reconcile/`): every round, each view and job
-goes, in the pipeline's order, through the same reconcile as under the operator, with the state
-folder as its status store (`local.revisions`), the pipeline files as its world, and lines on
-stderr as its events. So reprocessing beside the serving revision and the cutover, the retention
-guard, rewinds, write-ahead records and retirement behave here as they do in a cluster. The Spark
-runtime is `local.runtime`: every view revision in one runner process on local Spark (one Spark
-application is kinder to a small machine than one per view), each StreamJob its own file in a
-process of its own. The `direct` backend makes the topics. Everything lives under the state
-folder: the embedded broker's data, the checkpoints, the statuses and the runner's log, so a
-second run resumes where the first stopped. Positions are read the way any Kafka tool reads
+This is the second front end of the one reconcile (`reconcile/`): every round, each view, job and
+Sink goes, in the pipeline's order, through the same reconcile as under the operator, with the
+state folder as its status store (`local.revisions`; a Sink's, `local.sinks`), the pipeline files
+as its world, and lines on stderr as its events. So reprocessing beside the serving revision and
+the cutover, the retention guard, rewinds, write-ahead records and retirement behave here as they
+do in a cluster. The Spark runtime is `local.runtime`: every view revision in one runner process on
+local Spark (one Spark application is kinder to a small machine than one per view), each StreamJob
+its own file in a process of its own. The `direct` backend makes the topics. Everything lives under
+the state folder: the embedded broker's data, the checkpoints, the statuses and the runner's log,
+so a second run resumes where the first stopped. Positions are read the way any Kafka tool reads
 them, from the revisions' consumer groups, and records/s from the progress topic.
 
 A view whose query fails is reported and restarted with back-off like any other application
@@ -35,6 +35,7 @@ from typing import Any
 
 from distributary.api.job import StreamJob
 from distributary.api.log import LogStatus
+from distributary.api.sink import Sink
 from distributary.api.view import DerivedView
 from distributary.artifacts import SPARK_KAFKA_CONNECTOR, jars
 from distributary.backends.direct import DirectTopics
@@ -49,7 +50,7 @@ from distributary.kafka.progress import ProgressReader
 from distributary.local.broker import EmbeddedBroker
 from distributary.local.revisions import LocalRevisions, refused, resource_key
 from distributary.local.runtime import PipelineRuntime
-from distributary.local.sinks import LocalSinks
+from distributary.local.sinks import LocalSinks, SinkStatuses
 from distributary.local.sources import LocalSources
 from distributary.local.state import RunState, ServedLog, write_run_state
 from distributary.local.status import (
@@ -81,12 +82,18 @@ from distributary.reconcile.failures import (
 )
 from distributary.reconcile.job import reconcile_job
 from distributary.reconcile.ports import Lineage, Services, StatusStore, TryAgain
+from distributary.reconcile.sink import reconcile_sink
 from distributary.reconcile.view import reconcile_view
 
 IDLE_SECONDS = 3.0  # inputs unchanged this long, and no lag: caught up
 WINDOW_SECONDS = 30.0  # the longest a view with a watermark is waited for to write its windows
 POLL_SECONDS = 1.0
 LOGGER = logging.getLogger("distributary.run")
+WORDS = {
+    "DerivedView": "view",
+    "StreamJob": "job",
+    "Sink": "sink",
+}  # each kind, in lines for people
 
 
 class RunError(DistributaryError, RuntimeError):
@@ -95,7 +102,7 @@ class RunError(DistributaryError, RuntimeError):
 
 @dataclass(frozen=True)
 class LocalEvents:
-    """A view's or job's events, as lines for people."""
+    """A view's, job's or Sink's events, as lines for people."""
 
     kind: str
     name: str
@@ -103,7 +110,7 @@ class LocalEvents:
 
     def info(self, reason: str, message: str) -> None:
         """`view NAME: what happened`."""
-        what = "view" if self.kind == "DerivedView" else "job"
+        what = WORDS.get(self.kind, "job")
         self.say(f"{what} {self.name}: {message[:1].lower()}{message[1:].rstrip('.')}")
 
     def warn(self, reason: str, message: str) -> None:
@@ -119,6 +126,7 @@ class PipelineFiles:
     graph: Pipeline
     revisions: LocalRevisions
     served: dict[str, str] = field(default_factory=dict)  # a view's output Log -> its topic
+    planned: dict[tuple[str, str], str] = field(default_factory=dict)  # every Log's own topic
 
     def lineage(self, resource: Mapping[str, Any]) -> Lineage:
         """The files' graph, the topics the views' outputs serve now, and the outputs whose
@@ -138,6 +146,16 @@ class PipelineFiles:
     async def serve(self, output: dict[str, Any], topic: str) -> None:
         """Readers of the output Log read `topic` from now on (run.json says so)."""
         self.served[output["metadata"]["name"]] = topic
+
+    def log(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The Log `name` of the files, serving its view's serving revision's topic (or the
+        table Log its Source's serving revision's), else its own."""
+        log = self.graph.logs.get(Ref.log(name, namespace))
+        if log is None:
+            return None
+        topic = self.served.get(name) or self.planned.get((namespace, name))
+        body = log.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return {**body, "status": {"topicName": topic} if topic else {}}
 
     def read_elsewhere(self, namespace: str, name: str) -> set[str]:
         """The topics the other views' and jobs' live revisions read."""
@@ -162,7 +180,8 @@ class LocalRun:
     secrets_dir: Path | None = None  # Secrets as Kubernetes mounts them: <dir>/<name>/<key>
     broker: EmbeddedBroker | None = None
     sources: LocalSources | None = None
-    sinks: LocalSinks | None = None
+    sinks: SinkStatuses | None = None
+    sink_processes: LocalSinks | None = None
     plan: PipelinePlan | None = None
     bootstrap: str | None = None
     revisions: LocalRevisions | None = None
@@ -234,10 +253,10 @@ class LocalRun:
             make_topics=lambda wanted: self._apply_topics(direct, wanted),
         )
         self.sources.start(bootstrap)
-        self.sinks = LocalSinks(
-            self.pipeline, self.state_dir, self.secrets_dir, self.say, self.kafka_security, admin
-        )
-        self.files = PipelineFiles(self.pipeline, self.revisions, self._served())
+        self.sinks = SinkStatuses(self.state_dir)
+        self.sink_processes = LocalSinks(self.state_dir, self.secrets_dir)
+        planned = {(t.log.namespace, t.log.name): t.topic.name for t in self.plan.topics}
+        self.files = PipelineFiles(self.pipeline, self.revisions, self._served(), planned)
         progress = ProgressReader(bootstrap, PROGRESS_TOPIC, client)
         jobs = LocalSparkRuntime(LocalRuntime(self.state_dir / "jobs", self.cores))
         self.runtime = PipelineRuntime(
@@ -255,6 +274,7 @@ class LocalRun:
             ),
             restart_policy=self.restart_policy,
             kafka_security=self.kafka_security,
+            sinks=self.sink_processes,
         )
         self.reconcile()
 
@@ -291,7 +311,8 @@ class LocalRun:
         return served
 
     def reconcile(self) -> None:
-        """One round: every Source, every view and job in the pipeline's order, then run.json."""
+        """One round: every Source, every view, job and Sink in the pipeline's order, then
+        run.json."""
         if self.sources is not None:
             self.sources.reconcile()
             if self.files is not None:
@@ -304,19 +325,29 @@ class LocalRun:
         assert self.revisions is not None
         assert self.files is not None
         for ref in self.pipeline.order:
-            resource = self.pipeline.views.get(ref) or self.pipeline.jobs.get(ref)
+            resource = (
+                self.pipeline.views.get(ref)
+                or self.pipeline.jobs.get(ref)
+                or self.pipeline.sinks.get(ref)
+            )
             if resource is None:
                 continue
             key = f"{resource.kind}/{resource.metadata.namespace}/{resource.metadata.name}"
             tries, due = self.failing.get(key, (0, 0.0))
             if time.monotonic() < due:  # failed unexpectedly: tried again after its back-off
                 continue
-            store = self.revisions.store(resource)
+            store = self._store(resource)
             try:
+                events = LocalEvents(resource.kind, resource.metadata.name, self.say)
+                if isinstance(resource, Sink):
+                    assert self.sinks is not None
+                    body = self.sinks.read(resource)
+                    await reconcile_sink(body, self.services, store, self.files, events)
+                    self.failing.pop(key, None)
+                    continue
                 resource = self._localized(ref, resource)
                 body, old = self.revisions.read(resource)
                 store = self.revisions.store(resource)
-                events = LocalEvents(resource.kind, resource.metadata.name, self.say)
                 reconcile = reconcile_view if resource.kind == "DerivedView" else reconcile_job
                 await reconcile(body, self.services, store, self.files, events, old)
             except TryAgain:
@@ -327,14 +358,27 @@ class LocalRun:
                 await self._record_failure(resource, store, exc, delay)
                 continue
             self.failing.pop(key, None)
-            self._say_problem(resource, store.status)
+            if not isinstance(resource, Sink):
+                self._say_problem(resource, store.status)
+
+    def _store(self, resource: DerivedView | StreamJob | Sink) -> StatusStore:
+        """Where the status of `resource` lives in the state folder."""
+        assert self.revisions is not None
+        if isinstance(resource, Sink):
+            assert self.sinks is not None
+            return self.sinks.store(resource)
+        return self.revisions.store(resource)
 
     async def _record_failure(
-        self, resource: DerivedView | StreamJob, store: StatusStore, exc: Exception, delay: float
+        self,
+        resource: DerivedView | StreamJob | Sink,
+        store: StatusStore,
+        exc: Exception,
+        delay: float,
     ) -> None:
         """Say on stderr and in the status (Stalled, `ReconcileError`) that the reconcile of
         `resource` failed; the traceback goes to the debug log."""
-        what = "view" if resource.kind == "DerivedView" else "job"
+        what = WORDS[resource.kind]
         name = resource.metadata.name
         LOGGER.debug("the reconcile of %s %s failed", what, name, exc_info=exc)
         message = failure_message(what, name, exc, "it is tried again with back-off")
@@ -343,7 +387,8 @@ class LocalRun:
                  f"it is tried again in {delay:.0f}s")  # fmt: skip
         try:
             status = store.status
-            generation = int(self._entry_of(resource).get("generation") or 0)
+            entry = {"generation": 1} if isinstance(resource, Sink) else self._entry_of(resource)
+            generation = int(entry.get("generation") or 0)
             patch = failure_status(status, message, generation, datetime.now(UTC))
             if patch is not None:
                 await store.record_ahead(patch)
@@ -466,19 +511,6 @@ class LocalRun:
         reconcile, while it did not run)."""
         assert self.runtime is not None
         self.runtime.flush()
-        if self.sinks is not None and self.bootstrap is not None:
-            self.sinks.reconcile(self.bootstrap, self._serving_topic)
-
-    def _serving_topic(self, namespace: str, log: str) -> str:
-        """The topic readers of a Log read now (a view's output: its serving revision's)."""
-        assert self.plan is not None
-        assert self.files is not None
-        planned = next(
-            (t.topic.name for t in self.plan.topics
-             if t.log.name == log and t.log.namespace == namespace),
-            log,
-        )  # fmt: skip
-        return self.files.served.get(log, planned)
 
     def runner_failed(self) -> str | None:
         """Why the runner exited before it was asked to, or None while it runs."""
@@ -493,8 +525,8 @@ class LocalRun:
         if self.services is not None:
             self.services.progress.close()
             self.services = None
-        if self.sinks is not None:
-            self.sinks.stop()
+        if self.sink_processes is not None:
+            self.sink_processes.stop_all()
         if self.sources is not None:
             self.sources.stop()
         if self.broker is not None:
@@ -570,7 +602,7 @@ def watch(
         for failure in _failures(snapshot, run):
             run._say_once(failure)
         settled = caught_up(snapshot) and not run.revisions.catching_up()
-        settled = settled and (run.sinks is None or run.sinks.caught_up())
+        settled = settled and (run.sinks is None or run.sinks.caught_up(run.pipeline))
         settled = settled and (run.sources is None or not run.sources.catching_up())
         if stopping() or (until_caught_up and settled):
             return snapshot

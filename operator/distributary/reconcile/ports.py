@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from distributary.api.log import LogStatus
-from distributary.backends.base import SparkRuntime, TopicBackend
+from distributary.backends.base import SinkRuntime, SparkRuntime, TopicBackend
 from distributary.graph import Pipeline
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.progress import ProgressReader
@@ -80,7 +80,7 @@ class Lineage:
 
 
 class World(Protocol):
-    """What a reconcile sees around a view or job, and the one child a view keeps: its output
+    """What a reconcile sees around a resource, and the one child a view keeps: its output
     Log."""
 
     def lineage(self, resource: Mapping[str, Any]) -> Lineage:
@@ -95,6 +95,11 @@ class World(Protocol):
 
     def read_elsewhere(self, namespace: str, name: str) -> set[str]:
         """The topics that live revisions of other views and jobs than `name` read."""
+        ...
+
+    def log(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The Log `name` as its body reads (its spec, and the topic it serves now in
+        `status.topicName`), None when there is no such Log. Blocking: called from a thread."""
         ...
 
 
@@ -125,5 +130,8 @@ class Services:
     None: plaintext."""
 
     restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
-    """How ended applications are restarted, and when failing ones make their view or job
-    Stalled (`plan.restarts`); their histories live in the resources' statuses."""
+    """How ended applications and Sinks' processes are restarted, and when failing ones make
+    their resource Stalled (`plan.restarts`); their histories live in the resources' statuses."""
+
+    sinks: SinkRuntime | None = None
+    """Where Sinks' processes run (`backends.base.SinkRuntime`); None: nowhere (no Sinks)."""

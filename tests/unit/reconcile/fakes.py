@@ -11,11 +11,14 @@ from typing import Any, cast
 
 from distributary.api.job import StreamJob
 from distributary.api.log import Log, LogStatus
+from distributary.api.sink import Sink
 from distributary.api.view import DerivedView
-from distributary.backends.base import Owner, RevisionApp
+from distributary.backends.base import Owner, RevisionApp, SecretMissingError
 from distributary.plan.conditions import Problem
 from distributary.plan.log_status import LogReconcile
+from distributary.plan.restarts import RestartPolicy
 from distributary.plan.runner_spec import RunnerSpec
+from distributary.plan.sink_plan import SinkRun
 from distributary.plan.spark import Application
 from distributary.plan.spark_state import AppState
 from distributary.plan.status_patch import changes, merged
@@ -95,6 +98,12 @@ class FakeWorld:
 
     def read_elsewhere(self, namespace: str, name: str) -> set[str]:
         return set()
+
+    def log(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        found = next((log for log in self.logs if log["metadata"]["name"] == name), None)
+        if found is None or name not in self.served:
+            return found
+        return {**found, "status": {**(found.get("status") or {}), "topicName": self.served[name]}}
 
 
 @dataclass
@@ -225,8 +234,15 @@ class FakeAdmin:
     def offsets_for_time(self, topics: Sequence[str], ms: int) -> dict[str, dict[int, int]]:
         return {topic: self.by_time.get(topic, {}) for topic in topics}
 
-    def committed_metadata(self, group: str) -> list[str]:
+    def committed_metadata(self, group: str, topic: str | None = None) -> list[str]:
         return [self.metadata.get(group, "")] if group in self.groups else []
+
+    def lag(self, group: str, topics: Sequence[str]) -> dict[str, dict[int, int]]:
+        held = self.groups.get(group, {})
+        return {t: {0: max(self.ends.get(t, 0) - held.get(t, {}).get(0, 0), 0)} for t in topics}
+
+    def list_partitions(self, topics: Collection[str]) -> dict[str, int]:
+        return {t: 1 for t in topics if t in {*self.ends, *self.marks}}
 
     def fence(self, transactional_id: str) -> None:
         self.journal.append(("fence", transactional_id))
@@ -255,6 +271,60 @@ class FakeAdmin:
 
 
 @dataclass
+class FakeSinks:
+    """Sinks' processes by Sink name: each runs once started, until a test ends it (`ended`:
+    its exit, as the runtime says it); `secrets` holds the passwords there are."""
+
+    journal: Journal
+    runs: dict[str, SinkRun] = field(default_factory=dict)  # the spec each was last given
+    running: set[str] = field(default_factory=set)
+    ended: dict[str, str] = field(default_factory=dict)
+    secrets: set[str] | None = None  # None: every Secret exists
+
+    def last_run(self, namespace: str, name: str) -> SinkRun | None:
+        return self.runs.get(name)
+
+    def sink_app(self, sink: Sink, run: SinkRun, owner: Mapping[str, Any]) -> RevisionApp:
+        name = sink.metadata.name
+        store = sink.spec.postgres or sink.spec.redis
+        secret = store.password_secret if store is not None else None
+        if secret is not None and self.secrets is not None and secret.name not in self.secrets:
+            raise SecretMissingError(f"spec.postgres.passwordSecret: no Secret {secret.name!r}")
+
+        def state() -> AppState:
+            if name in self.ended:
+                return AppState("FAILED", ended=True, failed=True, message=self.ended[name])
+            if name in self.running:
+                return AppState("RUNNING", running=True)
+            return AppState("ABSENT")
+
+        def start() -> AppState:
+            if name in self.running and self.runs.get(name) == run:
+                return state()
+            self.journal.append(("start sink", name, run.topic))
+            self.runs[name] = run
+            self.ended.pop(name, None)
+            self.running.add(name)
+            return AppState("SUBMITTED")
+
+        def remove() -> None:
+            self.journal.append(("remove sink", name))
+            self.running.discard(name)
+            self.ended.pop(name, None)
+
+        return RevisionApp(sink.metadata.namespace, f"{name}-sink", state, start, remove)
+
+    def stop(self, namespace: str, name: str) -> None:
+        self.journal.append(("stop sink", name))
+        self.running.discard(name)
+
+    def exit(self, name: str, why: str) -> None:
+        """The process of Sink `name` exits."""
+        self.running.discard(name)
+        self.ended[name] = why
+
+
+@dataclass
 class FakeProgress:
     """The runners' last progress record per revision, as a test sets them."""
 
@@ -280,6 +350,8 @@ class Parts:
     admin: FakeAdmin
     lost: list[str]  # what the retention guard answers: the first element, if any
     progress: FakeProgress = field(default_factory=FakeProgress)
+    sinks: FakeSinks | None = None
+    policy: RestartPolicy = field(default_factory=RestartPolicy)  # of applications and Sinks
     asked: list[tuple[dict[str, str], set[str]]] = field(default_factory=list)  # of the guard
 
     def services(self) -> Services:
@@ -295,6 +367,8 @@ class Parts:
             topics=self.topics,
             runtime=self.runtime,
             lost_history=lost_history,
+            sinks=self.sinks,
+            restart_policy=self.policy,
         )
 
     def since(self, mark: int) -> Journal:
@@ -313,4 +387,5 @@ def parts(logs: list[dict[str, Any]], writers: list[dict[str, Any]]) -> Parts:
         FakeRuntime(journal),
         FakeAdmin(journal),
         [],
+        sinks=FakeSinks(journal),
     )
