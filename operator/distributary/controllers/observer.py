@@ -3,8 +3,8 @@
 kopf's timers would do this per resource, but kopf guards every resource that has a timer with a
 finalizer, and a finalizer on every Log would let an operator outage block a namespace's
 deletion. So one loop, started with the operator, lists the Logs and views of the watched
-namespaces every interval: a Log's watermarks go to its status and metrics; a view, job or Sink
-goes through the same reconcile as on a change (positions, lag, progress, restarts of ended
+namespaces every interval: a Log's watermarks go to its status and metrics; a view, job, Sink or
+Source goes through the same reconcile as on a change (positions, lag, progress, restarts of ended
 applications), and its status is patched when it changed. A failure on one resource is logged
 and the loop goes on with the next.
 """
@@ -22,6 +22,7 @@ from distributary.api.common import GROUP_VERSION
 from distributary.controllers.handling import one_at_a_time, reconcile_resource
 from distributary.controllers.indexes import indexes_of
 from distributary.controllers.services import OperatorServices
+from distributary.controllers.sources import reconcile_source
 from distributary.controllers.status import StatusRecorder
 from distributary.kafka.admin import KafkaAdminError
 from distributary.kube.resources import KubeError
@@ -60,6 +61,7 @@ async def observe_namespace(services: OperatorServices, namespace: str | None) -
     views = await asyncio.to_thread(kube.list, API, "DerivedView", namespace)
     jobs = await asyncio.to_thread(kube.list, API, "StreamJob", namespace)
     sinks = await asyncio.to_thread(kube.list, API, "Sink", namespace)
+    sources = await asyncio.to_thread(kube.list, API, "Source", namespace)
     live = [log for log in logs if not (log.get("metadata") or {}).get("deletionTimestamp")]
     marks = await _watermarks(services, live)
     readers_in: dict[str, list[dict[str, Any]]] = {}
@@ -78,6 +80,9 @@ async def observe_namespace(services: OperatorServices, namespace: str | None) -
     for job in jobs:
         if not job["metadata"].get("deletionTimestamp"):
             await _observe(services, job, by_namespace)
+    for source in sources:
+        if not source["metadata"].get("deletionTimestamp"):
+            await _observe_source(services, source)
     for sink in sinks:
         if not sink["metadata"].get("deletionTimestamp"):
             await _observe(services, sink, by_namespace)
@@ -152,6 +157,18 @@ async def _observe(services: OperatorServices, item: dict[str, Any], indexes: An
     except Exception:  # one resource never stops the others
         LOGGER.exception("observing %s %s/%s failed", item["kind"], namespace, name)
     return True
+
+
+async def _observe_source(services: OperatorServices, source: dict[str, Any]) -> None:
+    """A Source's round as on a change (its connectors kept as the spec says, a failed one
+    restarted, the slot read), unless its handler runs one now."""
+    namespace, name = source["metadata"]["namespace"], source["metadata"]["name"]
+    if one_at_a_time("Source", namespace, name).locked():
+        return
+    try:
+        await reconcile_source({**source, "kind": "Source"}, services)
+    except Exception as exc:  # one resource never stops the others; the next round tries again
+        LOGGER.warning("observing Source %s/%s: %s", namespace, name, exc)
 
 
 async def application_changed(

@@ -1,5 +1,5 @@
-"""How the operator drives the kinds whose reconcile is one blocking round (Sources, Sinks): on
-every change of the spec, and every `--observe-interval` while the resource lives.
+"""How the operator drives the kind whose reconcile is one blocking round (Sources): on every change
+of the spec, and at every round of the observer loop (`observer.py`).
 
 A round (`round_(services, body) -> status`) runs in a thread, one at a time per resource (a
 handler's and the interval's never overlap), and its status is written onto the version the
@@ -15,8 +15,6 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
-
-import kopf
 
 from distributary.api.common import Condition
 from distributary.controllers.handling import one_at_a_time
@@ -72,19 +70,3 @@ async def run_round(
             await recorder.finish(status)
         except StatusConflictError:
             LOGGER.debug("%s %s/%s changed while reconciled", kind, namespace, name)
-
-
-async def every_interval(
-    kind: str, stopped: kopf.DaemonStopped, body: kopf.Body, services: OperatorServices,
-    round_: Round,
-) -> None:  # fmt: skip
-    """A round of `body` every `--observe-interval` until it is deleted (kopf's daemon)."""
-    while not stopped:
-        await stopped.wait(services.settings.observe_interval)
-        if stopped:
-            break
-        try:
-            await run_round(kind, body, services, round_)
-        except Exception as exc:  # the next round tries again; the log says why
-            LOGGER.warning("%s %s/%s: %s", kind, body.meta.get("namespace"),
-                           body.meta.get("name"), exc)  # fmt: skip

@@ -1,16 +1,16 @@
 """The Source controller: a database's changes as Logs, through the cluster's Kafka Connect.
 
-Each round (on every change, and every `--observe-interval` while the Source lives) reads the
+Each round (on every change, and at every round of the observer loop, `observer.py`) reads the
 password from the Source's Secret, asks the database for its tables (the same questions
-`distributary run` and `validate --database` ask: a table missing, without a primary key or with
-a column that cannot be carried exactly; `wal_level`, REPLICATION, the right to make the
+`distributary run` and `validate --database` ask: a table missing, without a primary key or with a
+column that cannot be carried exactly; `wal_level`, REPLICATION, the right to make the
 publication), applies each table's Log as a child of the Source (compacted, keyed by the primary
 key, its schema the table's), keeps the Debezium connector as the spec says (running or paused)
 through the Connect backend (`backends.connect`: a plain REST endpoint, or Strimzi's
-KafkaConnector), restarts a failed connector with back-off, reads the replication slot (its lag
-and the WAL it keeps) and writes status: Ready/Reconciling/Stalled, the connector's state, each
-table's Log and topic, the slot, and DataLossRisk when the slot keeps more WAL than
-`spec.walWarning`.
+KafkaConnector), restarts a failed connector after the restart policy's back-off, reads the
+replication slot (its lag and the WAL it keeps) and writes status: Ready/Reconciling/Stalled, the
+connector's state, each table's Log and topic, the slot, and DataLossRisk when the slot keeps more
+WAL than `spec.walWarning`.
 
 A raised `spec.snapshot.epoch`, or a snapshot found interrupted, is a new revision beside the
 serving one (`plan.source_revisions`, as under `distributary run`): its own connector, slot,
@@ -39,7 +39,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,7 +53,7 @@ from distributary.backends.direct import DirectTopics
 from distributary.controllers import metrics
 from distributary.controllers.events import KubeEvents
 from distributary.controllers.indexes import GROUP, VERSION
-from distributary.controllers.rounds import every_interval, owner_of_body, round_status, run_round
+from distributary.controllers.rounds import owner_of_body, round_status, run_round
 from distributary.controllers.secrets import SecretMissingError, secret_value
 from distributary.controllers.services import OperatorServices
 from distributary.databases.postgres import (
@@ -71,6 +70,7 @@ from distributary.kube.resources import KubeError
 from distributary.plan.children import holds
 from distributary.plan.conditions import Observation, Problem
 from distributary.plan.pipeline import SOURCE_LABEL, revision_topic
+from distributary.plan.restarts import PartRestarts
 from distributary.plan.source_plan import (
     HEARTBEAT_RETENTION_MS,
     TABLE_PROBLEM,
@@ -104,20 +104,8 @@ from distributary.plan.topics import DesiredTopic, desired_topic
 from distributary.plan.view_plan import SERVING_ANNOTATION
 
 PLURAL = "sources"
-RESTART_AFTER = (5.0, 15.0, 60.0)  # back-off of a failed connector's restarts
 DELETE_TIMEOUT = 300  # seconds a deletion waits for the database before the Source goes
 LOGGER = logging.getLogger("distributary.sources")
-
-
-@dataclass
-class _Restarts:
-    """A failed connector's restarts: how many in a row, and when the next is due."""
-
-    failures: int = 0
-    due: float = 0.0
-
-
-_RESTARTS: dict[tuple[str, str], _Restarts] = {}
 
 
 def _table_logs(source: Source, owner: Mapping[str, Any], serving: int = 1) -> list[dict[str, Any]]:
@@ -337,7 +325,6 @@ def _round(services: OperatorServices, body: Mapping[str, Any]) -> dict[str, Any
     return finished(observation, **fields)
 
 
-_RESTARTED: set[str] = set()  # connectors restarted by the operator since their last round
 STRIMZI_INTERRUPTED = (
     "the snapshot was interrupted (the connector started again before it was whole) and taken "
     "again from a later point, so changes made in between may be missing from the table Logs; "
@@ -375,9 +362,9 @@ def _step(
         connector = connector_name(source, revision)
         positions[revision] = capture_position(services.connectors.offsets(connector, namespace))
         slots[revision] = reading.confirmed if reading.exists else None
-        if connector in _RESTARTED:
+        if connector in services.memory.restarted:
             restarted.add(revision)
-            _RESTARTED.discard(connector)
+            services.memory.restarted.discard(connector)
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     step = revision_step(source, logs, recorded, positions, now, slots, restarted)
     if services.connectors.lists_offsets:
@@ -421,7 +408,7 @@ def _run_connector(
     if state is not None and state.failed:
         _restart_later(services, source, connector, state)
     elif state is not None and state.running:
-        _RESTARTS.pop((namespace, connector), None)
+        services.memory.restarts.pop(f"{namespace}/{connector}", None)
     return state
 
 
@@ -444,7 +431,7 @@ def _retire(
             continue
         connector = connector_name(source, revision)
         services.connectors.delete(connector, namespace)
-        _RESTARTS.pop((namespace, connector), None)
+        services.memory.restarts.pop(f"{namespace}/{connector}", None)
         identifier = source.revision_identifier(revision)
         with connect(source.spec.postgres, password) as db:
             dropped = drop_capture(db, identifier, identifier)
@@ -453,9 +440,6 @@ def _retire(
         LOGGER.info("Source %s/%s: revision %d retired: its connector deleted, %s dropped; its "
                     "topics stay", namespace, source.metadata.name, revision, what)  # fmt: skip
     return rows
-
-
-_MADE: set[str] = set()  # heartbeat topics known to exist, with their revision's topics
 
 
 def _topics(
@@ -467,7 +451,7 @@ def _topics(
     connector's Kafka transaction open, and readers at read_committed then see none of its
     changes. Revision 1 writes the topics its Logs make."""
     heartbeat = heartbeat_topic(source, revision)
-    if heartbeat in _MADE:
+    if heartbeat in services.memory.made:
         return
     retention = {"retention.ms": str(HEARTBEAT_RETENTION_MS)}
     wanted = [DesiredTopic(heartbeat, 1, None, retention)]
@@ -476,27 +460,23 @@ def _topics(
     topics = DirectTopics(services.admin)
     for topic in wanted:
         topics.apply(topic)
-    _MADE.add(heartbeat)
+    services.memory.made.add(heartbeat)
 
 
 def _restart_later(
     services: OperatorServices, source: Source, connector: str, state: ConnectorState
 ) -> None:
-    """Restart a failed connector after its back-off (5 s, 15 s, then every minute)."""
-    key = (source.metadata.namespace, connector)
-    restarts = _RESTARTS.setdefault(key, _Restarts())
-    now = time.monotonic()
-    if restarts.due == 0.0:
-        delay = RESTART_AFTER[min(restarts.failures, len(RESTART_AFTER) - 1)]
-        restarts.due = now + delay
-        LOGGER.warning("Source %s/%s: the connector failed (%s); restarting it in %.0fs",
-                       *key, state.reason or "no reason given", delay)  # fmt: skip
-    elif now >= restarts.due:
-        restarts.failures += 1
-        restarts.due = 0.0
+    """Restart a failed connector after the restart policy's back-off (`--restart-delay`)."""
+    key = f"{source.metadata.namespace}/{connector}"
+    restarts = services.memory.restarts.setdefault(key, PartRestarts())
+    delay, now = restarts.failed(time.monotonic(), services.restart_policy)
+    if delay is not None:
+        LOGGER.warning("Source %s: the connector failed (%s); restarting it in %.0fs",
+                       key, state.reason or "no reason given", delay)  # fmt: skip
+    elif now:
         assert services.connectors is not None
         services.connectors.restart(connector, source.metadata.namespace)
-        _RESTARTED.add(connector)
+        services.memory.restarted.add(connector)
 
 
 async def reconcile_source(body: Mapping[str, Any], services: OperatorServices) -> None:
@@ -510,14 +490,6 @@ async def reconcile_source(body: Mapping[str, Any], services: OperatorServices) 
 async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Reconcile a Source on every change of its spec."""
     await reconcile_source(body, memo.services)
-
-
-@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0)
-async def observe(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """Every `--observe-interval` while the Source lives: the connector kept as the spec says
-    (restarted when it failed, made again when Connect lost it), the slot read, status
-    written."""
-    await every_interval("Source", stopped, body, memo.services, _round)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)
@@ -566,7 +538,7 @@ async def delete(
         LOGGER.warning("Source %s/%s: %s", namespace, name, message)
         return
     for revision in revisions:
-        _RESTARTS.pop((namespace, connector_name(source, revision)), None)
+        services.memory.restarts.pop(f"{namespace}/{connector_name(source, revision)}", None)
     metrics.forget(namespace, name)
     what = " and ".join(dropped) if dropped else "nothing left to drop"
     LOGGER.info("Source %s/%s deleted: %s dropped; its Logs stay as their deletionPolicy says",

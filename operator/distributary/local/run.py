@@ -251,6 +251,7 @@ class LocalRun:
             self.say,
             self.kafka_security,
             make_topics=lambda wanted: self._apply_topics(direct, wanted),
+            restart_policy=self.restart_policy,
         )
         self.sources.start(bootstrap)
         self.sinks = SinkStatuses(self.state_dir)

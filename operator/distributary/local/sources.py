@@ -11,9 +11,9 @@ statuses in Kafka) runs one Debezium connector per Source; a second run finds th
 their offsets and carries on from where the first stopped, in the same slot.
 
 Each round (`LocalSources.reconcile`) applies a changed spec, pauses or resumes as the spec says,
-restarts a failed task with back-off, reads the slot (its lag and the WAL it keeps) and records
-the Source's status in `<state dir>/sources.json`. A Source no longer in the files has its
-connector deleted and its slot and publication dropped; its Logs' topics stay.
+restarts a failed task after the run's restart policy's back-off, reads the slot (its lag and the
+WAL it keeps) and records the Source's status in `<state dir>/sources.json`. A Source no longer in
+the files has its connector deleted and its slot and publication dropped; its Logs' topics stay.
 
 A raised `spec.snapshot.epoch`, or a snapshot found interrupted, is a new revision beside the
 serving one (`plan.source_revisions`): a second connector, slot and publication write new topics
@@ -53,6 +53,7 @@ from distributary.graph import Pipeline, Ref
 from distributary.local.connect import ConnectWorker
 from distributary.plan.kafka_connection import KafkaSecurity
 from distributary.plan.pipeline import revision_topic
+from distributary.plan.restarts import PartRestarts, RestartPolicy
 from distributary.plan.source_plan import (
     CONNECTOR_FAILED,
     DATA_LOSS_RISK,
@@ -96,7 +97,6 @@ CONNECT_GROUP = "distributary-run-connect"
 CONNECT_TOPICS = "distributary-run-connect"
 SLOT_EVERY = 5.0  # seconds between readings of each slot
 WORKER_RETRY = 10.0  # seconds before a worker that failed to start again is tried again
-RESTART_AFTER = (5.0, 15.0, 60.0)  # back-off of a failed task's restarts
 LOGGER = logging.getLogger("distributary.run")
 
 
@@ -199,8 +199,7 @@ class _Watch:
 
     applied: dict[str, str] | None = None
     paused: bool | None = None
-    failures: int = 0
-    restart_due: float = 0.0
+    restarts: PartRestarts = field(default_factory=PartRestarts)
     slot_due: float = 0.0
     slot: dict[str, Any] | None = None
 
@@ -215,6 +214,7 @@ class LocalSources:
     say: Callable[[str], None]
     security: KafkaSecurity | None = None
     make_topics: Callable[[list[DesiredTopic]], None] = lambda topics: None
+    restart_policy: RestartPolicy = field(default_factory=RestartPolicy)  # of failed connectors
     worker: ConnectWorker | None = None
     client: ConnectClient | None = None
     watches: dict[str, _Watch] = field(default_factory=dict)  # by connector
@@ -441,7 +441,7 @@ class LocalSources:
             and tasks
             and all(t.get("state") == "RUNNING" for t in tasks)
         ):
-            watch.failures = 0
+            watch.restarts = PartRestarts()
         return connector_state, tasks
 
     def _make_revision_topics(self, source: Source, revision: int) -> None:
@@ -486,16 +486,12 @@ class LocalSources:
         assert self.client is not None
         trace = str((failed[0] if failed else state.get("connector") or {}).get("trace") or "")
         first = trace.strip().splitlines()[0] if trace.strip() else "no reason given"
-        now = time.monotonic()
-        if watch.restart_due == 0.0:
-            delay = RESTART_AFTER[min(watch.failures, len(RESTART_AFTER) - 1)]
-            watch.restart_due = now + delay
+        delay, now = watch.restarts.failed(time.monotonic(), self.restart_policy)
+        if delay is not None:
             log = self.worker.log_file if self.worker else "the worker's log"
             self.say(f"source {ref.name}: the connector failed ({first}); restarting it in "
                      f"{delay:.0f}s (see {log})")  # fmt: skip
-        elif now >= watch.restart_due:
-            watch.failures += 1
-            watch.restart_due = 0.0
+        elif now:
             self.client.restart(name)
             self.fresh.add(name)
 

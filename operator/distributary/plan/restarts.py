@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -235,3 +235,37 @@ def restarting_message(history: RestartHistory, state: AppState) -> str:
         f"{state.message}; restart {history.attempts} is due at "
         f"{rfc3339(history.restart_at)}, after a back-off of {duration(back_off)}"
     )
+
+
+@dataclass
+class PartRestarts:
+    """A failed part's restarts that are not in any status (a Source's connector: Connect keeps
+    its state, and the front end looks at it every round): failures in a row, and when the next
+    restart is due, on the front end's monotonic clock. The back-off is the policy's."""
+
+    failures: int = 0
+    due: float = 0.0
+
+    def failed(self, now: float, policy: RestartPolicy) -> tuple[float | None, bool]:
+        """The part is seen failed at `now`: (the delay of the restart scheduled now, or None
+        when one was already; whether to restart it now, its back-off over)."""
+        if self.due == 0.0:
+            delay = policy.delay(self.failures + 1)
+            self.due = now + delay
+            return delay, False
+        if now >= self.due:
+            self.failures += 1
+            self.due = 0.0
+            return None, True
+        return None, False
+
+
+@dataclass
+class RoundMemory:
+    """What a front end keeps of Sources between rounds, for as long as it runs (the rest is in
+    status): each connector's restarts, the connectors restarted since their Source's last step
+    (a snapshot they were taking is not to be trusted), and the topics known to be made."""
+
+    restarts: dict[str, PartRestarts] = field(default_factory=dict)  # by namespace/connector
+    restarted: set[str] = field(default_factory=set)
+    made: set[str] = field(default_factory=set)

@@ -19,7 +19,7 @@ from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.progress import ProgressReader
 from distributary.plan.conditions import Problem
 from distributary.plan.kafka_connection import KafkaSecurity
-from distributary.plan.restarts import RestartPolicy
+from distributary.plan.restarts import RestartPolicy, RoundMemory
 from distributary.plan.view_plan import LostHistory
 
 
@@ -135,3 +135,6 @@ class Services:
 
     sinks: SinkRuntime | None = None
     """Where Sinks' processes run (`backends.base.SinkRuntime`); None: nowhere (no Sinks)."""
+
+    memory: RoundMemory = field(default_factory=RoundMemory)
+    """What is kept between rounds and is in no status (connectors' restarts, topics made)."""

@@ -13,6 +13,7 @@ import pytest
 from tests.unit.plan.test_source_revisions import LOGS, _source
 
 from distributary.controllers import sources
+from distributary.plan.restarts import RoundMemory
 from distributary.plan.source_plan import SlotReading
 from distributary.plan.source_revisions import CATCHING_UP, RETIRED, RETIRING, SERVING
 
@@ -37,7 +38,7 @@ class FakeConnectors:
 
 
 def _services(connectors: FakeConnectors) -> Any:
-    return cast(Any, type("Services", (), {"connectors": connectors})())
+    return cast(Any, type("Services", (), {"connectors": connectors, "memory": RoundMemory()})())
 
 
 READING = (SlotReading(True, True, 100, 0, confirmed=900), 0.0)

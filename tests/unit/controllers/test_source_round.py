@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from distributary.controllers import sources
+from distributary.plan.restarts import RestartPolicy, RoundMemory
 from distributary.plan.source_plan import (
     CaptureRights,
     Column,
@@ -109,6 +110,8 @@ def _round(connectors: Connectors, kube: Kube, epoch: int, status: dict[str, Any
         kube=kube,
         admin=None,
         settings=SimpleNamespace(connect_secrets="kubernetes"),
+        memory=RoundMemory(),
+        restart_policy=RestartPolicy(),
     )
     body = {
         "apiVersion": "distributary.dev/v1alpha1",
