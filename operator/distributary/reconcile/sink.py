@@ -347,4 +347,4 @@ def _announce(events: Events, before: Mapping[str, Any], status: Mapping[str, An
 
     now = stalled_of(status)
     if now is not None and now != stalled_of(before):
-        events.warn(now[0], f"Stalled: {now[1]}")
+        events.warn(now[0], now[1])
