@@ -22,11 +22,13 @@ from typing import Any, Literal, Protocol
 from distributary.api.job import StreamJob
 from distributary.api.log import Log
 from distributary.api.sink import Sink
+from distributary.api.source import Source
 from distributary.api.view import DerivedView
 from distributary.errors import DistributaryError
 from distributary.plan.log_status import LogReconcile
 from distributary.plan.runner_spec import RunnerSpec
 from distributary.plan.sink_plan import SinkRun
+from distributary.plan.source_plan import CaptureRights, SlotReading, TableShape
 from distributary.plan.spark import Application
 from distributary.plan.spark_state import AppState
 from distributary.plan.topics import DesiredTopic
@@ -157,4 +159,26 @@ class SinkRuntime(Protocol):
 
     def stop(self, namespace: str, name: str) -> None:
         """Stop the Sink's process (it finishes its transaction); the store keeps its rows."""
+        ...
+
+
+@dataclass(frozen=True)
+class CaptureReading:
+    """What a Source's database says: each table's shape (None: missing), whether the server and
+    user allow capture, and each live revision's slot (its reading, and its lag in seconds)."""
+
+    shapes: Mapping[str, TableShape | None]
+    rights: CaptureRights
+    readings: Mapping[int, tuple[SlotReading, float | None]]
+
+
+class CaptureDatabases(Protocol):
+    """A Source's database as its reconcile asks it. Blocking; raises `DatabaseError`."""
+
+    def read(self, source: Source, password: str, revisions: Sequence[int]) -> CaptureReading:
+        """The tables' shapes, the capture rights and the slot of each of `revisions`."""
+        ...
+
+    def drop(self, source: Source, password: str, revision: int) -> list[str]:
+        """Drop a revision's slot and publication; what was dropped."""
         ...

@@ -1,4 +1,4 @@
-"""How the operator drives the one reconcile of views, jobs and Sinks (`reconcile/`).
+"""How the operator drives the one reconcile of each kind but Logs (`reconcile/`).
 
 What a view's, job's or Sink's reconcile does is `reconcile.view`'s, `reconcile.job`'s and
 `reconcile.sink`'s, shared with `distributary run`. Here is what the operator gives them: the
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -31,6 +31,7 @@ from distributary.controllers.indexes import (
 from distributary.controllers.services import OperatorServices
 from distributary.controllers.status import StatusRecorder
 from distributary.plan.children import holds
+from distributary.plan.conditions import Problem
 from distributary.plan.lifecycle import read_topics
 from distributary.plan.view_plan import namespace_pipeline, planning_bodies, reprocessing_outputs
 from distributary.reconcile.failures import (
@@ -43,12 +44,14 @@ from distributary.reconcile.failures import (
 from distributary.reconcile.job import reconcile_job
 from distributary.reconcile.ports import Lineage, StatusConflictError, TryAgain
 from distributary.reconcile.sink import reconcile_sink
+from distributary.reconcile.source import reconcile_source
 from distributary.reconcile.view import reconcile_view
 
 RECONCILES: dict[str, Callable[..., Awaitable[None]]] = {
     "DerivedView": reconcile_view,
     "StreamJob": reconcile_job,
     "Sink": reconcile_sink,
+    "Source": reconcile_source,
 }
 CONFLICT_RETRY = 1.0  # seconds before a reconcile whose status changed under it runs again
 LOGGER = logging.getLogger("distributary.reconcile")
@@ -124,6 +127,26 @@ class Namespace:
         """The topics live revisions of the namespace's other views and jobs read."""
         readers = [*self._items("views", namespace), *self._items("jobs", namespace)]
         return read_topics(r for r in readers if r["metadata"]["name"] != name)
+
+    def adopt_logs(self, manifests: Sequence[dict[str, Any]], owner_uid: str) -> list[Problem]:
+        """Apply each of a Source's table Logs unless it holds its manifest already; a Log of
+        that name that is not the Source's is left alone and named in a problem."""
+        kube, problems = self.services.kube, []
+        for manifest in manifests:
+            meta = manifest["metadata"]
+            found = kube.get(manifest["apiVersion"], "Log", meta["namespace"], meta["name"])
+            if found is not None:
+                owners = (found.get("metadata") or {}).get("ownerReferences") or []
+                if not any(o.get("uid") == owner_uid for o in owners):
+                    problems.append(Problem("LogTaken", (
+                        f"Log {meta['name']} exists and is not this Source's: rename the "
+                        "table's Log (spec.tables[].log) or delete that Log"
+                    )))  # fmt: skip
+                    continue
+                if holds(found, manifest):
+                    continue
+            kube.apply(manifest)
+        return problems
 
     def log(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         """The Log `name` as the index holds it (its status names the topic it serves)."""

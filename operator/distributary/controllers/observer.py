@@ -22,7 +22,6 @@ from distributary.api.common import GROUP_VERSION
 from distributary.controllers.handling import one_at_a_time, reconcile_resource
 from distributary.controllers.indexes import indexes_of
 from distributary.controllers.services import OperatorServices
-from distributary.controllers.sources import reconcile_source
 from distributary.controllers.status import StatusRecorder
 from distributary.kafka.admin import KafkaAdminError
 from distributary.kube.resources import KubeError
@@ -82,7 +81,7 @@ async def observe_namespace(services: OperatorServices, namespace: str | None) -
             await _observe(services, job, by_namespace)
     for source in sources:
         if not source["metadata"].get("deletionTimestamp"):
-            await _observe_source(services, source)
+            await _observe(services, source, by_namespace)
     for sink in sinks:
         if not sink["metadata"].get("deletionTimestamp"):
             await _observe(services, sink, by_namespace)
@@ -157,18 +156,6 @@ async def _observe(services: OperatorServices, item: dict[str, Any], indexes: An
     except Exception:  # one resource never stops the others
         LOGGER.exception("observing %s %s/%s failed", item["kind"], namespace, name)
     return True
-
-
-async def _observe_source(services: OperatorServices, source: dict[str, Any]) -> None:
-    """A Source's round as on a change (its connectors kept as the spec says, a failed one
-    restarted, the slot read), unless its handler runs one now."""
-    namespace, name = source["metadata"]["namespace"], source["metadata"]["name"]
-    if one_at_a_time("Source", namespace, name).locked():
-        return
-    try:
-        await reconcile_source({**source, "kind": "Source"}, services)
-    except Exception as exc:  # one resource never stops the others; the next round tries again
-        LOGGER.warning("observing Source %s/%s: %s", namespace, name, exc)
 
 
 async def application_changed(

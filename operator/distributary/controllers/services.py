@@ -9,12 +9,14 @@ since they live exactly as long as the operator process (restart histories live 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from distributary.backends.base import SinkRuntime, SparkRuntime, TopicBackend
+from distributary.backends.captures import PostgresCaptures
 from distributary.backends.claimed import ClaimedTopicBackend
 from distributary.backends.connect import Connectors, RestConnectors, StrimziConnectors
+from distributary.backends.direct import DirectTopics
 from distributary.backends.local_sinks import LocalSinkProcesses
 from distributary.backends.local_spark import LocalRuntime, LocalSparkRuntime
 from distributary.backends.secrets import api_secret
@@ -32,6 +34,7 @@ from distributary.kube.resources import Kube, KubeError
 from distributary.plan.checkpoint_storage import checkpoint_problem
 from distributary.plan.kafka_connection import KafkaSecurity
 from distributary.plan.kafka_secrets import for_pods
+from distributary.plan.topics import DesiredTopic
 from distributary.reconcile.ports import Services
 
 LOGGER = logging.getLogger("distributary.claims")
@@ -44,8 +47,6 @@ class OperatorServices(Services):
 
     settings: OperatorSettings
     kube: Kube
-    connectors: Connectors | None = None
-    """Where Sources' connectors run (`backends.connect`); None: no Connect was given."""
     application_states: dict[tuple[str, str], str] = field(default_factory=dict, repr=False)
     """The last state seen of each SparkApplication (namespace, name), to act on changes."""
 
@@ -74,6 +75,13 @@ def cluster_id(api: Kube) -> str | None:
         return None
     uid = ((found or {}).get("metadata") or {}).get("uid")
     return str(uid) if uid else None
+
+
+def _make_topics(admin: KafkaAdmin, wanted: Sequence[DesiredTopic]) -> None:
+    """Make topics no Log's reconcile makes (a Source revision's) on Kafka directly."""
+    topics = DirectTopics(admin)
+    for topic in wanted:
+        topics.apply(topic)
 
 
 def build(settings: OperatorSettings) -> OperatorServices:
@@ -134,5 +142,9 @@ def build(settings: OperatorSettings) -> OperatorServices:
         lost_history=lost_history,
         restart_policy=settings.restart_policy,
         connectors=connectors,
+        connect_secrets=settings.connect_secrets,
+        secret=lambda *secret: api_secret(api, *secret),
+        captures=PostgresCaptures(),
+        make_topics=lambda wanted: _make_topics(admin, wanted),
         sinks=sinks,
     )

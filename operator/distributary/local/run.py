@@ -147,6 +147,10 @@ class PipelineFiles:
         """Readers of the output Log read `topic` from now on (run.json says so)."""
         self.served[output["metadata"]["name"]] = topic
 
+    def adopt_logs(self, manifests: Sequence[dict[str, Any]], owner_uid: str) -> list[Problem]:
+        """Nothing: the files hold a Source's table Logs (`local.sources.resolve_sources`)."""
+        return []
+
     def log(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         """The Log `name` of the files, serving its view's serving revision's topic (or the
         table Log its Source's serving revision's), else its own."""

@@ -8,18 +8,21 @@ in memory. Each is small on purpose: a front end is the few things that truly di
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from distributary.api.log import LogStatus
-from distributary.backends.base import SinkRuntime, SparkRuntime, TopicBackend
+from distributary.api.source import SecretKey
+from distributary.backends.base import CaptureDatabases, SinkRuntime, SparkRuntime, TopicBackend
+from distributary.backends.connect import Connectors
 from distributary.graph import Pipeline
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.progress import ProgressReader
 from distributary.plan.conditions import Problem
 from distributary.plan.kafka_connection import KafkaSecurity
 from distributary.plan.restarts import RestartPolicy, RoundMemory
+from distributary.plan.topics import DesiredTopic
 from distributary.plan.view_plan import LostHistory
 
 
@@ -97,6 +100,12 @@ class World(Protocol):
         """The topics that live revisions of other views and jobs than `name` read."""
         ...
 
+    def adopt_logs(self, manifests: Sequence[dict[str, Any]], owner_uid: str) -> list[Problem]:
+        """Apply a Source's table Logs (`manifests`, children of the owner `owner_uid`) where
+        they lack part of them; a Log of that name that is another's is left alone and named in
+        a problem. Blocking: called from a thread."""
+        ...
+
     def log(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         """The Log `name` as its body reads (its spec, and the topic it serves now in
         `status.topicName`), None when there is no such Log. Blocking: called from a thread."""
@@ -135,6 +144,22 @@ class Services:
 
     sinks: SinkRuntime | None = None
     """Where Sinks' processes run (`backends.base.SinkRuntime`); None: nowhere (no Sinks)."""
+
+    connectors: Connectors | None = None
+    """Where Sources' connectors run (`backends.connect`); None: no Connect was given."""
+
+    connect_secrets: str = "kubernetes"
+    """How Connect reads a Source's password (`plan.source_plan.password_reference`)."""
+
+    secret: Callable[[str, SecretKey, str], str] | None = None
+    """The value of a Secret's key in a namespace (the last argument names the field); raises
+    `backends.base.SecretMissingError`. None: no Secret can be read."""
+
+    captures: CaptureDatabases | None = None
+    """Sources' databases (`backends.captures`)."""
+
+    make_topics: Callable[[Sequence[DesiredTopic]], None] | None = None
+    """Make topics outside any Log's reconcile (a Source revision's, its heartbeat's)."""
 
     memory: RoundMemory = field(default_factory=RoundMemory)
     """What is kept between rounds and is in no status (connectors' restarts, topics made)."""

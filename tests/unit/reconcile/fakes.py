@@ -12,13 +12,16 @@ from typing import Any, cast
 from distributary.api.job import StreamJob
 from distributary.api.log import Log, LogStatus
 from distributary.api.sink import Sink
+from distributary.api.source import SecretKey, Source
 from distributary.api.view import DerivedView
-from distributary.backends.base import Owner, RevisionApp, SecretMissingError
+from distributary.backends.base import CaptureReading, Owner, RevisionApp, SecretMissingError
+from distributary.databases.postgres import DatabaseError
 from distributary.plan.conditions import Problem
 from distributary.plan.log_status import LogReconcile
-from distributary.plan.restarts import RestartPolicy
+from distributary.plan.restarts import RestartPolicy, RoundMemory
 from distributary.plan.runner_spec import RunnerSpec
 from distributary.plan.sink_plan import SinkRun
+from distributary.plan.source_plan import CaptureRights, ConnectorState, SlotReading, TableShape
 from distributary.plan.spark import Application
 from distributary.plan.spark_state import AppState
 from distributary.plan.status_patch import changes, merged
@@ -80,6 +83,7 @@ class FakeWorld:
     served: dict[str, str] = field(default_factory=dict)
     applied: dict[str, Any] = field(default_factory=dict)  # each output Log's spec as applied
     partitions: dict[str, int] = field(default_factory=dict)  # each output topic's, as made
+    adopted: dict[str, Any] = field(default_factory=dict)  # a Source's table Logs, as applied
 
     def lineage(self, resource: Mapping[str, Any]) -> Lineage:
         pipeline, statuses, _ = namespace_pipeline(self.logs, self.writers)
@@ -98,6 +102,14 @@ class FakeWorld:
 
     def read_elsewhere(self, namespace: str, name: str) -> set[str]:
         return set()
+
+    def adopt_logs(self, manifests: Sequence[dict[str, Any]], owner_uid: str) -> list[Problem]:
+        for manifest in manifests:
+            name = manifest["metadata"]["name"]
+            if self.adopted.get(name) != manifest:
+                self.journal.append(("apply", name))
+                self.adopted[name] = manifest
+        return []
 
     def log(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         found = next((log for log in self.logs if log["metadata"]["name"] == name), None)
@@ -325,6 +337,70 @@ class FakeSinks:
 
 
 @dataclass
+class FakeConnectors:
+    """Connect: connectors by name, each running once applied unless a test fails it; committed
+    offsets as a test gives them (`lists`: whether Connect can list them at all)."""
+
+    journal: Journal
+    lists: bool = True
+    known: dict[str, dict[str, Any]] = field(default_factory=dict)  # offsets by connector
+    applied: dict[str, bool] = field(default_factory=dict)  # connector -> paused
+    failed: set[str] = field(default_factory=set)
+    where: str = "Connect at http://connect:8083"
+
+    @property
+    def lists_offsets(self) -> bool:
+        return self.lists
+
+    def apply(
+        self, name: str, config: Mapping[str, str], paused: bool, owner: Any, namespace: str
+    ) -> None:
+        if self.applied.get(name) != paused:
+            self.journal.append(("connector", name, "paused" if paused else "running"))
+        self.applied[name] = paused
+
+    def state(self, name: str, namespace: str) -> ConnectorState | None:
+        if name not in self.applied:
+            return None
+        if name in self.failed:
+            return ConnectorState("FAILED", ("FAILED",), "it broke")
+        return ConnectorState("PAUSED" if self.applied[name] else "RUNNING", ("RUNNING",))
+
+    def restart(self, name: str, namespace: str) -> None:
+        self.journal.append(("restart connector", name))
+        self.failed.discard(name)
+
+    def delete(self, name: str, namespace: str) -> None:
+        self.journal.append(("delete connector", name))
+        self.applied.pop(name, None)
+
+    def offsets(self, name: str, namespace: str) -> dict[str, Any] | None:
+        return self.known.get(name) if self.lists else None
+
+
+@dataclass
+class FakeCaptures:
+    """A Source's database: its tables' shapes, the rights, a slot per revision."""
+
+    journal: Journal
+    shapes: dict[str, TableShape | None] = field(default_factory=dict)
+    rights: CaptureRights = field(default_factory=lambda: CaptureRights("logical", True, True))
+    confirmed: int = 900
+    down: str | None = None  # why the database does not answer
+
+    def read(self, source: Source, password: str, revisions: Sequence[int]) -> CaptureReading:
+        if self.down is not None:
+            raise DatabaseError(self.down, "spec.postgres.host")
+        reading = (SlotReading(True, True, 100, 0, confirmed=self.confirmed), 0.0)
+        return CaptureReading(self.shapes, self.rights, dict.fromkeys(revisions, reading))
+
+    def drop(self, source: Source, password: str, revision: int) -> list[str]:
+        slot = source.revision_identifier(revision)
+        self.journal.append(("drop", slot))
+        return [f"slot {slot}", f"publication {slot}"]
+
+
+@dataclass
 class FakeProgress:
     """The runners' last progress record per revision, as a test sets them."""
 
@@ -351,6 +427,11 @@ class Parts:
     lost: list[str]  # what the retention guard answers: the first element, if any
     progress: FakeProgress = field(default_factory=FakeProgress)
     sinks: FakeSinks | None = None
+    connectors: FakeConnectors | None = None
+    captures: FakeCaptures | None = None
+    secrets: set[str] | None = None  # the Secrets there are (None: every one)
+    topics_made: list[str] = field(default_factory=list)
+    memory: RoundMemory = field(default_factory=RoundMemory)  # kept as long as the "operator"
     policy: RestartPolicy = field(default_factory=RestartPolicy)  # of applications and Sinks
     asked: list[tuple[dict[str, str], set[str]]] = field(default_factory=list)  # of the guard
 
@@ -369,7 +450,17 @@ class Parts:
             lost_history=lost_history,
             sinks=self.sinks,
             restart_policy=self.policy,
+            connectors=self.connectors,
+            captures=self.captures,
+            secret=self._secret,
+            make_topics=lambda wanted: self.topics_made.extend(t.name for t in wanted),
+            memory=self.memory,
         )
+
+    def _secret(self, namespace: str, secret: SecretKey, field: str) -> str:
+        if self.secrets is not None and secret.name not in self.secrets:
+            raise SecretMissingError(f"{field}: Secret {secret.name!r} in namespace {namespace}")
+        return "pw"
 
     def since(self, mark: int) -> Journal:
         """What happened after the journal held `mark` entries."""
@@ -388,4 +479,6 @@ def parts(logs: list[dict[str, Any]], writers: list[dict[str, Any]]) -> Parts:
         FakeAdmin(journal),
         [],
         sinks=FakeSinks(journal),
+        connectors=FakeConnectors(journal),
+        captures=FakeCaptures(journal),
     )
