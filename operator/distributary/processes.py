@@ -10,9 +10,12 @@ runner or a script starts. So each child runs under a small keeper, this very fi
 
     parent --pipe--> keeper (own session) --fork/exec--> child (own process group) -> its children
 
-- The keeper holds the read end of a pipe whose write end only the parent holds. The kernel closes
-  it when the parent process dies, by any cause: the keeper reads end-of-file, stops the child as
-  a stop would, with at most `ORPHAN_GRACE` seconds of grace, and goes.
+- The keeper holds the read end of a pipe whose write end only the parent holds (not inherited:
+  other children never get it). The kernel closes it when the parent process dies, by any cause
+  and whichever thread started the child: the keeper reads end-of-file, stops the child as a stop
+  would, with at most `ORPHAN_GRACE` seconds of grace (also when the parent dies during a longer
+  stop), and goes. Only the operator's local runners, which its successor adopts by their pid
+  files, are started to `outlive_parent`.
 - The child leads its own process group, which its children join (pyspark's JVM, spark-submit's);
   the keeper signals and kills that whole group, and kills what is left of it as soon as the child
   exits, so nothing it started stays behind.
@@ -23,7 +26,9 @@ runner or a script starts. So each child runs under a small keeper, this very fi
   keeper is gone or stuck.
 - The keeper is forked from the parent but forks the child from its own single thread, so the
   child's PDEATHSIG (SIGKILL) is tied to the keeper for good: a keeper that is itself killed takes
-  its child along.
+  its child along (though not the child's own children: the keeper is only ever killed with them).
+- Why a process and not a thread of the parent: a thread dies with the parent, and the parent's
+  death is exactly when someone must act.
 
 `pid` is the child's own (runners write it in their files); the exit code is the child's, a child
 killed by a signal shows as a negative code, as with `subprocess.Popen`.
@@ -42,7 +47,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 ORPHAN_GRACE = 10.0  # seconds a child is given to stop once its parent is gone
 KEEPER_START = 30.0  # seconds to wait for the keeper to say the child's pid
@@ -231,8 +236,15 @@ def _signal(pid: int, signum: int, group: bool) -> None:
         (os.killpg if group else os.kill)(pid, signum)
 
 
-def _exec_child(command: list[str], closing: list[int], errors: int, user: tuple[int, int]) -> None:
-    """In the forked child: own process group, the user asked for, death with the keeper."""
+def _exec_child(
+    command: list[str],
+    closing: list[int],
+    errors: int,
+    user: tuple[int, int],
+    handlers: dict[signal.Signals, Any],
+) -> None:
+    """In the forked child: own process group, the user asked for, death with the keeper, the
+    signal dispositions the keeper was given (SIGPIPE and SIGXFSZ: default, as Popen does)."""
     try:
         os.setpgid(0, 0)
         if user[0] >= 0:
@@ -240,7 +252,10 @@ def _exec_child(command: list[str], closing: list[int], errors: int, user: tuple
             os.setgid(user[1])
             os.setuid(user[0])
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
+        for signum, handler in handlers.items():
+            if handler is not None:
+                signal.signal(signum, handler)
+        for signum in (signal.SIGPIPE, signal.SIGXFSZ):
             signal.signal(signum, signal.SIG_DFL)
         for fd in closing:
             os.close(fd)
@@ -255,13 +270,14 @@ def _keep(argv: list[str]) -> None:
     watch, report, stop_signal, whole_group, orphan, uid, gid = map(int, argv[: argv.index("--")])
     command = argv[argv.index("--") + 1 :]
     asked: list[float] = []
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     signal.signal(signal.SIGTERM, lambda *_: asked.append(ORPHAN_GRACE))
     for ignored in (signal.SIGINT, signal.SIGHUP):
         signal.signal(ignored, signal.SIG_IGN)
     errors_read, errors = os.pipe()
     pid = os.fork()
     if pid == 0:
-        _exec_child(command, [watch, report, errors_read], errors, (uid, gid))
+        _exec_child(command, [watch, report, errors_read], errors, (uid, gid), handlers)
     os.close(errors)
     with contextlib.suppress(OSError):
         os.setpgid(pid, pid)
