@@ -96,7 +96,7 @@ def test_nothing_the_run_started_outlives_its_sigkill(tmp_path: Path, broker: st
     state = tmp_path / "state"
     run, said = start_run(state)
     try:
-        wait_for_run("Spark runs a query", lambda: spark_running(state), run, said, 240)
+        wait_for_run("Spark runs a query", lambda: spark_running(state), run, said, 400)
         if broker == "killed first":
             pid = broker_pid(state)
             assert pid is not None, family(state)
