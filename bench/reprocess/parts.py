@@ -27,9 +27,9 @@ from kubernetes.client.exceptions import ApiException
 
 from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
 from distributary.kafka.cluster import client_config
-from distributary.local.broker import free_port
 from distributary.plan.progress import PROGRESS_TOPIC, progress_key
 from distributary.plan.runner_spec import consumer_group
+from distributary.processes import free_port
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SAMPLE_EVERY = 0.25

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,10 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from distributary import processes
 from distributary.api.sink import Sink
 from distributary.graph import Pipeline, Ref
 from distributary.kafka.admin import KafkaAdmin
-from distributary.local.broker import die_with_parent
 from distributary.local.sources import SourceError, secret_file
 from distributary.plan.kafka_connection import KafkaSecurity
 from distributary.plan.sink_plan import SinkRun, sink_run
@@ -46,7 +44,7 @@ class _Process:
     """One Sink's process and what the run keeps of it between rounds."""
 
     run: SinkRun
-    process: subprocess.Popen[bytes] | None = None
+    process: processes.Supervised | None = None
     failures: int = 0
     due: float = 0.0
     stalled: str | None = None
@@ -196,13 +194,9 @@ class LocalSinks:
         self.folder.mkdir(parents=True, exist_ok=True)
         spec = self._file(ref, "json")
         spec.write_text(entry.run.model_dump_json(indent=2))
-        with open(self._log(ref), "ab") as out:
-            entry.process = subprocess.Popen(
-                [sys.executable, "-m", "distributary.sinks", "--spec", str(spec)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                preexec_fn=die_with_parent,
-            )
+        entry.process = processes.start(
+            [sys.executable, "-m", "distributary.sinks", "--spec", str(spec)], log=self._log(ref)
+        )
         self._file(ref, "pid").write_text(f"{entry.process.pid}\n")
         if entry.failures == 0:
             self.say(f"sink {ref.name}: {entry.run.topic} -> {entry.run.table} "
@@ -220,8 +214,7 @@ class LocalSinks:
     def _end(entry: _Process) -> None:
         """Stop an entry's process (it finishes its transaction)."""
         if entry.process is not None and entry.process.poll() is None:
-            entry.process.terminate()
-            entry.process.wait(30)
+            entry.process.stop(30)
 
     def _observe(self) -> None:
         if self.admin is None:
@@ -262,15 +255,9 @@ class LocalSinks:
         """Stop every Sink's process (each finishes its transaction)."""
         running = [e.process for e in self.processes.values() if e.process is not None]
         for process in running:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 15
+            process.ask_to_stop(15)
         for process in running:
-            try:
-                process.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
+            process.stop(15)
 
 
 def _last_line(path: Path) -> str:

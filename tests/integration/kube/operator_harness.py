@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from distributary.kafka.admin import KafkaAdmin
-from distributary.local.broker import free_port
+from distributary.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 
