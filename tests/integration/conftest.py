@@ -7,9 +7,7 @@ with its data in pytest's temporary folder; nothing here stands in for Kafka.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,6 +22,7 @@ import pytest
 # JVMs compute is the same; people's runs keep the JVM's defaults.
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
 
+from distributary import processes
 from distributary.devtools import spark_cds
 from distributary.devtools.postgres import PostgresServer
 from distributary.devtools.redis import RedisServer
@@ -39,7 +38,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: "tests/integration/kube/" in str(item.path))
 
 
-_BUILDS: list[subprocess.Popen[bytes]] = []
+_BUILDS: list[processes.Supervised] = []
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -49,16 +48,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if os.environ.get("DISTRIBUTARY_BUILD_AHEAD") != "1" or "PYTEST_XDIST_WORKER" in os.environ:
         return
     command = [sys.executable, "-m", "distributary.devtools.builds"]
-    _BUILDS.append(subprocess.Popen(command, start_new_session=True))
+    _BUILDS.append(processes.start(command, stdout=None))
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """A build still running when the tests end is stopped (it is taken up again next time)."""
     for build in _BUILDS:
-        if build.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(build.pid, signal.SIGTERM)
-            build.wait()
+        build.stop(10)
 
 
 @pytest.fixture(scope="session", autouse=True)
