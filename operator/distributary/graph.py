@@ -33,13 +33,8 @@ from distributary.api import (
     label_part,
     parse_resource,
 )
-from distributary.api.admission import (
-    NestedTooDeeply,
-    narrowed,
-    place,
-    schema_problems,
-    yaml_documents,
-)
+from distributary.api.admission import narrowed, place, schema_problems
+from distributary.api.documents import BeyondLimits, yaml_documents
 from distributary.api.names import topic_names
 from distributary.api.source import SourceTable
 from distributary.event_time import event_time_problems, log_columns
@@ -219,7 +214,7 @@ def _documents(path: Path, problems: list[SpecProblem]) -> list[tuple[int, dict[
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        lead = "" if isinstance(exc, NestedTooDeeply) else "is not valid YAML: "
+        lead = "" if isinstance(exc, BeyondLimits) else "is not valid YAML: "
         problems.append(SpecProblem("", "", f"{lead}{what}{where}", str(path)))
     except (OSError, UnicodeDecodeError) as exc:
         problems.append(SpecProblem("", "", f"cannot be read: {exc}", str(path)))
