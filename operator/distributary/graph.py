@@ -228,9 +228,48 @@ def load_pipeline(
     may call the unsafe SQL functions in `allowed_functions` (see `Pipeline.build`)."""
     loaded = load(paths)
     pipeline = Pipeline.build(loaded.resources, allowed_functions=allowed_functions)
-    pipeline.problems = loaded.problems + pipeline.problems
+    declared = sorted(
+        pipeline.problems + starting_offset_problems(pipeline), key=lambda p: p.resource
+    )
+    pipeline.problems = loaded.problems + tuple(declared)
     pipeline.skipped = loaded.skipped
     return pipeline
+
+
+def starting_offset_problems(pipeline: Pipeline) -> tuple[SpecProblem, ...]:
+    """Each view's or job's input whose startingPosition.offsets names a partition its Log
+    does not declare (or, for a view's output, derive): Spark refuses it when the query starts.
+    Checked on files, whose Logs are created with the partitions they declare (a Log's
+    partitions can be raised, never lowered); in a cluster the operator checks the topic
+    itself, which the API server's Log may not say all of (`plan.position_refusals`)."""
+    problems: list[SpecProblem] = []
+    for ref in pipeline.order:
+        if ref in pipeline.views:
+            inputs = [
+                (i.alias, i.log, i.starting_position) for i in pipeline.views[ref].spec.inputs
+            ]
+        elif ref in pipeline.jobs:
+            inputs = [(i.log, i.log, i.starting_position) for i in pipeline.jobs[ref].spec.inputs]
+        else:
+            continue
+        for index, (alias, name, position) in enumerate(inputs):
+            log = pipeline.logs.get(Ref.log(name, ref.namespace))
+            if log is None or not position.offsets:
+                continue
+            count = log.spec.partitions
+            beyond = sorted(int(p) for p in position.offsets if int(p) >= count)
+            if not beyond:
+                continue
+            named = ", ".join(map(str, beyond[:5])) + (" ..." if len(beyond) > 5 else "")
+            has = f"{count} partitions (0 to {count - 1})" if count > 1 else "1 partition (0)"
+            message = (
+                f"input {alias} names partition{'s' if len(beyond) > 1 else ''} {named}, but "
+                f"Log {name!r} has {has}: name only its partitions, or raise its "
+                f"spec.partitions to {beyond[-1] + 1}"
+            )
+            field = f"spec.inputs[{index}].startingPosition.offsets"
+            problems.append(SpecProblem(str(ref), field, message, pipeline.source(ref)))
+    return tuple(problems)
 
 
 @dataclass
