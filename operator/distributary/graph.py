@@ -597,19 +597,21 @@ class _Builder:
         ]
 
     def _report_cycle(self, cycle: list[Ref]) -> None:
-        ref = min((r for r in cycle if r.kind != "Log"), key=Ref._rank)
-        cycle = cycle[cycle.index(ref) :] + cycle[: cycle.index(ref)]
-        resource = self.pipeline.resource(ref)
-        assert isinstance(resource, DerivedView | StreamJob)
-        names = [item.log for item in resource.spec.inputs]
-        index = names.index(cycle[-1].name)
-        path = " -> ".join(str(r) for r in [*cycle, ref])
-        self._problem(
-            ref,
-            f"spec.inputs[{index}].log",
-            f"is on a cycle: {path}: a log cannot "
-            "be computed from itself; remove one of these inputs",
-        )
+        """The cycle, on each view and job on it (starting the path from it): each of them is
+        refused, or the operator would leave all but one waiting for an input that never comes."""
+        for ref in sorted((r for r in cycle if r.kind != "Log"), key=Ref._rank):
+            turned = cycle[cycle.index(ref) :] + cycle[: cycle.index(ref)]
+            resource = self.pipeline.resource(ref)
+            assert isinstance(resource, DerivedView | StreamJob)
+            names = [item.log for item in resource.spec.inputs]
+            index = names.index(turned[-1].name)
+            path = " -> ".join(str(r) for r in [*turned, ref])
+            self._problem(
+                ref,
+                f"spec.inputs[{index}].log",
+                f"is on a cycle: {path}: a log cannot "
+                "be computed from itself; remove one of these inputs",
+            )
 
     def _check_log(self, ref: Ref) -> None:
         spec = self.pipeline.logs[ref].spec
