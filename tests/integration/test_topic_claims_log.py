@@ -12,6 +12,7 @@ import concurrent.futures
 import time
 import uuid
 from collections import Counter
+from collections.abc import Collection
 
 from distributary.backends.direct import DirectTopics
 from distributary.kafka.admin import KafkaAdmin
@@ -20,6 +21,16 @@ from distributary.kafka.records import TopicReader
 from distributary.local.broker import EmbeddedBroker
 from distributary.plan.claims import Claimant, ClaimRecord, Deletion, claimant_of, parse_record
 from distributary.plan.topics import DesiredTopic
+
+
+def none_present(topics: Collection[str]) -> Collection[str]:
+    """As Kafka would answer when none of the claimed topics has been made yet."""
+    return ()
+
+
+def all_present(topics: Collection[str]) -> Collection[str]:
+    """As Kafka would answer when every claimed topic is there already."""
+    return topics
 
 
 def claims_topic(broker: EmbeddedBroker) -> str:
@@ -38,7 +49,7 @@ def test_two_installations_racing_agree_on_one_owner_per_topic(broker: EmbeddedB
     team_a, team_b = Claimant("team-a", "orders"), Claimant("team-b", "orders")
 
     def race(log: ClaimsLog, who: Claimant, name: str) -> tuple[str, str, bool]:
-        verdict = log.claim(name, who, lambda: False)
+        verdict = log.claim(name, who, none_present)
         return name, verdict.owner.claimant.identity, verdict.mine
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
@@ -55,7 +66,7 @@ def test_two_installations_racing_agree_on_one_owner_per_topic(broker: EmbeddedB
     for name in topics:
         owner = next(o for t, o, mine in results if t == name and mine)
         loser = team_b if owner == team_a.identity else team_a
-        verdict = restarted.claim(name, loser, lambda: True)
+        verdict = restarted.claim(name, loser, all_present)
         assert verdict.owner.claimant.identity == owner
         assert not verdict.mine
         assert restarted.deletion(name, loser) == (Deletion.KEEP_NOT_OWNED, verdict.owner.claimant)
@@ -68,11 +79,11 @@ def test_a_release_hands_the_topic_to_the_next_claimant(broker: EmbeddedBroker) 
     blue = ClaimsLog(broker.bootstrap_servers, topic)
     green = ClaimsLog(broker.bootstrap_servers, topic)
     owner, waiting = claimant_of("team-a", "payments"), claimant_of("team-b", "payments")
-    assert blue.claim("payments", owner, lambda: False).mine
-    assert not green.claim("payments", waiting, lambda: True).mine
+    assert blue.claim("payments", owner, none_present).mine
+    assert not green.claim("payments", waiting, all_present).mine
     assert blue.deletion("payments", owner) == (Deletion.DELETE, owner)
     assert blue.release(owner) == ["payments"]
-    verdict = green.claim("payments", waiting, lambda: True)
+    verdict = green.claim("payments", waiting, all_present)
     assert verdict.mine
     assert not verdict.owner.created  # the topic was there: adopted, kept on deletion
     assert green.deletion("payments", waiting) == (Deletion.KEEP_ADOPTED, waiting)
@@ -97,7 +108,7 @@ def test_claims_made_at_once_are_decided_together_each_exactly_once(
     started = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(32) as pool:
         verdicts = list(
-            pool.map(lambda ask: (ask, claims.claim(ask[0], ask[1], lambda: False)), asks)
+            pool.map(lambda ask: (ask, claims.claim(ask[0], ask[1], none_present)), asks)
         )
     took = time.monotonic() - started
 

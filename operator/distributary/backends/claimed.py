@@ -56,6 +56,13 @@ class ClaimedTopicBackend:
     def _exists(self, topic: str) -> bool:
         return self.admin.describe_topic(topic) is not None
 
+    def _present(self, topics: Collection[str]) -> set[str]:
+        """Which of `topics` are in Kafka, from one metadata request (a topic Kafka answers
+        with another error counts as present: a claim of it then adopts it, and a deletion
+        keeps it)."""
+        listed = self.admin.list_partitions(topics)
+        return {topic for topic in topics if listed.get(topic, 0) is not None}
+
     async def ensure(
         self,
         log: Log,
@@ -73,7 +80,7 @@ class ClaimedTopicBackend:
                 self.claims.claim,
                 desired.name,
                 claimant,
-                lambda: self._exists(desired.name),
+                self._present,
                 held,
             )
         except KafkaAdminError as exc:

@@ -65,15 +65,16 @@ class SweepStart:
     at: float
 
 
+Present = Callable[[Collection[str]], Collection[str]]  # which of these topics are in Kafka
+
+
 class _ClaimRequest:
     """One caller's claim, decided by whichever caller decides the batch it is in."""
 
-    def __init__(
-        self, topic: str, claimant: Claimant, exists: Callable[[], bool], held_before: bool
-    ) -> None:
+    def __init__(self, topic: str, claimant: Claimant, present: Present, held_before: bool) -> None:
         self.topic = topic
         self.claimant = claimant
-        self.exists = exists
+        self.present = present
         self.held_before = held_before
         self.same_as: _ClaimRequest | None = None  # the same claim earlier in the batch
         self.decided = False
@@ -104,6 +105,22 @@ class _ClaimRequest:
             raise self._error
         assert self._verdict is not None, "a claim was left undecided"
         return self._verdict
+
+
+def _present_of(requests: list[_ClaimRequest]) -> dict[Present, Collection[str]]:
+    """Ask each `present` of `requests` once, for all its topics; a request whose `present`
+    fails is failed with its error (the caller's own question) and left out."""
+    asked: dict[Present, list[_ClaimRequest]] = {}
+    for request in requests:
+        asked.setdefault(request.present, []).append(request)
+    answers: dict[Present, Collection[str]] = {}
+    for present, these in asked.items():
+        try:
+            answers[present] = set(present([r.topic for r in these]))
+        except Exception as exc:
+            for request in these:
+                request.fail(exc)
+    return answers
 
 
 class ClaimsLog:
@@ -147,11 +164,12 @@ class ClaimsLog:
         self,
         topic: str,
         claimant: Claimant,
-        exists: Callable[[], bool],
+        present: Present,
         held_before: bool = False,
     ) -> Verdict:
         """Claim `topic` for `claimant` unless it already holds it, and say who owns it.
-        `exists` tells whether the topic is in Kafka (asked only when a claim is appended);
+        `present` tells which of some topics are in Kafka (asked only when a claim is appended,
+        once for all the claims decided together that pass the same `present`);
         `held_before`: the Log held the topic before claims were kept (it counts as made by it).
         A claimant that loses has its claim released at once.
 
@@ -163,7 +181,7 @@ class ClaimsLog:
             owner = self.claims.owner(topic)
             if owner is not None and owner.claimant.identity == claimant.identity:
                 return self._owned(owner)
-        request = _ClaimRequest(topic, claimant, exists, held_before)
+        request = _ClaimRequest(topic, claimant, present, held_before)
         with self._waiting_lock:
             self._waiting.append(request)
             leads, self._deciding = not self._deciding, True
@@ -232,7 +250,7 @@ class ClaimsLog:
         it made the topic, are to be appended. A claimant asking twice for one topic appends
         once (a second record of its own would stand behind a rival's in log order). Also the
         losers whose earlier claim is still standing, to be released."""
-        appended: list[tuple[_ClaimRequest, bool]] = []
+        appended: list[_ClaimRequest] = []
         losers: list[tuple[_ClaimRequest, ClaimRecord, bool]] = []
         first: dict[tuple[str, str], _ClaimRequest] = {}
         for request in batch:
@@ -243,26 +261,23 @@ class ClaimsLog:
             first[key] = request
             owner = self.claims.owner(request.topic)
             if owner is None:
-                try:
-                    exists = request.exists()
-                except Exception as exc:  # the caller's own question: its error is its own
-                    request.fail(exc)
-                    continue
-                created = claim_created(
-                    self.claims,
-                    request.topic,
-                    request.claimant,
-                    exists=exists,
-                    held_before=request.held_before,
-                )
-                appended.append((request, created))
+                appended.append(request)
             elif owner.claimant.identity == request.claimant.identity:
                 request.decide(self._owned(owner))
             elif (mine := self.claims.mine(request.topic, request.claimant)) and not mine.released:
                 losers.append((request, owner, mine.created))  # a loser's claim left standing
             else:
                 request.decide(Verdict(owner, False))
-        return appended, losers
+        present = _present_of(appended)
+        made = [
+            (r, claim_created(
+                self.claims, r.topic, r.claimant, exists=r.topic in present[r.present],
+                held_before=r.held_before,
+            ))
+            for r in appended
+            if r.present in present
+        ]  # fmt: skip
+        return made, losers
 
     def _owned(self, owner: ClaimRecord) -> Verdict:
         """The verdict for a claimant that owns the topic, noted for `release_stale`."""
