@@ -5,9 +5,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Integration test modules run on this many workers (pytest-xdist; a module's tests stay
 # together on one worker, each worker starts its own broker and control plane); 0 runs them in
-# pytest's own process, one module after another. Two workers on two cores take about 60% of
-# the time of one, but the runner's recovery test (ten SIGKILLs under live input) misses its
-# windows at that load, so 0 stays the default until it does not.
+# pytest's own process, one module after another. Two workers took 36 minutes in one whole run
+# and 59 in another (with other work on the machine), against about 60 for one worker; at that
+# load the runner's recovery test (SIGKILLs under live input) misses its 240 s windows, so 0
+# stays the default until it does not.
 TEST_WORKERS ?= 0
 
 .PHONY: install system-packages check test unit integration lint demo shop crds docs clean helm chart-lint devcluster e2e-local e2e-kind locks
