@@ -3,14 +3,15 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# Test modules run on this many workers (pytest-xdist; a module's tests stay together on one
-# worker, each worker starts its own broker and control plane); 0 runs them in pytest's own
-# process, one module after another. TEST_WORKERS=2 takes 36 minutes instead of 59 on two
-# cores, but some tests still read a status written before the data they wait for when the
-# machine is that busy, so 0 stays the default until they do not.
+# Integration test modules run on this many workers (pytest-xdist; a module's tests stay
+# together on one worker, each worker starts its own broker and control plane); 0 runs them in
+# pytest's own process, one module after another. Two workers took 36 minutes in one whole run
+# and 59 in another (with other work on the machine), against about 60 for one worker; at that
+# load the runner's recovery test (SIGKILLs under live input) misses its 240 s windows, so 0
+# stays the default until it does not.
 TEST_WORKERS ?= 0
 
-.PHONY: install system-packages test unit integration lint demo shop crds docs clean helm chart-lint devcluster e2e-local e2e-kind locks
+.PHONY: install system-packages check test unit integration lint demo shop crds docs clean helm chart-lint devcluster e2e-local e2e-kind locks
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,16 +26,23 @@ install: $(STAMP)
 system-packages:
 	tools/system-packages.sh
 
-test: $(STAMP) system-packages
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+# Every test: lint and the unit tests first (`make check`, a few minutes), then the integration
+# tests against real parts. The slowest tests are listed at the end of each run.
+test: check integration
+
+# What a change must pass before anything slow runs: lint, types, import contracts, unit tests.
+check: lint unit
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests/unit
+	$(BIN)/python -m pytest -n 2 tests/unit
 
+# What the test beds build once per machine (Go programs, jars) is built in the background
+# meanwhile (DISTRIBUTARY_BUILD_AHEAD), while the tests that need none of it run first.
 integration: $(STAMP) system-packages
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile tests/integration
+	DISTRIBUTARY_BUILD_AHEAD=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile tests/integration
 
 lint: $(STAMP)
+	@echo "== lint: ruff, mypy, import contracts"
 	$(BIN)/ruff check operator tests bench e2e
 	$(BIN)/ruff format --check operator tests bench e2e
 	$(BIN)/mypy operator/distributary

@@ -18,6 +18,7 @@ from typing import Any
 from distributary.api.common import duration_ms
 
 RECORDS, QUICK_RECORDS = 1_000_000, 100_000
+SMOKE_RECORDS = 1_000  # --smoke: to see that it runs; its figures mean nothing
 RATE = 5000.0  # --live: records a second appended throughout
 STEADY_SHARE = 0.3  # of the records, appended while revision 1 serves: its steady-state rate
 PARTITIONS = 4
@@ -42,6 +43,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "and the catch-up rate of the new revision against the serving one's steady rate.",
     )
     parser.add_argument("--quick", action="store_true", help="a small run: 100,000 records")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"the smallest run, to see that it runs ({SMOKE_RECORDS:,} records): its figures "
+        "mean nothing",
+    )
     parser.add_argument(
         "--records",
         type=int,
@@ -90,6 +97,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     parser.add_argument("--keep-state", action="store_true", help="keep the temporary folder")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.quick = True
+        args.records = SMOKE_RECORDS if args.records is None else args.records
     if args.records is None:
         args.records = QUICK_RECORDS if args.quick else RECORDS
     if args.timeout is None:

@@ -27,9 +27,9 @@ from kubernetes.client.exceptions import ApiException
 
 from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
 from distributary.kafka.cluster import client_config
-from distributary.local.broker import free_port
 from distributary.plan.progress import PROGRESS_TOPIC, progress_key
 from distributary.plan.runner_spec import consumer_group
+from distributary.processes import free_port
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SAMPLE_EVERY = 0.25
@@ -293,9 +293,29 @@ def progress_records(bootstrap: str, revision: int) -> list[dict[str, Any]]:
 
 
 def output_records(bootstrap: str, revision: int) -> int:
-    """Records in revision `revision`'s output topic."""
+    """Records a committed reader finds in revision `revision`'s output topic, counted by
+    reading it: the runner writes each batch in a Kafka transaction (exactly once, the default),
+    and each transaction's commit marker takes an offset of each partition it wrote, so the end
+    offsets count more than the records."""
     topic = figures.revision_topic(revision)
-    return sum(KafkaAdmin(bootstrap).end_offsets([topic])[topic].values())
+    ends = {p: end for p, end in KafkaAdmin(bootstrap).end_offsets([topic])[topic].items() if end}
+    settings: dict[str, str | int | float | bool] = {
+        "group.id": f"bench-reprocess-count-{os.getpid()}",
+        "enable.auto.commit": False,
+        "isolation.level": "read_committed",
+    }
+    consumer = Consumer(client_config(bootstrap, **settings))
+    assigned = [TopicPartition(topic, p, 0) for p in ends]
+    consumer.assign(assigned)
+    count, deadline = 0, time.monotonic() + 300
+    try:
+        while ends and time.monotonic() < deadline:
+            count += sum(1 for m in consumer.consume(10_000, 1.0) if m.error() is None)
+            if all(tp.offset >= ends[tp.partition] for tp in consumer.position(assigned)):
+                break
+    finally:
+        consumer.close()
+    return count
 
 
 class Operator:

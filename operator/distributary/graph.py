@@ -33,13 +33,8 @@ from distributary.api import (
     label_part,
     parse_resource,
 )
-from distributary.api.admission import (
-    NestedTooDeeply,
-    narrowed,
-    place,
-    schema_problems,
-    yaml_documents,
-)
+from distributary.api.admission import narrowed, place, schema_problems
+from distributary.api.documents import BeyondLimits, yaml_documents
 from distributary.api.names import topic_names
 from distributary.api.source import SourceTable
 from distributary.event_time import event_time_problems, log_columns
@@ -219,7 +214,7 @@ def _documents(path: Path, problems: list[SpecProblem]) -> list[tuple[int, dict[
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        lead = "" if isinstance(exc, NestedTooDeeply) else "is not valid YAML: "
+        lead = "" if isinstance(exc, BeyondLimits) else "is not valid YAML: "
         problems.append(SpecProblem("", "", f"{lead}{what}{where}", str(path)))
     except (OSError, UnicodeDecodeError) as exc:
         problems.append(SpecProblem("", "", f"cannot be read: {exc}", str(path)))
@@ -233,9 +228,48 @@ def load_pipeline(
     may call the unsafe SQL functions in `allowed_functions` (see `Pipeline.build`)."""
     loaded = load(paths)
     pipeline = Pipeline.build(loaded.resources, allowed_functions=allowed_functions)
-    pipeline.problems = loaded.problems + pipeline.problems
+    declared = sorted(
+        pipeline.problems + starting_offset_problems(pipeline), key=lambda p: p.resource
+    )
+    pipeline.problems = loaded.problems + tuple(declared)
     pipeline.skipped = loaded.skipped
     return pipeline
+
+
+def starting_offset_problems(pipeline: Pipeline) -> tuple[SpecProblem, ...]:
+    """Each view's or job's input whose startingPosition.offsets names a partition its Log
+    does not declare (or, for a view's output, derive): Spark refuses it when the query starts.
+    Checked on files, whose Logs are created with the partitions they declare (a Log's
+    partitions can be raised, never lowered); in a cluster the operator checks the topic
+    itself, which the API server's Log may not say all of (`plan.position_refusals`)."""
+    problems: list[SpecProblem] = []
+    for ref in pipeline.order:
+        if ref in pipeline.views:
+            inputs = [
+                (i.alias, i.log, i.starting_position) for i in pipeline.views[ref].spec.inputs
+            ]
+        elif ref in pipeline.jobs:
+            inputs = [(i.log, i.log, i.starting_position) for i in pipeline.jobs[ref].spec.inputs]
+        else:
+            continue
+        for index, (alias, name, position) in enumerate(inputs):
+            log = pipeline.logs.get(Ref.log(name, ref.namespace))
+            if log is None or not position.offsets:
+                continue
+            count = log.spec.partitions
+            beyond = sorted(int(p) for p in position.offsets if int(p) >= count)
+            if not beyond:
+                continue
+            named = ", ".join(map(str, beyond[:5])) + (" ..." if len(beyond) > 5 else "")
+            has = f"{count} partitions (0 to {count - 1})" if count > 1 else "1 partition (0)"
+            message = (
+                f"input {alias} names partition{'s' if len(beyond) > 1 else ''} {named}, but "
+                f"Log {name!r} has {has}: name only its partitions, or raise its "
+                f"spec.partitions to {beyond[-1] + 1}"
+            )
+            field = f"spec.inputs[{index}].startingPosition.offsets"
+            problems.append(SpecProblem(str(ref), field, message, pipeline.source(ref)))
+    return tuple(problems)
 
 
 @dataclass
@@ -563,19 +597,21 @@ class _Builder:
         ]
 
     def _report_cycle(self, cycle: list[Ref]) -> None:
-        ref = min((r for r in cycle if r.kind != "Log"), key=Ref._rank)
-        cycle = cycle[cycle.index(ref) :] + cycle[: cycle.index(ref)]
-        resource = self.pipeline.resource(ref)
-        assert isinstance(resource, DerivedView | StreamJob)
-        names = [item.log for item in resource.spec.inputs]
-        index = names.index(cycle[-1].name)
-        path = " -> ".join(str(r) for r in [*cycle, ref])
-        self._problem(
-            ref,
-            f"spec.inputs[{index}].log",
-            f"is on a cycle: {path}: a log cannot "
-            "be computed from itself; remove one of these inputs",
-        )
+        """The cycle, on each view and job on it (starting the path from it): each of them is
+        refused, or the operator would leave all but one waiting for an input that never comes."""
+        for ref in sorted((r for r in cycle if r.kind != "Log"), key=Ref._rank):
+            turned = cycle[cycle.index(ref) :] + cycle[: cycle.index(ref)]
+            resource = self.pipeline.resource(ref)
+            assert isinstance(resource, DerivedView | StreamJob)
+            names = [item.log for item in resource.spec.inputs]
+            index = names.index(turned[-1].name)
+            path = " -> ".join(str(r) for r in [*turned, ref])
+            self._problem(
+                ref,
+                f"spec.inputs[{index}].log",
+                f"is on a cycle: {path}: a log cannot "
+                "be computed from itself; remove one of these inputs",
+            )
 
     def _check_log(self, ref: Ref) -> None:
         spec = self.pipeline.logs[ref].spec

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import pytest
 # JVMs compute is the same; people's runs keep the JVM's defaults.
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
 
+from distributary import processes
 from distributary.devtools import spark_cds
 from distributary.devtools.postgres import PostgresServer
 from distributary.devtools.redis import RedisServer
@@ -28,9 +30,31 @@ from distributary.local.broker import EmbeddedBroker
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the integration tests, and run the Kubernetes tests last: on a fresh machine their
+    programs are built meanwhile (`pytest_sessionstart`)."""
     for item in items:
         if "tests/integration" in str(item.path):
             item.add_marker(pytest.mark.integration)
+    items.sort(key=lambda item: "tests/integration/kube/" in str(item.path))
+
+
+_BUILDS: list[processes.Supervised] = []
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """With DISTRIBUTARY_BUILD_AHEAD=1 (`make test`), build what the test beds need once per
+    machine (`distributary.devtools.builds`) in the background, at a lower priority, while the
+    first tests run; once, in the process that runs or schedules the tests."""
+    if os.environ.get("DISTRIBUTARY_BUILD_AHEAD") != "1" or "PYTEST_XDIST_WORKER" in os.environ:
+        return
+    command = [sys.executable, "-m", "distributary.devtools.builds"]
+    _BUILDS.append(processes.start(command, stdout=None))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A build still running when the tests end is stopped (it is taken up again next time)."""
+    for build in _BUILDS:
+        build.stop(10)
 
 
 @pytest.fixture(scope="session", autouse=True)

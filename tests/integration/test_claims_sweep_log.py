@@ -9,7 +9,7 @@ reading the claims topic sees what the sweep released.
 
 from __future__ import annotations
 
-from tests.integration.test_topic_claims_log import claims_topic
+from tests.integration.test_topic_claims_log import all_present, claims_topic, none_present
 
 from distributary.kafka.claims import ClaimsLog
 from distributary.local.broker import EmbeddedBroker
@@ -30,19 +30,19 @@ def test_a_sweep_releases_only_claims_older_than_the_listing(broker: EmbeddedBro
     # not ours, and its Logs are in no listing here.
     remote = ClaimsLog(broker.bootstrap_servers, topic, cluster="there")
     for who in (GONE, AGAIN, ELSEWHERE):
-        assert claims.claim(f"{who.log}-topic", who, lambda: False).mine
-    assert remote.claim("remote-topic", REMOTE, lambda: False).mine
+        assert claims.claim(f"{who.log}-topic", who, none_present).mine
+    assert remote.claim("remote-topic", REMOTE, none_present).mine
 
     start = claims.sweep_start()
-    assert other.claim("late-topic", LATE, lambda: False).mine  # appended after the end read
-    assert claims.claim("again-topic", AGAIN, lambda: False).mine  # made again: no new record
+    assert other.claim("late-topic", LATE, none_present).mine  # appended after the end read
+    assert claims.claim("again-topic", AGAIN, none_present).mine  # made again: no new record
     released = claims.release_stale(start, existing=set(), watched=["team-a"])
 
     assert released == {GONE: ["gone-topic"]}
     newcomer = Claimant("team-b", "new")
-    assert other.claim("gone-topic", newcomer, lambda: True).mine
+    assert other.claim("gone-topic", newcomer, all_present).mine
     for who in (AGAIN, LATE, ELSEWHERE, REMOTE):
-        verdict = other.claim(f"{who.log}-topic", newcomer, lambda: True)
+        verdict = other.claim(f"{who.log}-topic", newcomer, all_present)
         assert verdict.owner.claimant.identity == who.identity
     # Nothing of team-a is stale now; the next sweep releases nothing.
     listed = {AGAIN.identity, LATE.identity}

@@ -13,9 +13,10 @@ from confluent_kafka.admin import AdminClient
 
 from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
 from distributary.kafka.cluster import client_config
-from distributary.local.broker import EmbeddedBroker, free_port
+from distributary.local.broker import EmbeddedBroker
 from distributary.plan.positions import total_lag
 from distributary.plan.topics import AlterConfigs, CreateTopic, ObservedTopic
+from distributary.processes import free_port
 
 
 @pytest.fixture(scope="module")

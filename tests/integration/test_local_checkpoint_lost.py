@@ -32,14 +32,14 @@ from distributary.local.broker import EmbeddedBroker
 PIPELINE = """
 apiVersion: distributary.dev/v1alpha1
 kind: Log
-metadata: {name: lc-events}
+metadata: {name: lost-events}
 spec: {partitions: 2, schema: "id INT, user STRING, amount INT"}
 ---
 apiVersion: distributary.dev/v1alpha1
 kind: DerivedView
-metadata: {name: lc-counts}
+metadata: {name: lost-counts}
 spec:
-  inputs: [{log: lc-events, alias: e}]
+  inputs: [{log: lost-events, alias: e}]
   sql: SELECT user, COUNT(*) AS n, SUM(amount) AS total FROM e GROUP BY user
   output: {mode: upsert, key: [user]}
   upgrade: {cutoverWindow: 3s}
@@ -53,7 +53,7 @@ def status_of(state: Path) -> dict[str, Any]:
         views = json.loads((state / "revisions.json").read_text())["views"]
     except (OSError, ValueError, KeyError):
         return {}
-    return dict((views.get("default/lc-counts") or {}).get("status") or {})
+    return dict((views.get("default/lost-counts") or {}).get("status") or {})
 
 
 def read_count(state: Path) -> int:
@@ -107,13 +107,13 @@ def serving(state: Path, revision: int) -> bool:
 
 def drained(state: Path, bootstrap: str) -> bool:
     """Whether the serving revision has read every record the input holds."""
-    ends = KafkaAdmin(bootstrap).end_offsets(["lc-events"])["lc-events"]
+    ends = KafkaAdmin(bootstrap).end_offsets(["lost-events"])["lost-events"]
     return read_count(state) == sum(ends.values()) and status_of(state).get("lag") == 0
 
 
 def input_records(bootstrap: str) -> list[dict[str, Any]]:
     """Every record the input holds: what the outputs must be made of."""
-    return [json.loads(r.value) for r in read_topic(bootstrap, "lc-events") if r.value]
+    return [json.loads(r.value) for r in read_topic(bootstrap, "lost-events") if r.value]
 
 
 @pytest.fixture(scope="module")
@@ -127,15 +127,15 @@ def rebuilt(
     data = runs.folder / "first.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in first))
     summary_of(
-        distributary("run", *runs.common, "--until-caught-up", "--produce", f"lc-events={data}")
+        distributary("run", *runs.common, "--until-caught-up", "--produce", f"lost-events={data}")
     )
-    producer = SteadyProducer(bootstrap, "lc-events", first=len(first)).start()
+    producer = SteadyProducer(bootstrap, "lost-events", first=len(first)).start()
     sent = list(first)
     try:
         runs.start()
         runs.until("revision 1 reads live records", lambda: read_count(runs.state) > 300)
         runs.stop()
-        shutil.rmtree(runs.state / "checkpoints" / "default" / "lc-counts" / "r1")
+        shutil.rmtree(runs.state / "checkpoints" / "default" / "lost-counts" / "r1")
         runs.start()
         runs.until("revision 2 rebuilt and serving", lambda: serving(runs.state, 2))
         sent += producer.stop()
@@ -143,11 +143,11 @@ def rebuilt(
         lost = status_of(runs.state)
         runs.stop()
         after_loss = input_records(bootstrap)
-        lost["table"] = table(bootstrap, "lc-counts.r2")  # before revision 2 reads on
+        lost["table"] = table(bootstrap, "lost-counts.r2")  # before revision 2 reads on
         lost["sent"] = list(sent)
         view = runs.pipeline / "pipeline.yaml"
         view.write_text(PIPELINE + REWIND)
-        producer = SteadyProducer(bootstrap, "lc-events", first=len(sent)).start()
+        producer = SteadyProducer(bootstrap, "lost-events", first=len(sent)).start()
         runs.start()
         runs.until("revision 3 rebuilt for the rewind and serving", lambda: serving(runs.state, 3))
         sent += producer.stop()
@@ -223,7 +223,7 @@ def test_no_revision_wrote_a_partial_count_over_a_correct_one(
     rebuilt: tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], dict[str, Any]],
     broker: EmbeddedBroker,
 ) -> None:
-    for topic in ("lc-counts.r1", "lc-counts.r2", "lc-counts.r3"):
+    for topic in ("lost-counts.r1", "lost-counts.r2", "lost-counts.r3"):
         assert never_lowered(broker.bootstrap_servers, topic) == [], topic
 
 
@@ -235,4 +235,4 @@ def test_a_rewind_of_a_stateful_view_rebuilds_it_and_its_table_is_exact(
     rows = {r["revision"]: r for r in status["revisions"]}
     assert rows[3]["phase"] == "Serving"
     assert rows[3]["reason"] == "Rewind"
-    assert table(broker.bootstrap_servers, "lc-counts.r3") == expected(records)
+    assert table(broker.bootstrap_servers, "lost-counts.r3") == expected(records)

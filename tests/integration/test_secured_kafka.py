@@ -44,9 +44,9 @@ from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.cluster import cluster_ready
 from distributary.kafka.connection import client_settings, read_properties_file
 from distributary.kafka.records import TopicReader
-from distributary.local.broker import free_port
 from distributary.plan.kafka_connection import parse_properties, password_in_properties
 from distributary.plan.topics import CreateTopic
+from distributary.processes import free_port
 
 VIEWS = ("enriched-page-views", "views-per-user", "views-per-country")
 

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from distributary.cli import main
 from distributary.devtools.postgres import PostgresServer
-from distributary.local.broker import free_port
+from distributary.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DATABASE = "shop_validate"

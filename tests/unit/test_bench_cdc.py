@@ -107,6 +107,12 @@ def test_the_sink_section_keeps_the_best_of_each_and_their_ratio() -> None:
     failed = figures.sink_section([attempt("sink", None)], [attempt("plain", 1000.0)])
     assert failed["sink"]["status"] == "incomplete"
     assert failed["sink/plain"] is None
+    # Every row in one commit (a --smoke run): complete, without a rate.
+    at_once = figures.attempt_section("sink", 0.0, [(1.0, 0), (1.5, 400)], 400)
+    small = figures.sink_section([at_once], [attempt("plain", 1000.0)])
+    assert small["sink"]["status"] == "ok"
+    assert small["sink"]["rows_per_s"] is None
+    assert small["sink/plain"] is None
 
 
 def test_freshness_reports_the_table_and_the_log_delays() -> None:

@@ -39,7 +39,7 @@ from distributary.api.names import (
     topic_names,
     topic_problem,
 )
-from distributary.api.topic_configs import config_value_problem
+from distributary.api.topic_configs import LONG_MAX, config_value_problem
 
 # Topic-level configs Kafka 4 accepts. Keys outside this set are refused with a suggestion.
 KAFKA_TOPIC_CONFIGS = frozenset(
@@ -99,6 +99,10 @@ _BYTE_UNITS = {
 }
 
 
+# The largest size in the largest unit that Kafka's retention.bytes (a Java long) holds.
+_LARGEST_RETENTION = f"{LONG_MAX // _BYTE_UNITS['Pi']}Pi"
+
+
 def quantity_bytes(value: int | str) -> int:
     """Bytes in a size such as 1073741824, `500Mi` or `10G` (Kubernetes quantity suffixes)."""
     text = str(value)
@@ -131,7 +135,8 @@ class Retention(ApiModel):
         | None
     ) = Field(
         default=None,
-        description="Keep at most this much per partition, e.g. 10Gi or 1073741824.",
+        description="Keep at most this much per partition, e.g. 10Gi or 1073741824; at most "
+        "8191Pi (a Java long of bytes).",
         json_schema_extra={"x-kubernetes-int-or-string": True},
     )
     forever: bool = Field(default=False, description="Never delete records by age or size.")
@@ -145,8 +150,13 @@ class Retention(ApiModel):
             )
         if self.time is not None:
             duration_ms(self.time)
-        if self.bytes is not None:
-            quantity_bytes(self.bytes)
+        if self.bytes is not None and quantity_bytes(self.bytes) > LONG_MAX:
+            raise ValueError(
+                f"bytes: {self.bytes!r} is {quantity_bytes(self.bytes):,} bytes, more "
+                f"than Kafka's retention.bytes holds (a Java long: at most {LONG_MAX} bytes): "
+                f"write at most {_LARGEST_RETENTION} (or {LONG_MAX}), or set retention.forever: "
+                "true to keep everything"
+            )
         return self
 
     def topic_configs(self) -> dict[str, str]:

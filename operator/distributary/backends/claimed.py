@@ -20,6 +20,7 @@ gone from a listing of the Logs and releases them.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
@@ -38,6 +39,8 @@ from distributary.plan.log_status import LogReconcile
 from distributary.plan.pipeline import VIEW_LABEL
 from distributary.plan.topics import DesiredTopic
 
+CLAIMS_AT_ONCE = 64  # claims waiting for one decision at most
+
 
 class ClaimedTopicBackend:
     """A `TopicBackend` that claims each topic in `claims` before `backend` touches it."""
@@ -46,9 +49,19 @@ class ClaimedTopicBackend:
         self.backend = backend
         self.claims = claims
         self.admin = admin
+        # Claims made at once are decided together (`ClaimsLog.claim`), so as many as are
+        # asked for wait at once, each on a thread of this pool rather than of the shared one.
+        self._claiming = concurrent.futures.ThreadPoolExecutor(CLAIMS_AT_ONCE, "claims")
 
     def _exists(self, topic: str) -> bool:
         return self.admin.describe_topic(topic) is not None
+
+    def _present(self, topics: Collection[str]) -> set[str]:
+        """Which of `topics` are in Kafka, from one metadata request (a topic Kafka answers
+        with another error counts as present: a claim of it then adopts it, and a deletion
+        keeps it)."""
+        listed = self.admin.list_partitions(topics)
+        return {topic for topic in topics if listed.get(topic, 0) is not None}
 
     async def ensure(
         self,
@@ -62,8 +75,13 @@ class ClaimedTopicBackend:
         claimant = claimant_of(log.metadata.namespace, log.metadata.name, owner)
         held = log.status is not None and log.status.topic_name == desired.name
         try:
-            verdict = await asyncio.to_thread(
-                self.claims.claim, desired.name, claimant, lambda: self._exists(desired.name), held
+            verdict = await asyncio.get_running_loop().run_in_executor(
+                self._claiming,
+                self.claims.claim,
+                desired.name,
+                claimant,
+                self._present,
+                held,
             )
         except KafkaAdminError as exc:
             return LogReconcile(generation, desired.name, unreachable=str(exc))

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from distributary import processes
 from distributary.api.job import StreamJob
 from distributary.api.view import DerivedView
 from distributary.artifacts import SPARK_KAFKA_CONNECTOR, jars
@@ -88,7 +88,7 @@ class LocalRuntime:
     def __init__(self, state_dir: Path, cores: int = 2) -> None:
         self.state_dir = state_dir
         self.cores = cores
-        self._children: dict[Path, subprocess.Popen[bytes]] = {}
+        self._children: dict[Path, processes.Supervised] = {}
 
     def application(self, spec: RunnerSpec) -> LocalApplication:
         """The folder of `spec`'s revision."""
@@ -162,14 +162,15 @@ class LocalRuntime:
             self._stop(app, pid)  # the spec changed in place (e.g. a new trigger): restart
         app.folder.mkdir(parents=True, exist_ok=True)
         app.spec_file.write_text(wanted)
-        with open(app.log_file, "ab") as log:
-            child = subprocess.Popen(
-                [sys.executable, "-m", module, "--spec", str(app.spec_file)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-            )
+        # SIGTERM to the process alone (its queries stop through its JVM); it outlives the
+        # operator, whose successor adopts it by its pid file.
+        child = processes.start(
+            [sys.executable, "-m", module, "--spec", str(app.spec_file)],
+            log=app.log_file,
+            env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+            whole_group=False,
+            outlive_parent=True,
+        )
         self._children[app.folder] = child
         app.pid_file.write_text(f"{child.pid}\n")
         return AppState("SUBMITTED")
@@ -215,18 +216,16 @@ class LocalRuntime:
             self._stop(app, pid)
 
     def _stop(self, app: LocalApplication, pid: int, grace: float = 60.0) -> None:
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while app.pid() is not None and time.monotonic() < deadline:
-            child = self._children.get(app.folder)
-            if child is not None and child.poll() is not None:
-                break
-            time.sleep(0.2)
-        if app.pid() is not None:
-            os.kill(pid, signal.SIGKILL)
         child = self._children.pop(app.folder, None)
         if child is not None:
-            child.wait()
+            child.stop(grace)
+        else:  # adopted from an earlier operator: its keeper kills what it leaves
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while app.pid() is not None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if app.pid() is not None:
+                os.killpg(pid, signal.SIGKILL)
         app.pid_file.unlink(missing_ok=True)
 
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-import yaml
 
+from distributary.api.documents import yaml_documents
 from distributary.cli.errors import UserError
 from distributary.graph import Declared, Pipeline, Ref
 from distributary.kube.cluster_pipeline import context_namespace, read_namespaces
@@ -192,7 +192,7 @@ def _unnamespaced(paths: Sequence[Path]) -> set[tuple[str, str]]:
         files += [p for p in found if p.is_file() and p.suffix in (".yaml", ".yml")]
     free = set()
     for file in files:
-        for document in yaml.safe_load_all(file.read_text("utf-8")):  # checked by load_checked
+        for _, document, _ in yaml_documents(file.read_text("utf-8")):  # read by load_checked
             if isinstance(document, dict) and not (document.get("metadata") or {}).get("namespace"):
                 free.add((str(document.get("kind")), str(document["metadata"].get("name"))))
     return free

@@ -23,18 +23,17 @@ import contextlib
 import secrets
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from types import FrameType, TracebackType
 
 import yaml
 
+from distributary import processes
 from distributary.devtools.gobuild import (
     PROGRESS_EVERY,
     GoBuildError,
@@ -44,6 +43,7 @@ from distributary.devtools.gobuild import (
 )
 from distributary.devtools.gobuild import elapsed as _elapsed
 from distributary.errors import DistributaryError
+from distributary.processes import free_port
 
 KUBERNETES_VERSION = "v1.34.4"  # equal to k8s.io/kubernetes in controlplane/go.mod
 ETCD_VERSION = "v3.6.4"  # equal to go.etcd.io/etcd/server/v3 in etcd/go.mod
@@ -67,25 +67,6 @@ GO_BUILD = ["build", "-v", "-trimpath", f"-ldflags={_ldflags()}"]
 
 class ControlPlaneError(DistributaryError, RuntimeError):
     """The control plane could not be built or started; the message says why and what to do."""
-
-
-def stop_in_reverse(
-    processes: list[tuple[str, subprocess.Popen[bytes]]],
-    timeout: float,
-    say: Callable[[str], None],
-) -> None:
-    """Stop `processes` last started first, emptying the list: SIGTERM, then SIGKILL for one
-    that does not stop within `timeout` seconds (said with `say`)."""
-    while processes:
-        name, process = processes.pop()
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                say(f"{name} did not stop within {timeout:.0f}s; killing it")
-                process.kill()
-                process.wait()
 
 
 def _say(message: str) -> None:
@@ -242,13 +223,6 @@ def etcd_binary(*, quiet: bool = False) -> Path:
         raise ControlPlaneError(str(error)) from None
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 class ControlPlane:
     """etcd, kube-apiserver and kube-controller-manager on loopback, their state under `state_dir`:
     etcd's data and the certificates are kept, so a second start finds its resources again."""
@@ -260,7 +234,7 @@ class ControlPlane:
         self.logs = self.state_dir / "logs"
         self.kubeconfig = self.state_dir / "kubeconfig"
         self.ports: dict[str, int] = {}
-        self._processes: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self._processes: list[tuple[str, processes.Supervised]] = []
 
     @property
     def server(self) -> str:
@@ -275,7 +249,7 @@ class ControlPlane:
         self.logs.mkdir(parents=True, exist_ok=True)
         self._check_not_running()
         write_certificates(self.pki)
-        self.ports = {name: _free_port() for name in ("etcd", "peer", "apiserver", "kcm")}
+        self.ports = {name: free_port() for name in ("etcd", "peer", "apiserver", "kcm")}
         self.kubeconfig.write_text(_kubeconfig(self.server, self.pki, "admin", embed=True))
         kcm_config = self.pki / "controller-manager.kubeconfig"
         kcm_config.write_text(_kubeconfig(self.server, self.pki, "controller-manager", embed=False))
@@ -351,11 +325,8 @@ class ControlPlane:
         name = Path(binary).name
         if not self.quiet:
             _say(f"starting {name} ...")
-        with open(self.logs / f"{name}.log", "ab") as log:
-            # A session of its own: Ctrl-C reaches Python alone, which stops the parts in order.
-            process = subprocess.Popen(
-                [binary, *flags], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
+        # A session of its own: Ctrl-C reaches Python alone, which stops the parts in order.
+        process = processes.start([binary, *flags], log=self.logs / f"{name}.log")
         self._processes.append((name, process))
         pids = " ".join(str(p.pid) for _, p in self._processes)
         (self.state_dir / "pids").write_text(pids + "\n")
@@ -415,7 +386,9 @@ class ControlPlane:
         """Stop the controller manager, the API server and etcd in that order (SIGTERM, then
         SIGKILL for whatever does not stop within `timeout` seconds)."""
         atexit.unregister(self.stop)
-        stop_in_reverse(self._processes, timeout, _say)
+        while self._processes:
+            name, process = self._processes.pop()
+            process.stop(timeout, say=_say, what=name)
         (self.state_dir / "pids").unlink(missing_ok=True)
 
     def __enter__(self) -> ControlPlane:

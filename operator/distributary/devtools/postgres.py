@@ -24,7 +24,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -32,8 +31,9 @@ from urllib.parse import quote
 
 import psycopg
 
+from distributary import processes
 from distributary.errors import DistributaryError
-from distributary.local.broker import die_with_parent, end_process, free_port
+from distributary.processes import free_port
 
 PG_VERSION = 15
 INSTALL_HINT = "run tools/system-packages.sh (it installs postgresql-15)"
@@ -84,7 +84,7 @@ class PostgresServer:
     def __init__(self, folder: Path, port: int | None = None) -> None:
         self.folder = folder.resolve()
         self._port = port or 0
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: processes.Supervised | None = None
         self._user: pwd.struct_passwd | None = None  # the OS user the server runs as, as root
 
     @property
@@ -143,14 +143,11 @@ class PostgresServer:
         }
         command = [str(binaries / "postgres"), "-D", str(self.home / "data")]
         command += [arg for key, value in settings.items() for arg in ("-c", f"{key}={value}")]
-        with open(self.log_file, "ab") as log:
-            self._process = subprocess.Popen(
-                command,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=self._child_setup,
-            )
+        user = (self._user.pw_uid, self._user.pw_gid) if self._user is not None else None
+        # Stopped with SIGINT (fast shutdown) to the postmaster alone, which ends its backends.
+        self._process = processes.start(
+            command, log=self.log_file, stop_signal=signal.SIGINT, whole_group=False, user=user
+        )
         atexit.register(self.stop)
         self._wait_until_serving(timeout)
         return self
@@ -181,13 +178,11 @@ class PostgresServer:
             os.chown(path, self._user.pw_uid, self._user.pw_gid)
 
     def _child_setup(self) -> None:
-        """In the child: become the postgres user (as root), then ask to die with the parent
-        (after, since changing the user clears that request)."""
+        """In initdb's process: become the postgres user (as root)."""
         if self._user is not None:
             os.setgroups([])
             os.setgid(self._user.pw_gid)
             os.setuid(self._user.pw_uid)
-        die_with_parent()
 
     def _choose_port(self) -> None:
         saved = self.folder / "port"
@@ -232,20 +227,23 @@ class PostgresServer:
             )
 
     def _wait_until_serving(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
         assert self._process is not None
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise PostgresError(
-                    f"PostgreSQL exited with code {self._process.returncode} while starting; "
-                    f"see {self.log_file}"
-                )
+
+        def serving() -> bool:
             with (
                 contextlib.suppress(psycopg.OperationalError),
                 psycopg.connect(self.dsn(), connect_timeout=2),
             ):
-                return
-            time.sleep(0.1)
+                return True
+            return False
+
+        if self._process.wait_until_serving(serving, timeout, interval=0.1):
+            return
+        if self._process.poll() is not None:
+            raise PostgresError(
+                f"PostgreSQL exited with code {self._process.returncode} while starting; "
+                f"see {self.log_file}"
+            )
         self.kill()
         raise PostgresError(f"PostgreSQL did not start within {timeout:.0f}s; see {self.log_file}")
 
@@ -268,7 +266,7 @@ class PostgresServer:
         if process is None:
             return
         atexit.unregister(self.stop)
-        end_process(process, timeout, signum=signal.SIGINT)
+        process.stop(timeout)
 
     def kill(self) -> None:
         """Kill the server at once (SIGKILL), as a crash would."""
@@ -277,7 +275,6 @@ class PostgresServer:
             return
         atexit.unregister(self.stop)
         process.kill()
-        process.wait()
 
     def __enter__(self) -> PostgresServer:
         return self.start() if self._process is None else self

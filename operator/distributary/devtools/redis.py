@@ -11,13 +11,12 @@ import atexit
 import contextlib
 import shutil
 import socket
-import subprocess
-import time
 from pathlib import Path
 from types import TracebackType
 
+from distributary import processes
 from distributary.errors import DistributaryError
-from distributary.local.broker import die_with_parent, end_process, free_port
+from distributary.processes import free_port
 
 INSTALL_HINT = "run tools/system-packages.sh (it installs redis-server)"
 
@@ -32,7 +31,7 @@ class RedisServer:
     def __init__(self, folder: Path, port: int | None = None) -> None:
         self.folder = folder.resolve()
         self._port = port or 0
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: processes.Supervised | None = None
 
     @property
     def port(self) -> int:
@@ -73,29 +72,20 @@ class RedisServer:
             "--logfile",
             str(self.log_file),
         ]
-        self._process = subprocess.Popen(
-            command,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            preexec_fn=die_with_parent,
-        )
+        self._process = processes.start(command)
         atexit.register(self.stop)
         self._wait_until_serving(timeout)
         return self
 
     def _wait_until_serving(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
         assert self._process is not None
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise RedisError(
-                    f"redis-server exited with code {self._process.returncode} while starting; "
-                    f"see {self.log_file}"
-                )
-            if self._pong():
-                return
-            time.sleep(0.05)
+        if self._process.wait_until_serving(self._pong, timeout, interval=0.05):
+            return
+        if self._process.poll() is not None:
+            raise RedisError(
+                f"redis-server exited with code {self._process.returncode} while starting; "
+                f"see {self.log_file}"
+            )
         self.kill()
         raise RedisError(f"redis-server did not start within {timeout:.0f}s; see {self.log_file}")
 
@@ -114,7 +104,7 @@ class RedisServer:
         if process is None:
             return
         atexit.unregister(self.stop)
-        end_process(process, timeout)
+        process.stop(timeout)
 
     def kill(self) -> None:
         """Kill the server at once (SIGKILL), as a crash would."""
@@ -123,7 +113,6 @@ class RedisServer:
             return
         atexit.unregister(self.stop)
         process.kill()
-        process.wait()
 
     def __enter__(self) -> RedisServer:
         return self.start() if self._process is None else self

@@ -33,7 +33,6 @@ import importlib.util
 import json
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 import threading
@@ -48,7 +47,8 @@ from typing import Any
 
 import yaml
 
-from distributary.devtools.controlplane import ControlPlane, ControlPlaneError, stop_in_reverse
+from distributary import processes
+from distributary.devtools.controlplane import ControlPlane, ControlPlaneError
 from distributary.devtools.gobuild import (
     GoBuildError,
     GoPrograms,
@@ -56,6 +56,7 @@ from distributary.devtools.gobuild import (
     elapsed,
     say,
 )
+from distributary.processes import free_port
 
 SPARK_OPERATOR_MODULE = "github.com/kubeflow/spark-operator/v2"
 SPARK_OPERATOR_VERSION = "v2.3.0"  # equal to the requirement in sparkoperator/go.mod
@@ -216,12 +217,12 @@ class SparkOperatorBed:
         self.quiet = quiet
         self.logs = self.state_dir / "logs"
         self.kubeconfig = self.state_dir / "kubeconfig"
-        self._processes: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self._processes: list[tuple[str, processes.Supervised]] = []
         self._stopping = threading.Event()
         self._binder: threading.Thread | None = None
-        self._health_port = _free_port()
-        self._webhook_port = _free_port()
-        self._webhook_health_port = _free_port()
+        self._health_port = free_port()
+        self._webhook_port = free_port()
+        self._webhook_health_port = free_port()
         self._configurations: list[dict[str, Any]] = []
 
     def start(self, timeout: float = 120.0) -> SparkOperatorBed:
@@ -256,7 +257,7 @@ class SparkOperatorBed:
             f"--manage-nodes-with-annotation-selector={NODE_ANNOTATION}=fake",
             "--cidr=10.0.1.0/24",
             "--node-ip=10.0.1.1",
-            f"--server-address=127.0.0.1:{_free_port()}",
+            f"--server-address=127.0.0.1:{free_port()}",
         ]
 
     def _controller_flags(self) -> list[str]:
@@ -336,14 +337,9 @@ class SparkOperatorBed:
         name = name or binary.name
         if not self.quiet:
             say("spark operator", f"starting {name} ...")
-        with open(self.logs / f"{name}.log", "ab") as log:
-            process = subprocess.Popen(
-                [str(binary), *flags],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, **env},
-                start_new_session=True,
-            )
+        process = processes.start(
+            [str(binary), *flags], log=self.logs / f"{name}.log", env={**os.environ, **env}
+        )
         self._processes.append((name, process))
 
     @functools.cached_property
@@ -550,7 +546,9 @@ class SparkOperatorBed:
         self._stopping.set()
         if self._binder is not None:
             self._binder.join(5)
-        stop_in_reverse(self._processes, timeout, functools.partial(say, "spark operator"))
+        while self._processes:
+            name, process = self._processes.pop()
+            process.stop(timeout, say=functools.partial(say, "spark operator"), what=name)
         for configuration in self._configurations:
             path = f"{_ADMISSION}/{_CONFIGURATIONS[configuration['kind']]}"
             with contextlib.suppress(OSError, ValueError):
@@ -568,13 +566,6 @@ class SparkOperatorBed:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _node() -> dict[str, Any]:

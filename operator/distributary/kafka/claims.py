@@ -11,8 +11,12 @@ Claims of Logs deleted while no operator watched them are swept (`sweep_start`, 
 `release_stale` once the Logs are listed): see `plan.claims.stale_claims` for why only claims
 older than the listing count.
 
-Every call blocks (run it in a thread) and is serialised by a lock; Kafka that does not answer
-raises `KafkaAdminError`, as the Admin API's calls do, so callers treat both alike.
+Every call blocks (run it in a thread) and is serialised by a lock; claims that wait for the
+lock are decided together by whoever takes it next (one read to the end, one write of every
+record, one read back), so a thousand Logs made at once cost a few round trips per batch, not
+per topic, and each claim is still decided only after reading past its own record. Kafka that
+does not answer raises `KafkaAdminError`, as the Admin API's calls do, so callers treat both
+alike.
 """
 
 from __future__ import annotations
@@ -61,6 +65,64 @@ class SweepStart:
     at: float
 
 
+Present = Callable[[Collection[str]], Collection[str]]  # which of these topics are in Kafka
+
+
+class _ClaimRequest:
+    """One caller's claim, decided by whichever caller decides the batch it is in."""
+
+    def __init__(self, topic: str, claimant: Claimant, present: Present, held_before: bool) -> None:
+        self.topic = topic
+        self.claimant = claimant
+        self.present = present
+        self.held_before = held_before
+        self.same_as: _ClaimRequest | None = None  # the same claim earlier in the batch
+        self.decided = False
+        self._done = threading.Event()
+        self._verdict: Verdict | None = None
+        self._error: Exception | None = None
+
+    def decide(self, verdict: Verdict) -> None:
+        self._verdict, self.decided = verdict, True
+        self._done.set()
+
+    def fail(self, error: Exception) -> None:
+        self._error, self.decided = error, True
+        self._done.set()
+
+    def follow(self) -> None:
+        """A repeated claim takes the outcome of the one it repeats."""
+        if self.same_as is not None and not self.decided:
+            self._verdict, self._error = self.same_as._verdict, self.same_as._error
+            self.decided = True
+            self._done.set()
+
+    def wait(self) -> None:
+        self._done.wait()
+
+    def outcome(self) -> Verdict:
+        if self._error is not None:
+            raise self._error
+        assert self._verdict is not None, "a claim was left undecided"
+        return self._verdict
+
+
+def _present_of(requests: list[_ClaimRequest]) -> dict[Present, Collection[str]]:
+    """Ask each `present` of `requests` once, for all its topics; a request whose `present`
+    fails is failed with its error (the caller's own question) and left out."""
+    asked: dict[Present, list[_ClaimRequest]] = {}
+    for request in requests:
+        asked.setdefault(request.present, []).append(request)
+    answers: dict[Present, Collection[str]] = {}
+    for present, these in asked.items():
+        try:
+            answers[present] = set(present([r.topic for r in these]))
+        except Exception as exc:
+            for request in these:
+                request.fail(exc)
+    return answers
+
+
 class ClaimsLog:
     """The claims topic `topic` of the cluster at `bootstrap_servers`; `client` adds librdkafka
     settings (TLS, SASL)."""
@@ -91,47 +153,131 @@ class ClaimsLog:
         self._next = 0  # the next offset to read
         self.claims = Claims()
         self._confirmed: dict[str, float] = {}  # claimant -> when a claim last said it owns
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # held while reading or writing the log
+        self._memory = threading.Lock()  # held while `claims` changes, so a held claim is
+        # answered without waiting for the log's reader
+        self._waiting: list[_ClaimRequest] = []  # claims not yet taken into a decision
+        self._waiting_lock = threading.Lock()
+        self._deciding = False  # a caller is deciding the waiting claims
 
     def claim(
         self,
         topic: str,
         claimant: Claimant,
-        exists: Callable[[], bool],
+        present: Present,
         held_before: bool = False,
     ) -> Verdict:
         """Claim `topic` for `claimant` unless it already holds it, and say who owns it.
-        `exists` tells whether the topic is in Kafka (asked only when a claim is appended);
+        `present` tells which of some topics are in Kafka (asked only when a claim is appended,
+        once for all the claims decided together that pass the same `present`);
         `held_before`: the Log held the topic before claims were kept (it counts as made by it).
-        A claimant that loses has its claim released at once."""
-        with self._lock:
+        A claimant that loses has its claim released at once.
+
+        Claims made at the same time are decided together: the first caller to find no one
+        deciding decides every waiting claim, batch after batch, each with one read to the end,
+        one write of all its records and one read back past the last (`_decide`); the others
+        wait for theirs."""
+        with self._memory:
             owner = self.claims.owner(topic)
             if owner is not None and owner.claimant.identity == claimant.identity:
                 return self._owned(owner)
+        request = _ClaimRequest(topic, claimant, present, held_before)
+        with self._waiting_lock:
+            self._waiting.append(request)
+            leads, self._deciding = not self._deciding, True
+        if leads:
+            self._decide_waiting()
+        request.wait()
+        return request.outcome()
+
+    def _decide_waiting(self) -> None:
+        """Decide the waiting claims, batch after batch, until none wait."""
+        batch: list[_ClaimRequest] = []
+        try:
+            while True:
+                with self._waiting_lock:
+                    batch, self._waiting = self._waiting, []
+                    if not batch:
+                        self._deciding = False
+                        return
+                with self._lock:
+                    self._decide(batch)
+        except BaseException as exc:  # interrupted: no caller may wait for ever
+            with self._waiting_lock:
+                batch, self._waiting, self._deciding = batch + self._waiting, [], False
+            for request in batch:
+                if not request.decided:
+                    request.fail(KafkaAdminError(f"claims topic {self.topic}: {exc!r}"))
+            raise
+
+    def _decide(self, batch: list[_ClaimRequest]) -> None:
+        """Decide every claim of `batch`; a Kafka error is each undecided request's outcome."""
+        try:
             self._read_to(self._end())
-            owner = self.claims.owner(topic)
-            if owner is not None:
-                mine = self.claims.mine(topic, claimant)
-                if owner.claimant.identity == claimant.identity:
-                    return self._owned(owner)
-                if mine is not None and not mine.released:  # a loser's claim left standing
-                    self._append(topic, claimant, released=True, created=mine.created)
-                return Verdict(owner, False)
-            created = claim_created(
-                self.claims, topic, claimant, exists=exists(), held_before=held_before
+            appended, losers = self._claims_to_append(batch)
+            offsets = self._append_many(
+                [(r.topic, r.claimant, False, created) for r, created in appended]
             )
-            offset = self._append(topic, claimant, released=False, created=created)
-            self._read_to(offset + 1)
-            owner = self.claims.owner(topic)
+            if offsets:
+                self._read_to(max(offsets) + 1)
+            for request, created in appended:
+                owner = self.claims.owner(request.topic)
+                if owner is None:
+                    request.fail(
+                        KafkaAdminError(
+                            f"claims topic {self.topic}: the claim of topic {request.topic} was "
+                            "not read back; check that the topic is compacted and writable"
+                        )
+                    )
+                elif owner.claimant.identity != request.claimant.identity:
+                    losers.append((request, owner, created))
+                else:
+                    request.decide(self._owned(owner))
+            self._append_many([(r.topic, r.claimant, True, created) for r, _, created in losers])
+            for request, owner, _ in losers:
+                request.decide(Verdict(owner, False))
+            for request in batch:
+                request.follow()
+        except Exception as exc:  # Kafka's error, or a fault: every waiting caller hears it
+            for request in batch:
+                if not request.decided:
+                    request.fail(exc)
+
+    def _claims_to_append(
+        self, batch: list[_ClaimRequest]
+    ) -> tuple[list[tuple[_ClaimRequest, bool]], list[tuple[_ClaimRequest, ClaimRecord, bool]]]:
+        """Decide what the log read so far decides; the rest, each with whether its claim says
+        it made the topic, are to be appended. A claimant asking twice for one topic appends
+        once (a second record of its own would stand behind a rival's in log order). Also the
+        losers whose earlier claim is still standing, to be released."""
+        appended: list[_ClaimRequest] = []
+        losers: list[tuple[_ClaimRequest, ClaimRecord, bool]] = []
+        first: dict[tuple[str, str], _ClaimRequest] = {}
+        for request in batch:
+            key = (request.topic, request.claimant.identity)
+            if key in first:
+                request.same_as = first[key]
+                continue
+            first[key] = request
+            owner = self.claims.owner(request.topic)
             if owner is None:
-                raise KafkaAdminError(
-                    f"claims topic {self.topic}: the claim of topic {topic} was not read back; "
-                    "check that the topic is compacted and writable"
-                )
-            if owner.claimant.identity != claimant.identity:
-                self._append(topic, claimant, released=True, created=created)
-                return Verdict(owner, False)
-            return self._owned(owner)
+                appended.append(request)
+            elif owner.claimant.identity == request.claimant.identity:
+                request.decide(self._owned(owner))
+            elif (mine := self.claims.mine(request.topic, request.claimant)) and not mine.released:
+                losers.append((request, owner, mine.created))  # a loser's claim left standing
+            else:
+                request.decide(Verdict(owner, False))
+        present = _present_of(appended)
+        made = [
+            (r, claim_created(
+                self.claims, r.topic, r.claimant, exists=r.topic in present[r.present],
+                held_before=r.held_before,
+            ))
+            for r in appended
+            if r.present in present
+        ]  # fmt: skip
+        return made, losers
 
     def _owned(self, owner: ClaimRecord) -> Verdict:
         """The verdict for a claimant that owns the topic, noted for `release_stale`."""
@@ -179,12 +325,12 @@ class ClaimsLog:
         self._read_to(self._end())
         held = self.claims.held_by(claimant)
         chosen = [t for t in held if topics is None or t in topics]
+        records = []
         for topic in chosen:
             mine = self.claims.mine(topic, claimant)
-            created = bool(mine and mine.created)
-            self._append(topic, claimant, released=True, created=created)
-        if chosen:
-            self._read_to(self._end())
+            records.append((topic, claimant, True, bool(mine and mine.created)))
+        if offsets := self._append_many(records):
+            self._read_to(max(offsets) + 1)
         return chosen
 
     def close(self) -> None:
@@ -192,32 +338,35 @@ class ClaimsLog:
         self._producer.flush(TIMEOUT)
         self._consumer.close()
 
-    def _append(self, topic: str, claimant: Claimant, *, released: bool, created: bool) -> int:
-        """Write one record and wait for it: its offset."""
-        delivered: dict[str, Any] = {}
+    def _append_many(self, records: list[tuple[str, Claimant, bool, bool]]) -> list[int]:
+        """Write records (topic, claimant, released, created) and wait for all: their offsets."""
+        delivered: list[tuple[KafkaError | None, int | None]] = []
 
         def on_delivery(error: KafkaError | None, message: Any) -> None:
-            delivered["error"], delivered["offset"] = error, message.offset()
+            delivered.append((error, message.offset()))
 
-        value = record_value(claimant, released=released, created=created, cluster=self.cluster)
-        try:
-            self._producer.produce(
-                self.topic,
-                key=record_key(topic, claimant).encode(),
-                value=json.dumps(value, separators=(",", ":")).encode(),
-                partition=0,
-                on_delivery=on_delivery,
-            )
-        except (BufferError, KafkaException) as exc:
-            raise KafkaAdminError(f"claims topic {self.topic}: cannot write: {exc}") from exc
-        self._producer.flush(TIMEOUT)
-        error = delivered.get("error")
-        if "offset" not in delivered or error is not None:
-            detail = error.str() if error is not None else f"no answer within {TIMEOUT:.0f}s"
+        for topic, claimant, released, created in records:
+            value = record_value(claimant, released=released, created=created, cluster=self.cluster)
+            try:
+                self._producer.produce(
+                    self.topic,
+                    key=record_key(topic, claimant).encode(),
+                    value=json.dumps(value, separators=(",", ":")).encode(),
+                    partition=0,
+                    on_delivery=on_delivery,
+                )
+            except (BufferError, KafkaException) as exc:
+                raise KafkaAdminError(f"claims topic {self.topic}: cannot write: {exc}") from exc
+        if records:
+            self._producer.flush(TIMEOUT)
+        failed = [error for error, _ in delivered if error is not None]
+        if len(delivered) < len(records) or failed:
+            detail = failed[0].str() if failed else f"no answer within {TIMEOUT:.0f}s"
+            topics = ", ".join(sorted({topic for topic, *_ in records}))
             raise KafkaAdminError(
-                f"claims topic {self.topic}: a claim of topic {topic} was not written: {detail}"
+                f"claims topic {self.topic}: claims of topics {topics} were not written: {detail}"
             )
-        return int(delivered["offset"])
+        return [int(offset or 0) for _, offset in delivered]
 
     def _end(self) -> int:
         """The claims topic's high watermark (asked again while its leader is being elected,
@@ -253,13 +402,16 @@ class ClaimsLog:
                     f"claims topic {self.topic}: read up to offset {self._next} of {end} within "
                     f"{TIMEOUT:.0f}s; check that Kafka is reachable"
                 )
-            for message in self._consumer.consume(500, 0.5):
+            # Ask for no more than are due: consume() waits its whole timeout for a batch it
+            # cannot fill, and a claim's read back is often one record.
+            for message in self._consumer.consume(min(500, max(1, end - self._next)), 0.5):
                 if message.error() is not None:
                     continue
                 offset = int(message.offset() or 0)
                 record = parse_record(message.key(), message.value(), offset)
                 if record is not None:
-                    self.claims.add(record)
+                    with self._memory:
+                        self.claims.add(record)
                 self._next = max(self._next, offset + 1)
             self._skip_gaps()
 

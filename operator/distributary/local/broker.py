@@ -19,21 +19,18 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
-import ctypes
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from distributary import processes
 from distributary.artifacts import KAFKA_BROKER, jars
 from distributary.errors import DistributaryError
 from distributary.kafka.cluster import cluster_ready
@@ -41,7 +38,6 @@ from distributary.kafka.connection import add_scram_user, client_settings
 from distributary.plan.kafka_connection import KafkaSecurity
 
 MIN_JAVA = 17
-PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 class BrokerError(DistributaryError, RuntimeError):
@@ -68,46 +64,6 @@ def java_binary() -> str:
             f"need Java {MIN_JAVA} or newer: install one or set JAVA_HOME"
         )
     return java
-
-
-def die_with_parent() -> None:
-    """In a child about to exec: ask Linux to send SIGTERM when the parent dies, so a broker or
-    runner is not left behind by a parent that was killed (SIGKILL runs no clean-up). Elsewhere,
-    or if it fails, nothing changes: the parent's own stop still applies."""
-    if not sys.platform.startswith("linux"):
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-def end_process(
-    process: subprocess.Popen[bytes],
-    timeout: float,
-    *,
-    signum: int = signal.SIGTERM,
-    what: str | None = None,
-) -> None:
-    """Ask a child to stop (`signum`), wait up to `timeout` seconds, then kill it (saying so on
-    stderr when `what` names it)."""
-    if process.poll() is not None:
-        return
-    process.send_signal(signum)
-    try:
-        process.wait(timeout)
-    except subprocess.TimeoutExpired:
-        if what:
-            print(f"{what} did not stop within {timeout:.0f}s; killing it", file=sys.stderr)
-        process.kill()
-        process.wait()
-
-
-def free_port() -> int:
-    """A TCP port on loopback that nothing listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _port_free(port: int) -> bool:
@@ -173,7 +129,7 @@ class EmbeddedBroker:
         self.port = 0
         self.controller_port = 0
         self.ssl_port = 0  # the mTLS listener's, when secured
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: processes.Supervised | None = None
 
     @property
     def bootstrap_servers(self) -> str:
@@ -214,7 +170,7 @@ class EmbeddedBroker:
                 return
         chosen: list[int] = []
         while len(chosen) < wanted:
-            port = free_port()
+            port = processes.free_port()
             if port not in chosen:
                 chosen.append(port)
         self.port, self.controller_port = chosen[0], chosen[1]
@@ -334,14 +290,9 @@ class EmbeddedBroker:
         self._choose_ports()
         config = self._write_config()
         self._format(java, config)
-        with open(self.state_dir / "broker.out", "ab") as out:
-            self._process = subprocess.Popen(
-                self._java_command(java, "kafka.Kafka", str(config)),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=die_with_parent,
-            )
+        self._process = processes.start(
+            self._java_command(java, "kafka.Kafka", str(config)), log=self.state_dir / "broker.out"
+        )
         (self.state_dir / "broker.pid").write_text(f"{self._process.pid}\n")
         atexit.register(self.stop)
         self._wait_until_serving(timeout)
@@ -366,18 +317,15 @@ class EmbeddedBroker:
             )
 
     def _wait_until_serving(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
         assert self._process is not None
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise BrokerError(
-                    f"Kafka exited with code {self._process.returncode} while "
-                    f"starting; see {self.log_file} and "
-                    f"{self.state_dir / 'broker.out'}"
-                )
-            if self._serving():
-                return
-            time.sleep(0.2)
+        if self._process.wait_until_serving(self._serving, timeout):
+            return
+        if self._process.poll() is not None:
+            raise BrokerError(
+                f"Kafka exited with code {self._process.returncode} while "
+                f"starting; see {self.log_file} and "
+                f"{self.state_dir / 'broker.out'}"
+            )
         self.stop()
         raise BrokerError(f"Kafka did not start within {timeout:.0f}s; see {self.log_file}")
 
@@ -398,7 +346,7 @@ class EmbeddedBroker:
             return
         atexit.unregister(self.stop)
         (self.state_dir / "broker.pid").unlink(missing_ok=True)
-        end_process(process, timeout, what="Kafka")
+        process.stop(timeout, what="Kafka")
 
     def __enter__(self) -> EmbeddedBroker:
         return self.start() if self._process is None else self

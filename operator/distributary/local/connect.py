@@ -23,7 +23,6 @@ import contextlib
 import os
 import signal
 import socket
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -31,11 +30,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
+from distributary import processes
 from distributary.artifacts import KAFKA_CONNECT, jars
 from distributary.backends.connect import ConnectError
 from distributary.kafka.connection import password
-from distributary.local.broker import die_with_parent, end_process, free_port, java_binary
+from distributary.local.broker import java_binary
 from distributary.plan.kafka_connection import KafkaSecurity
+from distributary.processes import free_port
 
 MAIN_CLASS = "org.apache.kafka.connect.cli.ConnectDistributed"
 JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
@@ -104,7 +105,7 @@ class ConnectWorker:
         self.heap = heap
         self.settings = dict(settings or {})  # worker.properties beside (or over) the defaults
         self.port = rest_port or 0
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: processes.Supervised | None = None
 
     @property
     def url(self) -> str:
@@ -229,15 +230,9 @@ class ConnectWorker:
             MAIN_CLASS,
             str(config),
         ]
-        with open(self.folder / "worker.out", "ab") as out:
-            self._process = subprocess.Popen(
-                command,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=self._environment(),
-                start_new_session=True,
-                preexec_fn=die_with_parent,
-            )
+        self._process = processes.start(
+            command, log=self.folder / "worker.out", env=self._environment()
+        )
         (self.folder / "worker.pid").write_text(f"{self._process.pid}\n")
         (self.folder / "worker.owner").write_text(f"{os.getpid()}\n")
         atexit.register(self.stop)
@@ -275,17 +270,18 @@ class ConnectWorker:
             )
 
     def _wait_until_serving(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
         assert self._process is not None
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise ConnectError(
-                    f"Kafka Connect exited with code {self._process.returncode} while starting; "
-                    f"see {self.log_file} and {self.folder / 'worker.out'}"
-                )
-            if _answers(f"{self.url}/") and _answers(f"{self.url}/connectors"):
-                return
-            time.sleep(0.2)
+
+        def serving() -> bool:
+            return _answers(f"{self.url}/") and _answers(f"{self.url}/connectors")
+
+        if self._process.wait_until_serving(serving, timeout):
+            return
+        if self._process.poll() is not None:
+            raise ConnectError(
+                f"Kafka Connect exited with code {self._process.returncode} while starting; "
+                f"see {self.log_file} and {self.folder / 'worker.out'}"
+            )
         self.stop()
         raise ConnectError(
             f"Kafka Connect did not join group {self.group_id} within {timeout:.0f}s; "
@@ -305,7 +301,7 @@ class ConnectWorker:
             return
         atexit.unregister(self.stop)
         (self.folder / "worker.pid").unlink(missing_ok=True)
-        end_process(process, timeout, what="Kafka Connect")
+        process.stop(timeout, what="Kafka Connect")
 
     def kill(self) -> None:
         """Kill the worker at once (SIGKILL), as a crash would: nothing is flushed."""
@@ -315,7 +311,6 @@ class ConnectWorker:
         atexit.unregister(self.stop)
         (self.folder / "worker.pid").unlink(missing_ok=True)
         process.kill()
-        process.wait()
 
     def __enter__(self) -> ConnectWorker:
         return self.start() if self._process is None else self

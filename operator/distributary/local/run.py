@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -33,6 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from distributary import processes
 from distributary.api.job import StreamJob
 from distributary.api.log import LogStatus
 from distributary.api.sink import Sink
@@ -207,12 +207,12 @@ class LocalRun:
         return self.runtime.specs if self.runtime is not None else []
 
     @property
-    def runner(self) -> subprocess.Popen[bytes] | None:
+    def runner(self) -> processes.Supervised | None:
         """The runner process, while there is one."""
         return self.runtime.process if self.runtime is not None else None
 
     @runner.setter
-    def runner(self, process: subprocess.Popen[bytes] | None) -> None:
+    def runner(self, process: processes.Supervised | None) -> None:
         assert self.runtime is not None
         self.runtime.process = process
 

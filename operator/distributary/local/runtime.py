@@ -24,19 +24,17 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from distributary import processes
 from distributary.api.job import StreamJob
 from distributary.api.view import DerivedView
 from distributary.backends.base import Owner, RevisionApp
 from distributary.backends.local_spark import LocalSparkRuntime
-from distributary.local.broker import die_with_parent
 from distributary.plan.progress import progress_key
 from distributary.plan.runner_spec import (
     FOLLOW_ARG,
@@ -83,7 +81,7 @@ class PipelineRuntime:
         self.running: dict[Key, RunnerSpec] = {}
         self.failed: dict[Key, AppState] = {}  # failed revisions waiting for their restart
         self.refused: dict[Key, tuple[RunnerSpec, AppState]] = {}  # Spark refused that spec
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: processes.Supervised | None = None
         self.known = self._load_known()  # every live revision's spec, across runs
         self.generation = 0  # of the specs file, across the processes of this run
         self.since: dict[Key, int] = {}  # the generation each revision was (re)started at
@@ -324,15 +322,13 @@ class PipelineRuntime:
         command = ["-m", "distributary.runner", SPEC_FILE_ARG, str(self.spec_file), FOLLOW_ARG]
         self.say(f"Starting Spark for {len(wanted)} view(s) ({_names(wanted)}); "
                  f"log: {self.log_file}")  # fmt: skip
-        with open(self.log_file, "ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, *command],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=die_with_parent,
-                env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-            )
+        # SIGTERM to the runner alone: it stops its queries through its JVM, which must live.
+        self.process = processes.start(
+            [sys.executable, *command],
+            log=self.log_file,
+            env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+            whole_group=False,
+        )
 
     def stop_runner(self) -> None:
         """Stop the runner gracefully (SIGTERM: its queries checkpoint), by force after a
@@ -342,12 +338,7 @@ class PipelineRuntime:
         if process is None or process.poll() is not None:
             return
         self.say("Stopping Spark (the queries finish their batch and checkpoint) ...")
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(STOP_GRACE)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        process.stop(STOP_GRACE)
 
     def failure(self) -> str | None:
         """Why the runner exited before it was asked to, or None while it runs."""

@@ -23,20 +23,17 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from distributary import processes
 from distributary.api.sink import Sink
 from distributary.backends.base import RevisionApp, SecretMissingError
 from distributary.graph import Pipeline
-from distributary.local.broker import die_with_parent
 from distributary.local.sources import SourceError, secret_file
 from distributary.plan.sink_plan import SinkRun
 from distributary.plan.spark_state import AppState
@@ -50,7 +47,7 @@ class _Process:
     """One Sink's process, and the spec it was started with."""
 
     run: SinkRun
-    process: subprocess.Popen[bytes] | None = None
+    process: processes.Supervised | None = None
 
 
 @dataclass
@@ -131,21 +128,17 @@ class LocalSinks:
         self.folder.mkdir(parents=True, exist_ok=True)
         spec = self._file(namespace, name, "json")
         spec.write_text(entry.run.model_dump_json(indent=2))
-        with open(self._file(namespace, name, "log"), "ab") as out:
-            entry.process = subprocess.Popen(
-                [sys.executable, "-m", "distributary.sinks", "--spec", str(spec)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                preexec_fn=die_with_parent,
-            )
+        entry.process = processes.start(
+            [sys.executable, "-m", "distributary.sinks", "--spec", str(spec)],
+            log=self._file(namespace, name, "log"),
+        )
         self._file(namespace, name, "pid").write_text(f"{entry.process.pid}\n")
 
     @staticmethod
     def _end(entry: _Process) -> None:
         """Stop an entry's process (it finishes its transaction)."""
         if entry.process is not None and entry.process.poll() is None:
-            entry.process.terminate()
-            entry.process.wait(30)
+            entry.process.stop(30)
 
     def stop(self, namespace: str, name: str) -> None:
         """Stop the Sink's process (it finishes its transaction)."""
@@ -157,15 +150,9 @@ class LocalSinks:
         """Stop every Sink's process (each finishes its transaction)."""
         running = [e.process for e in self.processes.values() if e.process is not None]
         for process in running:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 15
+            process.ask_to_stop(15)
         for process in running:
-            try:
-                process.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
+            process.stop(15)
 
 
 def _last_line(path: Path) -> str:

@@ -274,7 +274,8 @@ class Chaos:
             except OSError:
                 continue
             specs = [a for a in argv if a.startswith(root) and a.endswith("runner-spec.json")]
-            if "distributary.runner" in argv and specs:
+            # `python -m distributary.runner`, not its keeper (whose argv ends with that)
+            if argv[1:3] == ["-m", "distributary.runner"] and specs:
                 view, revision = Path(specs[0]).parts[-3:-1]
                 found.append((view, revision, int(entry.name)))
         return sorted(found)

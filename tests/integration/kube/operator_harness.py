@@ -16,7 +16,8 @@ from typing import Any
 
 import yaml
 
-from distributary.local.broker import free_port
+from distributary.kafka.admin import KafkaAdmin
+from distributary.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -82,6 +83,29 @@ def with_reason(resource: dict[str, Any] | None, type_: str, reason: str) -> dic
     """The condition `type_` of a resource when its reason is `reason`, else None."""
     found = condition(resource, type_)
     return found if found and found["reason"] == reason else None
+
+
+def read_to_the_end(resource: dict[str, Any] | None, bootstrap_servers: str) -> bool:
+    """A view's or job's status says Ready, CaughtUp and lag 0, and its position in each input
+    is that input's end as the broker has it now, asked after the status was read. Every wait
+    for "caught up" goes through here: a status written before its inputs had the records the
+    test appended says Ready, CaughtUp and lag 0 too, and is true of the data then, not now."""
+    status = (resource or {}).get("status") or {}
+    if not (
+        is_true(resource, "Ready") and is_true(resource, "CaughtUp") and status.get("lag") == 0
+    ):
+        return False
+    inputs = status.get("inputs") or []
+    if not inputs:
+        return False
+    admin = KafkaAdmin(bootstrap_servers)
+    for found in inputs:
+        topic = found.get("topic")
+        ends = admin.end_offsets([topic]).get(topic, {}) if topic else {}
+        position = {int(p): o for p, o in (found.get("position") or {}).items()}
+        if not topic or any(position.get(p, 0) < end for p, end in ends.items()):
+            return False
+    return True
 
 
 def is_true(resource: dict[str, Any] | None, type_: str) -> bool:

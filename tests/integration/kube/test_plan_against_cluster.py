@@ -20,9 +20,9 @@ from tests.integration.kube.operator_harness import Cluster
 
 from distributary.graph import Ref
 from distributary.kube.resources import Kube
-from distributary.local.broker import free_port
 from distributary.plan.classify import revision_hash, view_definition
 from distributary.plan.view_plan import VIEW_LABEL, namespace_pipeline, serving_log
+from distributary.processes import free_port
 
 NAMESPACE = "plan-cluster-test"
 API = "distributary.dev/v1alpha1"

@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.integration.kube.operator_harness import Cluster, Operator, condition, is_true, wait_for
+from tests.integration.kube.operator_harness import (
+    Cluster,
+    Operator,
+    condition,
+    is_true,
+    read_to_the_end,
+    wait_for,
+)
 from tests.integration.kube.operator_harness import waiting as harness_waiting
 from tests.integration.spark_pipelines import read_topic
 
@@ -118,14 +125,12 @@ def runner_revisions(operator: Operator, name: str) -> list[str]:
     return sorted(found)
 
 
-def caught_up(cluster: Cluster, name: str, revision: int) -> bool:
+def caught_up(cluster: Cluster, broker: EmbeddedBroker, name: str, revision: int) -> bool:
     found = view(cluster, name)
     return (
-        serving(cluster, name) == revision
-        and is_true(found, "Ready")
-        and is_true(found, "CaughtUp")
+        (found.get("status") or {}).get("servingRevision") == revision
         and not is_true(found, "Reprocessing")
-        and (found.get("status") or {}).get("lag") == 0  # CaughtUp alone: keeping up
+        and read_to_the_end(found, broker.bootstrap_servers)
     )
 
 
@@ -145,7 +150,9 @@ def first(cluster: Cluster, operator: Operator, broker: EmbeddedBroker) -> None:
     waiting(
         operator,
         "both views serving revision 1, caught up",
-        lambda: caught_up(cluster, "rp-big", 1) and caught_up(cluster, "rp-per-user", 1),
+        lambda: (
+            caught_up(cluster, broker, "rp-big", 1) and caught_up(cluster, broker, "rp-per-user", 1)
+        ),
     )
 
 
@@ -225,7 +232,9 @@ def test_the_downstream_view_reprocesses_from_the_new_topic_in_turn(
     cutover: dict[str, Any], cluster: Cluster, operator: Operator, broker: EmbeddedBroker
 ) -> None:
     waiting(
-        operator, "rp-per-user serving revision 2", lambda: caught_up(cluster, "rp-per-user", 2)
+        operator,
+        "rp-per-user serving revision 2",
+        lambda: caught_up(cluster, broker, "rp-per-user", 2),
     )
     status = view(cluster, "rp-per-user")["status"]
     assert [i["topic"] for i in status["inputs"]] == ["rp-big.r2"]

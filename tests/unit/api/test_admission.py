@@ -16,7 +16,8 @@ import yaml
 from click.testing import CliRunner
 from tests.unit.api.invalid_documents import CEL_REFUSED, INVALID, JOB, LOG, UNPLACED, VIEW, Invalid
 
-from distributary.api.admission import narrowed, place, schema_problems, yaml_documents
+from distributary.api.admission import narrowed, place, schema_problems
+from distributary.api.documents import yaml_documents
 from distributary.cli import main
 from distributary.graph import load
 

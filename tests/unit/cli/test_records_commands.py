@@ -16,7 +16,6 @@ import pytest
 from click.testing import CliRunner
 
 from distributary.cli import main
-from distributary.local.broker import free_port
 from distributary.local.state import (
     RunState,
     RunStateError,
@@ -26,6 +25,7 @@ from distributary.local.state import (
     read_run_state,
     write_run_state,
 )
+from distributary.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 CLICKSTREAM = ROOT / "examples" / "clickstream"

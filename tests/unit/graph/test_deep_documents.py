@@ -11,7 +11,7 @@ import yaml
 from click.testing import CliRunner
 from tests.unit.graph.refused import refused_conditions
 
-from distributary.api.admission import MAX_YAML_DEPTH
+from distributary.api.documents import MAX_YAML_DEPTH
 from distributary.cli import main
 from distributary.graph import load, load_pipeline
 from distributary.plan.view_plan import namespace_pipeline

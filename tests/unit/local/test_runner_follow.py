@@ -10,6 +10,7 @@ records only from its latest start.
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 from pathlib import Path
@@ -50,6 +51,10 @@ class Alive:
         self.signals.append(signum)
 
     def wait(self, timeout: float | None = None) -> int:
+        return 0
+
+    def stop(self, timeout: float = 30.0) -> int:
+        self.send_signal(signal.SIGTERM)
         return 0
 
 
