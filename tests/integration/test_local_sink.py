@@ -184,7 +184,7 @@ def test_tables_equal_the_log_after_ten_kills_while_records_arrive(
     run = subprocess.Popen(
         [sys.executable, "-m", "distributary.cli", "run", str(folders["pipeline"]),
          "--bootstrap-servers", broker.bootstrap_servers, "--state-dir", str(folders["state"]),
-         "--secrets", str(folders["secrets"])],
+         "--secrets", str(folders["secrets"]), "--restart-delay", "1"],
         stdout=subprocess.DEVNULL, stderr=err, cwd=ROOT,
     )  # fmt: skip
     stop, written = threading.Event(), [0]
