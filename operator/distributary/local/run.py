@@ -36,8 +36,10 @@ from distributary import processes
 from distributary.api.job import StreamJob
 from distributary.api.log import LogStatus
 from distributary.api.sink import Sink
+from distributary.api.source import Source
 from distributary.api.view import DerivedView
 from distributary.artifacts import SPARK_KAFKA_CONNECTOR, jars
+from distributary.backends.captures import PostgresCaptures
 from distributary.backends.direct import DirectTopics
 from distributary.backends.local_spark import LocalRuntime, LocalSparkRuntime
 from distributary.backends.topic_batches import DirectTopicBackend
@@ -83,6 +85,7 @@ from distributary.reconcile.failures import (
 from distributary.reconcile.job import reconcile_job
 from distributary.reconcile.ports import Lineage, Services, StatusStore, TryAgain
 from distributary.reconcile.sink import reconcile_sink
+from distributary.reconcile.source import reconcile_source
 from distributary.reconcile.view import reconcile_view
 
 IDLE_SECONDS = 3.0  # inputs unchanged this long, and no lag: caught up
@@ -92,6 +95,7 @@ LOGGER = logging.getLogger("distributary.run")
 WORDS = {
     "DerivedView": "view",
     "StreamJob": "job",
+    "Source": "source",
     "Sink": "sink",
 }  # each kind, in lines for people
 
@@ -127,6 +131,8 @@ class PipelineFiles:
     revisions: LocalRevisions
     served: dict[str, str] = field(default_factory=dict)  # a view's output Log -> its topic
     planned: dict[tuple[str, str], str] = field(default_factory=dict)  # every Log's own topic
+    # Told of a Source's table Logs as its database has them now (`LocalSources`).
+    table_logs: Callable[[Sequence[Mapping[str, Any]]], None] = lambda manifests: None
 
     def lineage(self, resource: Mapping[str, Any]) -> Lineage:
         """The files' graph, the topics the views' outputs serve now, and the outputs whose
@@ -148,7 +154,10 @@ class PipelineFiles:
         self.served[output["metadata"]["name"]] = topic
 
     def adopt_logs(self, manifests: Sequence[dict[str, Any]], owner_uid: str) -> list[Problem]:
-        """Nothing: the files hold a Source's table Logs (`local.sources.resolve_sources`)."""
+        """Nothing is applied: the files hold a Source's table Logs as its database had them
+        when the run started (`local.sources.resolve_sources`); a table that gained columns
+        since is said (`table_logs`)."""
+        self.table_logs(manifests)
         return []
 
     def log(self, namespace: str, name: str) -> Mapping[str, Any] | None:
@@ -249,19 +258,19 @@ class LocalRun:
         self._make_topics(DirectTopics(admin))
         direct = DirectTopics(admin)
         self.sources = LocalSources(
-            self.pipeline,
-            self.state_dir,
-            self.secrets_dir,
-            self.say,
-            self.kafka_security,
-            make_topics=lambda wanted: self._apply_topics(direct, wanted),
-            restart_policy=self.restart_policy,
+            self.pipeline, self.state_dir, self.secrets_dir, self.say, self.kafka_security
         )
         self.sources.start(bootstrap)
         self.sinks = SinkStatuses(self.state_dir)
         self.sink_processes = LocalSinks(self.state_dir, self.secrets_dir)
         planned = {(t.log.namespace, t.log.name): t.topic.name for t in self.plan.topics}
-        self.files = PipelineFiles(self.pipeline, self.revisions, self._served(), planned)
+        self.files = PipelineFiles(
+            self.pipeline,
+            self.revisions,
+            self._served(),
+            planned,
+            table_logs=self.sources.say_new_columns,
+        )
         progress = ProgressReader(bootstrap, PROGRESS_TOPIC, client)
         jobs = LocalSparkRuntime(LocalRuntime(self.state_dir / "jobs", self.cores))
         self.runtime = PipelineRuntime(
@@ -280,6 +289,12 @@ class LocalRun:
             restart_policy=self.restart_policy,
             kafka_security=self.kafka_security,
             sinks=self.sink_processes,
+            connectors=self.sources.connectors,
+            connect_secrets=self.sources.connect_secrets,
+            secret=self.sources.secret,
+            captures=PostgresCaptures(),
+            make_topics=lambda wanted: self._apply_topics(direct, wanted),
+            memory=self.sources.memory,
         )
         self.reconcile()
 
@@ -318,10 +333,6 @@ class LocalRun:
     def reconcile(self) -> None:
         """One round: every Source, every view, job and Sink in the pipeline's order, then
         run.json."""
-        if self.sources is not None:
-            self.sources.reconcile()
-            if self.files is not None:
-                self.files.served.update(self.sources.served())
         self.loop.run_until_complete(self._round())
         self._write_state()
 
@@ -329,6 +340,10 @@ class LocalRun:
         assert self.services is not None
         assert self.revisions is not None
         assert self.files is not None
+        if self.sources is not None and self.sources.due():
+            for source in self.pipeline.captures.values():
+                await self._reconcile_source(source)
+            self.files.served.update(self.sources.served())
         for ref in self.pipeline.order:
             resource = (
                 self.pipeline.views.get(ref)
@@ -366,6 +381,29 @@ class LocalRun:
             if not isinstance(resource, Sink):
                 self._say_problem(resource, store.status)
 
+    async def _reconcile_source(self, source: Source) -> None:
+        """One Source through its reconcile (`reconcile.source`), as under the operator."""
+        assert self.sources is not None
+        assert self.services is not None
+        assert self.files is not None
+        meta = source.metadata
+        key = f"Source/{meta.namespace}/{meta.name}"
+        tries, due = self.failing.get(key, (0, 0.0))
+        if time.monotonic() < due:
+            return
+        store = self.sources.store(source)
+        events = LocalEvents(source.kind, meta.name, self.say)
+        try:
+            await reconcile_source(self.sources.read(source), self.services, store, self.files,
+                                   events)  # fmt: skip
+        except Exception as exc:  # one resource's failure never stops the others
+            delay = retry_delay(tries)
+            self.failing[key] = (tries + 1, time.monotonic() + delay)
+            await self._record_failure(source, store, exc, delay)
+            return
+        self.failing.pop(key, None)
+        self.sources.say_problems(source)
+
     def _store(self, resource: DerivedView | StreamJob | Sink) -> StatusStore:
         """Where the status of `resource` lives in the state folder."""
         assert self.revisions is not None
@@ -376,7 +414,7 @@ class LocalRun:
 
     async def _record_failure(
         self,
-        resource: DerivedView | StreamJob | Sink,
+        resource: DerivedView | StreamJob | Source | Sink,
         store: StatusStore,
         exc: Exception,
         delay: float,
@@ -392,7 +430,11 @@ class LocalRun:
                  f"it is tried again in {delay:.0f}s")  # fmt: skip
         try:
             status = store.status
-            entry = {"generation": 1} if isinstance(resource, Sink) else self._entry_of(resource)
+            entry = (
+                {"generation": 1}
+                if isinstance(resource, Sink | Source)
+                else self._entry_of(resource)
+            )
             generation = int(entry.get("generation") or 0)
             patch = failure_status(status, message, generation, datetime.now(UTC))
             if patch is not None:

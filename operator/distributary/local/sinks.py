@@ -21,10 +21,7 @@ revision.
 
 from __future__ import annotations
 
-import json
-import os
 import sys
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +32,7 @@ from distributary.api.sink import Sink
 from distributary.backends.base import RevisionApp, SecretMissingError
 from distributary.graph import Pipeline
 from distributary.local.sources import SourceError, secret_file
+from distributary.local.state import write_json
 from distributary.plan.sink_plan import SinkRun
 from distributary.plan.spark_state import AppState
 from distributary.plan.status_patch import changes, merged
@@ -218,11 +216,7 @@ class SinkStatuses:
         running = ((status.get("process") or {}).get("state")) == "RUNNING"
         status["ready"] = running and status["problem"] is None
         self.statuses[key] = status
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(dir=self.state_dir, prefix=".sinks-")
-        with os.fdopen(fd, "w") as out:
-            json.dump(self.statuses, out, indent=2, sort_keys=True)
-        os.replace(temporary, self.state_dir / SINKS_FILE)
+        write_json(self.state_dir / SINKS_FILE, self.statuses)
 
 
 @dataclass

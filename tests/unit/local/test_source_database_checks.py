@@ -14,7 +14,14 @@ import pytest
 from distributary.databases.postgres import DatabaseError
 from distributary.graph import load_pipeline
 from distributary.local import sources
-from distributary.plan.source_plan import CaptureRights, Column, TableShape
+from distributary.plan.source_plan import (
+    CaptureRights,
+    Column,
+    TableShape,
+    resolve_table,
+    resolved,
+)
+from distributary.reconcile.source import table_logs
 
 SOURCE = """\
 apiVersion: distributary.dev/v1alpha1
@@ -103,3 +110,27 @@ def test_each_problem_opens_with_the_file_the_source_and_the_field(
         f"{file}: Source/default/shop spec.postgres.passwordSecret: cannot connect: it said no"
     ]
     assert not database.asked_rights
+
+
+def test_a_column_added_while_the_run_goes_on_is_said_once_and_waits_for_the_next_start(
+    folders: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    file, secrets = folders
+    FakeDatabase(monkeypatch, ORDERS)
+    pipeline, problems = sources.resolve_sources(load_pipeline([file]), secrets)
+    assert problems == []
+    said: list[str] = []
+    run = sources.LocalSources(pipeline, tmp_path / "state", secrets, say=said.append)
+    source = next(iter(pipeline.captures.values()))
+    wider = TableShape("public.orders", (*ORDERS.columns, Column("note", "text")), ("id",))
+    now = resolved(source, [resolve_table(source, 0, source.spec.tables[0], wider)])
+    owner = {"apiVersion": "distributary.dev/v1alpha1", "kind": "Source", "name": "shop",
+             "uid": "local:default/shop"}  # fmt: skip
+    run.say_new_columns(table_logs(now, owner))
+    run.say_new_columns(table_logs(now, owner))
+    run.say_new_columns(table_logs(source, owner))  # as it was: nothing to say
+    assert said == [
+        "source shop: table public.orders has new column(s) note: its records carry them from "
+        "the first change on; Log shop-orders's schema gains them when the run starts "
+        "again (views reading it then reprocess)"
+    ]
