@@ -402,7 +402,7 @@ class LocalRun:
             await self._record_failure(source, store, exc, delay)
             return
         self.failing.pop(key, None)
-        self.sources.say_problems(source)
+        self.sources.say_state(source)
 
     def _store(self, resource: DerivedView | StreamJob | Sink) -> StatusStore:
         """Where the status of `resource` lives in the state folder."""

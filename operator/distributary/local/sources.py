@@ -47,7 +47,10 @@ from distributary.plan.kafka_connection import KafkaSecurity
 from distributary.plan.pipeline import SOURCE_LABEL
 from distributary.plan.restarts import RoundMemory
 from distributary.plan.source_plan import (
+    CONNECTOR_FAILED,
     DATABASE_UNREACHABLE,
+    PAUSED,
+    SNAPSHOTTING,
     ResolvedTable,
     capture_problems,
     database_address,
@@ -62,6 +65,12 @@ from distributary.sql import parse_ddl
 SOURCES_FILE = "sources.json"
 CONNECT_GROUP = "distributary-run-connect"
 CONNECT_TOPICS = "distributary-run-connect"
+# What a run says of a Source's conditions (reasons), besides Ready: whatever makes it Stalled;
+# of its work under way, what people wait for or act on.
+SAID: dict[str, tuple[str, ...] | None] = {
+    "Stalled": None,
+    "Reconciling": (DATABASE_UNREACHABLE, SNAPSHOTTING, CONNECTOR_FAILED),
+}
 ROUND_EVERY = 2.0  # seconds between reconciles of the Sources (each asks the database)
 WORKER_RETRY = 10.0  # seconds before a worker that failed to start again is tried again
 LOGGER = logging.getLogger("distributary.run")
@@ -175,6 +184,7 @@ class LocalSources:
     # Connectors restarted, topics made: what no status keeps (`Services.memory`).
     memory: RoundMemory = field(default_factory=RoundMemory)
     said: set[str] = field(default_factory=set)
+    ready: dict[str, str] = field(default_factory=dict)  # the Ready reason said, by key
     worker_due: float = 0.0  # when a worker that failed to start again is tried again
     next_round: float = 0.0  # when the Sources are reconciled next
 
@@ -326,16 +336,26 @@ class LocalSources:
         tables = self.pipeline.table_logs(source)
         return next((t for t, found in tables.items() if found.metadata.name == log.name), None)
 
-    def say_problems(self, source: Source) -> None:
-        """Say once why a Source is Stalled or its database does not answer."""
-        status = self.status(f"{source.metadata.namespace}/{source.metadata.name}")
-        for condition in status.get("conditions") or []:
-            kind, reason = condition.get("type"), condition.get("reason")
-            if (kind == "Stalled" and condition.get("status") == "True") or (
-                kind == "Ready" and reason == DATABASE_UNREACHABLE
-            ):
-                message = str(condition.get("message") or reason)
-                self._say_once(f"source {source.metadata.name}: {reason}: {message}")
+    def say_state(self, source: Source) -> None:
+        """Say when a Source starts reading changes or is paused, what new snapshot it takes,
+        and (once each) why it is Stalled or its database does not answer."""
+        name = source.metadata.name
+        key = f"{source.metadata.namespace}/{name}"
+        conditions = {c.get("type"): c for c in self.status(key).get("conditions") or []}
+        ready = conditions.get("Ready") or {}
+        if ready.get("status") == "True" and self.ready.get(key) != ready.get("reason"):
+            self.ready[key] = str(ready.get("reason"))
+            doing = "paused" if ready.get("reason") == PAUSED else "reading changes"
+            self.say(f"source {name}: {doing}")
+        elif ready.get("status") != "True":
+            self.ready.pop(key, None)
+        for kind in ("Stalled", "Reconciling"):
+            condition = conditions.get(kind) or {}
+            reason, allowed = condition.get("reason"), SAID[kind]
+            if condition.get("status") != "True" or (allowed is not None and reason not in allowed):
+                continue
+            message = str(condition.get("message") or reason)
+            self._say_once(f"source {name}: {reason}: {message}")
 
     def _remove(self, key: str, entry: Mapping[str, Any]) -> None:
         """A Source gone from the files: its connectors deleted, their slots and publications

@@ -134,3 +134,32 @@ def test_a_column_added_while_the_run_goes_on_is_said_once_and_waits_for_the_nex
         "the first change on; Log shop-orders's schema gains them when the run starts "
         "again (views reading it then reprocess)"
     ]
+
+
+def test_the_run_says_when_a_source_reads_changes_and_once_why_it_is_stalled(
+    folders: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    file, secrets = folders
+    FakeDatabase(monkeypatch, ORDERS)
+    pipeline, _ = sources.resolve_sources(load_pipeline([file]), secrets)
+    said: list[str] = []
+    run = sources.LocalSources(pipeline, tmp_path / "state", secrets, say=said.append)
+    source = next(iter(pipeline.captures.values()))
+
+    def conditions(*found: tuple[str, str, str]) -> None:
+        listed = [{"type": t, "status": "True" if r in ("Capturing", "Paused") or t != "Ready"
+                   else "False", "reason": r, "message": f"{r}."} for t, r, _ in found]  # fmt: skip
+        run.statuses["default/shop"] = {"status": {"conditions": listed}}
+        run.say_state(source)
+
+    conditions(("Ready", "Starting", ""), ("Reconciling", "Starting", ""))
+    conditions(("Ready", "Capturing", ""))
+    conditions(("Ready", "Capturing", ""))
+    conditions(("Ready", "TableProblem", ""), ("Stalled", "TableProblem", ""))
+    conditions(("Ready", "TableProblem", ""), ("Stalled", "TableProblem", ""))
+    conditions(("Ready", "Paused", ""))
+    assert said == [
+        "source shop: reading changes",
+        "source shop: TableProblem: TableProblem.",
+        "source shop: paused",
+    ]
