@@ -17,6 +17,7 @@ import yaml
 
 from distributary.cli.errors import UserError
 from distributary.cli.options import PIPELINE_PATHS, TOPIC_NAMES
+from distributary.cli.pipeline_files import load_checked
 from distributary.cli.plan_against import (
     ClusterTarget,
     comparison_options,
@@ -24,7 +25,6 @@ from distributary.cli.plan_against import (
     render_changes,
     render_cluster,
 )
-from distributary.cli.validate import load_checked
 from distributary.graph import Pipeline
 from distributary.plan.cluster_changes import cluster_changes
 from distributary.plan.file_changes import pipeline_changes

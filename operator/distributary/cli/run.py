@@ -25,8 +25,8 @@ from rich.live import Live
 
 from distributary.cli.errors import UserError, require_pyspark
 from distributary.cli.options import KAFKA_CONFIG, PIPELINE_PATHS, RESTART_POLICY, kafka_connection
-from distributary.cli.produce import append_file
-from distributary.cli.validate import load_checked
+from distributary.cli.pipeline_files import load_checked
+from distributary.cli.record_files import append_file
 from distributary.graph import Pipeline
 from distributary.local.run import LocalRun, failed_views, watch
 from distributary.local.sources import resolve_sources

@@ -16,13 +16,10 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Literal
 from urllib.parse import urlsplit
 
 from distributary.plan.conditions import Problem
-
-if TYPE_CHECKING:
-    from distributary.plan.pipeline import SparkRuntime
 
 NOT_DURABLE = "CheckpointNotDurable"
 DEFAULT_MOUNT_PATH = "/var/lib/distributary/checkpoints"
@@ -64,7 +61,7 @@ def under(path: str, folder: str) -> bool:
 
 def checkpoint_problem(
     root: str,
-    runtime: SparkRuntime,
+    runtime: Literal["spark-operator", "local"],  # `plan.pipeline.SparkRuntime`
     claim: CheckpointClaim | None = None,
     *,
     allow_node_local: bool = False,
