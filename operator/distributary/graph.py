@@ -285,6 +285,9 @@ class Pipeline:
     jobs: dict[Ref, StreamJob] = field(default_factory=dict)
     captures: dict[Ref, Source] = field(default_factory=dict)  # Sources (change data capture)
     sinks: dict[Ref, Sink] = field(default_factory=dict)
+    # The Sources as their files declare them, where `captures` holds them with their tables'
+    # columns as the databases had them (`local.sources.resolve_sources`); else empty.
+    declared_captures: dict[Ref, Source] = field(default_factory=dict)
     problems: tuple[SpecProblem, ...] = ()
     order: tuple[Ref, ...] = ()
     edges: tuple[tuple[Ref, Ref], ...] = ()
@@ -335,6 +338,7 @@ class Pipeline:
         loading = tuple(p for p in self.problems if not p.resource)
         again.problems = loading + again.problems
         again.skipped = self.skipped
+        again.declared_captures = dict(self.declared_captures)
         return again
 
     @property

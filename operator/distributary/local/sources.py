@@ -141,6 +141,7 @@ def resolve_sources(
         if tables is not None:
             replaced[ref] = resolved(source, tables)
     rebuilt = pipeline.rebuilt(replaced)
+    rebuilt.declared_captures = {**pipeline.captures, **pipeline.declared_captures}
     problems.extend(str(p) for p in rebuilt.problems if p not in pipeline.problems)
     return rebuilt, problems
 
@@ -269,8 +270,10 @@ class LocalSources:
         return True
 
     def read(self, source: Source) -> dict[str, Any]:
-        """The Source as its reconcile reads it: its spec from the files (its tables as the
-        database had them when the run started), its status from the state folder."""
+        """The Source as its reconcile reads it: its spec as the files declare it (the
+        reconcile reads the tables' columns from the database, as the operator's does), its
+        status from the state folder."""
+        source = self.pipeline.declared_captures.get(Ref.of(source), source)
         meta = source.metadata
         key = f"{meta.namespace}/{meta.name}"
         return {

@@ -163,3 +163,21 @@ def test_the_run_says_when_a_source_reads_changes_and_once_why_it_is_stalled(
         "source shop: TableProblem: TableProblem.",
         "source shop: paused",
     ]
+
+
+def test_the_reconcile_is_given_the_source_as_declared_not_as_the_database_had_it(
+    folders: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Under the operator the reconcile reads the Source as applied and the tables' columns from
+    the database each time; a run's reconcile too, so a column added later is no conflict with a
+    schema the run filled in."""
+    file, secrets = folders
+    FakeDatabase(monkeypatch, ORDERS)
+    pipeline, _ = sources.resolve_sources(load_pipeline([file]), secrets)
+    (source,) = pipeline.captures.values()
+    assert source.spec.tables[0].record_schema  # the columns, as the run started
+    run = sources.LocalSources(pipeline, tmp_path / "state", secrets, say=lambda _: None)
+    body = run.read(source)
+    assert "schema" not in body["spec"]["tables"][0]
+    assert body["metadata"] == {"name": "shop", "namespace": "default",
+                                "uid": "local:default/shop", "generation": 1}  # fmt: skip
