@@ -241,7 +241,8 @@ def starting_offset_problems(pipeline: Pipeline) -> tuple[SpecProblem, ...]:
     does not declare (or, for a view's output, derive): Spark refuses it when the query starts.
     Checked on files, whose Logs are created with the partitions they declare (a Log's
     partitions can be raised, never lowered); in a cluster the operator checks the topic
-    itself, which the API server's Log may not say all of (`plan.position_refusals`)."""
+    itself, which the API server's Log may not say all of (`plan.applications.position_refusals`).
+    """
     problems: list[SpecProblem] = []
     for ref in pipeline.order:
         if ref in pipeline.views:
@@ -637,8 +638,8 @@ class _Builder:
         """Two Logs whose topics Kafka would take for one: the same name, a view's revision
         topic (`<topic>.r<N>`), or names that differ only in '.' against '_' (Kafka refuses the
         second: they collide in its metrics). Checked across namespaces: a topic belongs to one
-        Log in the whole Kafka cluster (`plan.claims`), whatever the operator's topic naming
-        (`api.names.TopicNames`) makes of each Log's name."""
+        Log in the whole Kafka cluster (`plan.kafka_topics.claims`), whatever the operator's topic
+        naming (`api.names.TopicNames`) makes of each Log's name."""
         claimed: list[tuple[Ref, str, bool]] = []
         for ref, log in sorted(self.pipeline.logs.items()):
             derived = ref not in self.declared_logs

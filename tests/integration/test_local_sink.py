@@ -37,8 +37,8 @@ from distributary.devtools.redis import RedisServer
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.records import Record
 from distributary.local.broker import EmbeddedBroker
-from distributary.plan.sink_plan import SinkRun
-from distributary.plan.topics import CreateTopic
+from distributary.plan.kafka_topics.topics import CreateTopic
+from distributary.plan.sinks.sink_plan import SinkRun
 from distributary.sinks.postgres import apply, connect_sink, prepare
 
 ROOT = Path(__file__).resolve().parents[2]

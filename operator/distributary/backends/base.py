@@ -25,13 +25,13 @@ from distributary.api.sink import Sink
 from distributary.api.source import Source
 from distributary.api.view import DerivedView
 from distributary.errors import DistributaryError
-from distributary.plan.log_status import LogReconcile
-from distributary.plan.runner_spec import RunnerSpec
-from distributary.plan.sink_plan import SinkRun
-from distributary.plan.source_plan import CaptureRights, SlotReading, TableShape
-from distributary.plan.spark import Application
-from distributary.plan.spark_state import AppState
-from distributary.plan.topics import DesiredTopic
+from distributary.plan.applications.runner_spec import RunnerSpec
+from distributary.plan.applications.spark import Application
+from distributary.plan.applications.spark_state import AppState
+from distributary.plan.kafka_topics.topics import DesiredTopic
+from distributary.plan.logs.log_status import LogReconcile
+from distributary.plan.sinks.sink_plan import SinkRun
+from distributary.plan.sources.source_plan import CaptureRights, SlotReading, TableShape
 
 
 @dataclass(frozen=True)
@@ -80,8 +80,8 @@ class TopicBackend(Protocol):
         ...
 
     async def release(self, namespace: str, name: str) -> list[str]:
-        """Give up every claim of the deleted Log `namespace/name` (`plan.claims`), so another
-        Log may have its topics; the topics released. Raises `KafkaAdminError`."""
+        """Give up every claim of the deleted Log `namespace/name` (`plan.kafka_topics.claims`), so
+        another Log may have its topics; the topics released. Raises `KafkaAdminError`."""
         ...
 
 

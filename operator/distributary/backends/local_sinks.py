@@ -18,8 +18,8 @@ from distributary.api.sink import Sink
 from distributary.api.source import SecretKey
 from distributary.backends.base import RevisionApp
 from distributary.backends.local_spark import LocalApplication, LocalRuntime
-from distributary.plan.sink_plan import SinkRun
-from distributary.plan.spark_state import AppState
+from distributary.plan.applications.spark_state import AppState
+from distributary.plan.sinks.sink_plan import SinkRun
 
 SecretValue = Callable[[str, SecretKey, str], str]
 """The value of a Secret's key in a namespace (the last argument names the field, for the error);

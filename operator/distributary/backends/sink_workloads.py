@@ -1,10 +1,10 @@
-"""Sinks' processes in a cluster: one Deployment each (`plan.sink_plan.sink_manifests`).
+"""Sinks' processes in a cluster: one Deployment each (`plan.sinks.sink_plan.sink_manifests`).
 
 Under the `spark-operator` runtime a Sink's process (`python -m distributary.sinks`) runs in a pod
 of the job image, from a ConfigMap holding its spec; Kubernetes starts it again when it dies. The
 operator reads back the Deployment's availability, and why it is not available from its
 conditions; it lists no pods. A process that refuses its store says so in its consumer group's
-commit metadata (`plan.sink_plan.REFUSED_METADATA`), which `reconcile.sink` reads. This is the
+commit metadata (`plan.sinks.sink_plan.REFUSED_METADATA`), which `reconcile.sink` reads. This is the
 cluster's `SinkRuntime` (`backends.base`): Kubernetes restarts the pod, so its process is never
 seen as ended, and the operator's restart policy has nothing to restart.
 """
@@ -18,10 +18,10 @@ from typing import Any
 from distributary.api.sink import Sink
 from distributary.backends.base import RevisionApp
 from distributary.kube.resources import Kube
-from distributary.plan.children import holds
-from distributary.plan.kafka_secrets import KafkaSecretMounts
-from distributary.plan.sink_plan import SinkRun, sink_manifests, sink_workload_name
-from distributary.plan.spark_state import AppState
+from distributary.plan.access.kafka_secrets import KafkaSecretMounts
+from distributary.plan.applications.children import holds
+from distributary.plan.applications.spark_state import AppState
+from distributary.plan.sinks.sink_plan import SinkRun, sink_manifests, sink_workload_name
 
 
 @dataclass(frozen=True)

@@ -20,17 +20,17 @@ from distributary.api.names import (
 from distributary.cli.options import RESTART_POLICY
 from distributary.controllers.main import serve
 from distributary.controllers.settings import DEFAULT_STATE_DIR, OperatorSettings
-from distributary.plan.checkpoint_storage import DEFAULT_MOUNT_PATH, CheckpointClaim
-from distributary.plan.claims import SWEEP_SECONDS
-from distributary.plan.pipeline import (
+from distributary.plan.applications.checkpoint_storage import DEFAULT_MOUNT_PATH, CheckpointClaim
+from distributary.plan.applications.restarts import RestartPolicy
+from distributary.plan.applications.spark import DEFAULT_SERVICE_ACCOUNT
+from distributary.plan.kafka_topics.claims import SWEEP_SECONDS
+from distributary.plan.pipelines.pipeline import (
     DEFAULT_CHECKPOINT_ROOT,
     DEFAULT_IMAGE,
     DEFAULT_STRIMZI_CLUSTER,
     DEFAULT_TOPIC_BACKEND,
 )
-from distributary.plan.progress import PROGRESS_TOPIC
-from distributary.plan.restarts import RestartPolicy
-from distributary.plan.spark import DEFAULT_SERVICE_ACCOUNT
+from distributary.plan.revisions.progress import PROGRESS_TOPIC
 from distributary.sql import (
     ALLOW_FUNCTIONS_ENV,
     ALLOW_FUNCTIONS_FLAG,

@@ -17,8 +17,8 @@ import click
 from distributary.api.names import DEFAULT_TOPIC_NAMES, use_topic_names
 from distributary.kafka.connection import read_properties_file
 from distributary.local.state import DEFAULT_STATE_DIR
-from distributary.plan.kafka_connection import KafkaSecurity
-from distributary.plan.restarts import (
+from distributary.plan.access.kafka_connection import KafkaSecurity
+from distributary.plan.applications.restarts import (
     FAILURE_WINDOW,
     FAILURES_BEFORE_STALLED,
     FIRST_DELAY,

@@ -32,7 +32,7 @@ from distributary.local.run import LocalRun, failed_views, watch
 from distributary.local.sources import resolve_sources
 from distributary.local.state import DEFAULT_STATE_DIR
 from distributary.local.status import Snapshot, one_line, render
-from distributary.plan.restarts import RestartPolicy
+from distributary.plan.applications.restarts import RestartPolicy
 
 STATUS_EVERY = 5.0  # seconds between status lines when stderr is not a terminal
 

@@ -32,7 +32,7 @@ from distributary.cli.options import PIPELINE_PATHS, TOPIC_NAMES
 from distributary.cli.pipeline_files import load_checked
 from distributary.graph import Pipeline
 from distributary.local.sources import resolve_sources
-from distributary.plan.source_plan import database_address
+from distributary.plan.sources.source_plan import database_address
 
 
 def _summary(pipeline: Pipeline) -> str:

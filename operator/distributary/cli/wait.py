@@ -30,10 +30,10 @@ from distributary.kafka.connection import client_settings
 from distributary.kube.resources import Kube
 from distributary.local.revisions import LocalRevisions
 from distributary.local.state import RunState, read_run_state
-from distributary.plan.kafka_connection import KafkaSecurity
-from distributary.plan.pipeline import PlanSettings, plan_pipeline
-from distributary.plan.positions import parse_cover, uncovered
-from distributary.plan.sink_plan import SinkRun
+from distributary.plan.access.kafka_connection import KafkaSecurity
+from distributary.plan.pipelines.pipeline import PlanSettings, plan_pipeline
+from distributary.plan.revisions.positions import parse_cover, uncovered
+from distributary.plan.sinks.sink_plan import SinkRun
 from distributary.sinks.main import StoreReadError, held_positions
 
 API = "distributary.dev/v1alpha1"

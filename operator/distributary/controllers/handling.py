@@ -30,10 +30,14 @@ from distributary.controllers.indexes import (
 )
 from distributary.controllers.services import OperatorServices
 from distributary.controllers.status import StatusRecorder
-from distributary.plan.children import holds
-from distributary.plan.conditions import Problem
-from distributary.plan.lifecycle import read_topics
-from distributary.plan.view_plan import namespace_pipeline, planning_bodies, reprocessing_outputs
+from distributary.plan.applications.children import holds
+from distributary.plan.revisions.lifecycle import read_topics
+from distributary.plan.status.conditions import Problem
+from distributary.plan.views.view_plan import (
+    namespace_pipeline,
+    planning_bodies,
+    reprocessing_outputs,
+)
 from distributary.reconcile.failures import (
     RECONCILE_ERROR,
     ReconcileFailedError,

@@ -25,11 +25,11 @@ from distributary.controllers.observer import application_changed, observe_forev
 from distributary.controllers.services import build
 from distributary.controllers.settings import OperatorSettings
 from distributary.kafka.connection import KafkaConnectionError, check_connection
-from distributary.plan.spark import (
+from distributary.plan.applications.spark import (
     MANAGED_BY,
     SPARK_APPLICATION_API_VERSION,
 )
-from distributary.plan.topics import DesiredTopic
+from distributary.plan.kafka_topics.topics import DesiredTopic
 
 FINALIZER = "distributary.dev/finalizer"
 CONTROLLERS = (
@@ -146,7 +146,7 @@ def serve(
             concurrent.futures.ThreadPoolExecutor(WORKER_THREADS, thread_name_prefix="distributary")
         )
         # Where runners publish progress (one record per revision), and who owns each topic
-        # (`plan.claims`); made once, compacted.
+        # (`plan.kafka_topics.claims`); made once, compacted.
         internal = DirectTopics(memo.services.admin)
         for name in (services.settings.progress_topic, services.settings.claims_topic):
             await asyncio.to_thread(internal.apply, internal_topic(name))

@@ -25,8 +25,8 @@ from distributary.controllers.services import OperatorServices
 from distributary.controllers.status import StatusRecorder
 from distributary.kafka.admin import KafkaAdminError
 from distributary.kube.resources import KubeError
-from distributary.plan.log_status import offsets_status, subscribers
-from distributary.plan.positions import Watermarks
+from distributary.plan.logs.log_status import offsets_status, subscribers
+from distributary.plan.revisions.positions import Watermarks
 from distributary.reconcile.failures import ReconcileFailedError
 from distributary.reconcile.ports import StatusConflictError, TryAgain
 

@@ -31,10 +31,10 @@ from distributary.kafka.connection import client_settings
 from distributary.kafka.history import lost_input_history
 from distributary.kafka.progress import ProgressReader
 from distributary.kube.resources import Kube, KubeError
-from distributary.plan.checkpoint_storage import checkpoint_problem
-from distributary.plan.kafka_connection import KafkaSecurity
-from distributary.plan.kafka_secrets import for_pods
-from distributary.plan.topics import DesiredTopic
+from distributary.plan.access.kafka_connection import KafkaSecurity
+from distributary.plan.access.kafka_secrets import for_pods
+from distributary.plan.applications.checkpoint_storage import checkpoint_problem
+from distributary.plan.kafka_topics.topics import DesiredTopic
 from distributary.reconcile.ports import Services
 
 LOGGER = logging.getLogger("distributary.claims")
@@ -95,7 +95,7 @@ def build(settings: OperatorSettings) -> OperatorServices:
         topics = StrimziTopicBackend(strimzi, admin)
     else:
         topics = DirectTopicBackend(admin)
-    # Either backend touches only topics their Log owns (`plan.claims`).
+    # Either backend touches only topics their Log owns (`plan.kafka_topics.claims`).
     claims = ClaimsLog(settings.bootstrap_servers, settings.claims_topic, client, cluster_id(api))
     topics = ClaimedTopicBackend(topics, claims, admin)
     runtime: SparkRuntime

@@ -31,8 +31,8 @@ from distributary.controllers.secrets import SecretMissingError, secret_value
 from distributary.controllers.services import OperatorServices
 from distributary.databases.postgres import DatabaseError
 from distributary.kube.resources import KubeError
-from distributary.plan.source_plan import connector_name
-from distributary.plan.source_revisions import RETIRED
+from distributary.plan.sources.source_plan import connector_name
+from distributary.plan.sources.source_revisions import RETIRED
 
 PLURAL = "sources"
 DELETE_TIMEOUT = 300  # seconds a deletion waits for the database before the Source goes

@@ -13,11 +13,11 @@ so a second run resumes where the first stopped. Positions are read the way any 
 them, from the revisions' consumer groups, and records/s from the progress topic.
 
 A view whose query fails is reported and restarted with back-off like any other application
-(`plan.restarts`: the history is in its status in the state folder), the other views running on;
-one that keeps failing is Stalled (`ApplicationFailing`) and said so on stderr, and retried at
-the longest back-off. So does a view or job whose reconcile fails unexpectedly: it is reported on
-stderr and in its status (Stalled, `ReconcileError`), and tried again in later rounds with back-off
-(`reconcile.failures`), while the others are reconciled as usual.
+(`plan.applications.restarts`: the history is in its status in the state folder), the other views
+running on; one that keeps failing is Stalled (`ApplicationFailing`) and said so on stderr, and
+retried at the longest back-off. So does a view or job whose reconcile fails unexpectedly: it is
+reported on stderr and in its status (Stalled, `ReconcileError`), and tried again in later rounds
+with back-off (`reconcile.failures`), while the others are reconciled as usual.
 """
 
 from __future__ import annotations
@@ -65,17 +65,17 @@ from distributary.local.status import (
     sink_row,
     source_row,
 )
-from distributary.plan.conditions import Problem
-from distributary.plan.kafka_connection import KafkaSecurity
-from distributary.plan.lifecycle import read_topics
-from distributary.plan.pipeline import PipelinePlan, PlanSettings, plan_pipeline
-from distributary.plan.progress import PROGRESS_TOPIC
-from distributary.plan.restarts import APPLICATION_FAILING, RestartPolicy
-from distributary.plan.runner_spec import RunnerSpec
-from distributary.plan.source_plan import HEARTBEAT_RETENTION_MS, heartbeat_topic
-from distributary.plan.spark_state import QUERY_REFUSED
-from distributary.plan.topics import DesiredTopic
-from distributary.plan.view_plan import reprocessing_outputs
+from distributary.plan.access.kafka_connection import KafkaSecurity
+from distributary.plan.applications.restarts import APPLICATION_FAILING, RestartPolicy
+from distributary.plan.applications.runner_spec import RunnerSpec
+from distributary.plan.applications.spark_state import QUERY_REFUSED
+from distributary.plan.kafka_topics.topics import DesiredTopic
+from distributary.plan.pipelines.pipeline import PipelinePlan, PlanSettings, plan_pipeline
+from distributary.plan.revisions.lifecycle import read_topics
+from distributary.plan.revisions.progress import PROGRESS_TOPIC
+from distributary.plan.sources.source_plan import HEARTBEAT_RETENTION_MS, heartbeat_topic
+from distributary.plan.status.conditions import Problem
+from distributary.plan.views.view_plan import reprocessing_outputs
 from distributary.reconcile.failures import (
     failure_line,
     failure_message,

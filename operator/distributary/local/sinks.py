@@ -33,9 +33,9 @@ from distributary.backends.base import RevisionApp, SecretMissingError
 from distributary.graph import Pipeline
 from distributary.local.sources import SourceError, secret_file
 from distributary.local.state import write_json
-from distributary.plan.sink_plan import SinkRun
-from distributary.plan.spark_state import AppState
-from distributary.plan.status_patch import changes, merged
+from distributary.plan.applications.spark_state import AppState
+from distributary.plan.sinks.sink_plan import SinkRun
+from distributary.plan.status.status_patch import changes, merged
 
 SINKS_FILE = "sinks.json"
 

@@ -43,10 +43,10 @@ from distributary.errors import DistributaryError
 from distributary.graph import Pipeline, Ref
 from distributary.local.connect import ConnectWorker
 from distributary.local.state import write_json
-from distributary.plan.kafka_connection import KafkaSecurity
-from distributary.plan.pipeline import SOURCE_LABEL
-from distributary.plan.restarts import RoundMemory
-from distributary.plan.source_plan import (
+from distributary.plan.access.kafka_connection import KafkaSecurity
+from distributary.plan.applications.restarts import RoundMemory
+from distributary.plan.pipelines.pipeline import SOURCE_LABEL
+from distributary.plan.sources.source_plan import (
     CONNECTOR_FAILED,
     DATABASE_UNREACHABLE,
     PAUSED,
@@ -57,9 +57,9 @@ from distributary.plan.source_plan import (
     resolve_table,
     resolved,
 )
-from distributary.plan.source_revisions import RETIRED, serving_topics
-from distributary.plan.source_revisions import catching_up as revision_catching_up
-from distributary.plan.status_patch import changes, merged
+from distributary.plan.sources.source_revisions import RETIRED, serving_topics
+from distributary.plan.sources.source_revisions import catching_up as revision_catching_up
+from distributary.plan.status.status_patch import changes, merged
 from distributary.sql import parse_ddl
 
 SOURCES_FILE = "sources.json"

@@ -19,11 +19,11 @@ from distributary.backends.connect import Connectors
 from distributary.graph import Pipeline
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.progress import ProgressReader
-from distributary.plan.conditions import Problem
-from distributary.plan.kafka_connection import KafkaSecurity
-from distributary.plan.restarts import RestartPolicy, RoundMemory
-from distributary.plan.topics import DesiredTopic
-from distributary.plan.view_plan import LostHistory
+from distributary.plan.access.kafka_connection import KafkaSecurity
+from distributary.plan.applications.restarts import RestartPolicy, RoundMemory
+from distributary.plan.kafka_topics.topics import DesiredTopic
+from distributary.plan.status.conditions import Problem
+from distributary.plan.views.view_plan import LostHistory
 
 
 class TryAgain(Exception):  # noqa: N818 (control flow, not an error a user sees as such)
@@ -49,7 +49,7 @@ class StatusStore(Protocol):
         ...
 
     async def record_ahead(self, record: Mapping[str, Any]) -> None:
-        """Write a write-ahead record (`plan.write_ahead`) before acting on it. Raises
+        """Write a write-ahead record (`plan.edits.write_ahead`) before acting on it. Raises
         `StatusConflictError` when the status changed since it was read."""
         ...
 
@@ -131,8 +131,8 @@ class Services:
     guard's question to Kafka)."""
 
     checkpoint_problem: Problem | None = None
-    """Why no revision may run where checkpoints would go (`plan.checkpoint_storage`), decided
-    once when the services are built; every view and job is then Stalled with it."""
+    """Why no revision may run where checkpoints would go (`plan.applications.checkpoint_storage`),
+    decided once when the services are built; every view and job is then Stalled with it."""
 
     kafka_security: KafkaSecurity | None = None
     """How the runners authenticate to Kafka and trust it (references to secrets only);
@@ -140,7 +140,8 @@ class Services:
 
     restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
     """How ended applications and Sinks' processes are restarted, and when failing ones make
-    their resource Stalled (`plan.restarts`); their histories live in the resources' statuses."""
+    their resource Stalled (`plan.applications.restarts`); their histories live in the resources'
+    statuses."""
 
     sinks: SinkRuntime | None = None
     """Where Sinks' processes run (`backends.base.SinkRuntime`); None: nowhere (no Sinks)."""
@@ -149,7 +150,7 @@ class Services:
     """Where Sources' connectors run (`backends.connect`); None: no Connect was given."""
 
     connect_secrets: str = "kubernetes"
-    """How Connect reads a Source's password (`plan.source_plan.password_reference`)."""
+    """How Connect reads a Source's password (`plan.sources.source_plan.password_reference`)."""
 
     secret: Callable[[str, SecretKey, str], str] | None = None
     """The value of a Secret's key in a namespace (the last argument names the field); raises

@@ -12,7 +12,7 @@ The process stores each batch's offsets in the same transaction as its rows, so 
 at any point and started again. When the Log's serving topic changes (the view cut over), a new
 process fills the new revision's table beside the one readers read and switches them over in one
 transaction. A process that refuses its store (a column of another type, another key) says so in
-its group's commit metadata (`plan.sink_plan.REFUSED_METADATA`), the one signal every runtime
+its group's commit metadata (`plan.sinks.sink_plan.REFUSED_METADATA`), the one signal every runtime
 gives: the Sink is Stalled with its reason, and its process is not started again with that spec.
 
 A process that exits is started again after the services' `RestartPolicy` (the operator's
@@ -36,17 +36,17 @@ from distributary.api.log import Log
 from distributary.api.sink import Sink
 from distributary.backends.base import SecretMissingError, SinkRuntime
 from distributary.kafka.admin import KafkaAdmin
-from distributary.plan.conditions import Observation, Problem, Work, conditions, rfc3339
-from distributary.plan.restarts import (
+from distributary.plan.applications.restarts import (
     APPLICATION_FAILING,
     RestartHistory,
     RestartPolicy,
     duration,
     stalled,
 )
-from distributary.plan.sink_plan import REFUSED_METADATA, SinkRun, sink_run
-from distributary.plan.spark import owner_reference
-from distributary.plan.spark_state import AppState
+from distributary.plan.applications.spark import owner_reference
+from distributary.plan.applications.spark_state import AppState
+from distributary.plan.sinks.sink_plan import REFUSED_METADATA, SinkRun, sink_run
+from distributary.plan.status.conditions import Observation, Problem, Work, conditions, rfc3339
 from distributary.reconcile.applications import run_application
 from distributary.reconcile.ports import Events, Services, StatusStore, World
 from distributary.sql import SqlError

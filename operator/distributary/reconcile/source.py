@@ -11,7 +11,7 @@ and writes status: Ready/Reconciling/Stalled, the connector's state, each table'
 the slot, and DataLossRisk when the slot keeps more WAL than `spec.walWarning`.
 
 A raised `spec.snapshot.epoch`, or a snapshot found interrupted, is a new revision beside the
-serving one (`plan.source_revisions`): its own connector, slot, publication and topics, made
+serving one (`plan.sources.source_revisions`): its own connector, slot, publication and topics, made
 before its connector starts. The revisions are rows of `status.revisions`, written ahead
 (`StatusStore.record_ahead`) before they are acted on, as a view's are: once the new revision has
 caught up (the connectors' committed offsets), the rows say it serves and the replaced revision
@@ -43,9 +43,9 @@ from distributary.databases.postgres import DatabaseError
 from distributary.graph import table_log
 from distributary.kafka.admin import KafkaAdminError
 from distributary.kube.resources import KubeError
-from distributary.plan.conditions import Observation, Problem, conditions
-from distributary.plan.pipeline import SOURCE_LABEL
-from distributary.plan.source_plan import (
+from distributary.plan.applications.spark import owner_reference
+from distributary.plan.pipelines.pipeline import SOURCE_LABEL
+from distributary.plan.sources.source_plan import (
     TABLE_PROBLEM,
     ConnectorState,
     capture_problems,
@@ -56,15 +56,15 @@ from distributary.plan.source_plan import (
     resolved,
     source_observation,
 )
-from distributary.plan.source_revisions import (
+from distributary.plan.sources.source_revisions import (
     RevisionStep,
     interrupted,
     interrupted_message,
     revision_topics,
     serving_topics,
 )
-from distributary.plan.spark import owner_reference
-from distributary.plan.view_plan import SERVING_ANNOTATION
+from distributary.plan.status.conditions import Observation, Problem, conditions
+from distributary.plan.views.view_plan import SERVING_ANNOTATION
 from distributary.reconcile.ports import Events, Services, StatusStore, World
 from distributary.reconcile.source_connectors import (
     epoch_refused,

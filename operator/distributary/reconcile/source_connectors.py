@@ -16,16 +16,16 @@ from distributary.api.log import Log
 from distributary.api.source import Source
 from distributary.backends.base import CaptureReading
 from distributary.backends.connect import Connectors
-from distributary.plan.conditions import Problem
-from distributary.plan.pipeline import revision_topic
-from distributary.plan.restarts import PartRestarts
-from distributary.plan.source_plan import (
+from distributary.plan.applications.restarts import PartRestarts
+from distributary.plan.kafka_topics.topics import DesiredTopic, desired_topic
+from distributary.plan.pipelines.pipeline import revision_topic
+from distributary.plan.sources.source_plan import (
     HEARTBEAT_RETENTION_MS,
     ConnectorState,
     connector_name,
     heartbeat_topic,
 )
-from distributary.plan.source_revisions import (
+from distributary.plan.sources.source_revisions import (
     CATCHING_UP,
     RETIRING,
     SERVING,
@@ -34,8 +34,8 @@ from distributary.plan.source_revisions import (
     capture_position,
     revision_step,
 )
-from distributary.plan.source_revisions import retired as retired_rows
-from distributary.plan.topics import DesiredTopic, desired_topic
+from distributary.plan.sources.source_revisions import retired as retired_rows
+from distributary.plan.status.conditions import Problem
 from distributary.reconcile.ports import Events, Services
 
 
@@ -70,9 +70,9 @@ def next_step(
     recorded: list[dict[str, Any]],
     reading: CaptureReading,
 ) -> RevisionStep:
-    """The revisions' next step (`plan.source_revisions`) from each live connector's committed
-    offsets and its slot: a new revision beside the serving one when the epoch was raised or a
-    snapshot was interrupted, a cutover once it has caught up, a revision to retire."""
+    """The revisions' next step (`plan.sources.source_revisions`) from each live connector's
+    committed offsets and its slot: a new revision beside the serving one when the epoch was raised
+    or a snapshot was interrupted, a cutover once it has caught up, a revision to retire."""
     connectors = services.connectors
     assert connectors is not None
     namespace = source.metadata.namespace

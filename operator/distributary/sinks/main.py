@@ -28,7 +28,7 @@ import redis
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.connection import client_settings
 from distributary.kafka.records import Record, TopicReader
-from distributary.plan.sink_plan import REFUSED_METADATA, SinkRun
+from distributary.plan.sinks.sink_plan import REFUSED_METADATA, SinkRun
 from distributary.sinks.postgres import (
     PostgresStore,
     SinkRefusedError,

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from distributary.cli import main
 from distributary.cli.options import RESTART_POLICY
-from distributary.plan.restarts import RestartPolicy
+from distributary.plan.applications.restarts import RestartPolicy
 
 FLAGS = (
     "--restart-delay",

@@ -11,7 +11,7 @@ from tests.unit.plan.test_spark_application import job_app, make_job, make_view,
 from distributary.backends.spark_operator import SparkOperatorRuntime
 from distributary.cli.operator import operator
 from distributary.controllers.settings import OperatorSettings
-from distributary.plan.spark import DEFAULT_SERVICE_ACCOUNT
+from distributary.plan.applications.spark import DEFAULT_SERVICE_ACCOUNT
 
 
 class AppliedKube:

@@ -14,7 +14,7 @@ import pytest
 from distributary.databases.postgres import DatabaseError
 from distributary.graph import load_pipeline
 from distributary.local import sources
-from distributary.plan.source_plan import (
+from distributary.plan.sources.source_plan import (
     CaptureRights,
     Column,
     TableShape,

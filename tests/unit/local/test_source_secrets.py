@@ -11,7 +11,7 @@ from distributary.api.source import SecretKey
 from distributary.backends.base import SecretMissingError
 from distributary.graph import Pipeline
 from distributary.local.sources import LocalSources, SourceError, secret_value
-from distributary.plan.source_plan import password_reference
+from distributary.plan.sources.source_plan import password_reference
 
 
 def test_the_password_is_read_from_the_secrets_folder(tmp_path: Path) -> None:

@@ -16,17 +16,22 @@ from distributary.api.source import SecretKey, Source
 from distributary.api.view import DerivedView
 from distributary.backends.base import CaptureReading, Owner, RevisionApp, SecretMissingError
 from distributary.databases.postgres import DatabaseError
-from distributary.plan.conditions import Problem
-from distributary.plan.log_status import LogReconcile
-from distributary.plan.restarts import RestartPolicy, RoundMemory
-from distributary.plan.runner_spec import RunnerSpec
-from distributary.plan.sink_plan import SinkRun
-from distributary.plan.source_plan import CaptureRights, ConnectorState, SlotReading, TableShape
-from distributary.plan.spark import Application
-from distributary.plan.spark_state import AppState
-from distributary.plan.status_patch import changes, merged
-from distributary.plan.topics import DesiredTopic
-from distributary.plan.view_plan import namespace_pipeline, reprocessing_outputs
+from distributary.plan.applications.restarts import RestartPolicy, RoundMemory
+from distributary.plan.applications.runner_spec import RunnerSpec
+from distributary.plan.applications.spark import Application
+from distributary.plan.applications.spark_state import AppState
+from distributary.plan.kafka_topics.topics import DesiredTopic
+from distributary.plan.logs.log_status import LogReconcile
+from distributary.plan.sinks.sink_plan import SinkRun
+from distributary.plan.sources.source_plan import (
+    CaptureRights,
+    ConnectorState,
+    SlotReading,
+    TableShape,
+)
+from distributary.plan.status.conditions import Problem
+from distributary.plan.status.status_patch import changes, merged
+from distributary.plan.views.view_plan import namespace_pipeline, reprocessing_outputs
 from distributary.reconcile.ports import Lineage, Services, StatusConflictError
 
 NS = "shop"
@@ -152,7 +157,7 @@ class FakeRuntime:
     failing: set[int] = field(default_factory=set)
     specs: list[RunnerSpec] = field(default_factory=list)  # every runner spec asked to run
     ended_as: str = "FAILED"  # the state of an ended application (COMPLETED: exit code 0)
-    # Revisions submitted whose driver cannot start, and why (`plan.driver_pods`).
+    # Revisions submitted whose driver cannot start, and why (`plan.applications.driver_pods`).
     stuck: dict[int, Problem] = field(default_factory=dict)
 
     def _app(self, namespace: str, name: str, revision: int) -> RevisionApp:

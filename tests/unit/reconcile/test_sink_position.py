@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from distributary.plan.sink_plan import SinkRun
+from distributary.plan.sinks.sink_plan import SinkRun
 from distributary.reconcile.sink import Held, held_by_group
 
 RUN = SinkRun(name="shop/t", group="g", bootstrap_servers="k:9092", topic="t.r2",

@@ -11,8 +11,8 @@ from typing import Any
 
 from tests.unit.reconcile.fakes import NS, Parts, parts
 
-from distributary.plan.restarts import RestartPolicy
-from distributary.plan.sink_plan import REFUSED_METADATA, sink_group
+from distributary.plan.applications.restarts import RestartPolicy
+from distributary.plan.sinks.sink_plan import REFUSED_METADATA, sink_group
 from distributary.reconcile.sink import reconcile_sink
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)

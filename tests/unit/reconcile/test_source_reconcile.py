@@ -12,10 +12,10 @@ from typing import Any
 
 from tests.unit.reconcile.fakes import Parts, parts
 
-from distributary.plan.restarts import RestartPolicy
-from distributary.plan.source_plan import Column, TableShape
-from distributary.plan.source_revisions import CATCHING_UP, RETIRED, RETIRING, SERVING
-from distributary.plan.view_plan import SERVING_ANNOTATION
+from distributary.plan.applications.restarts import RestartPolicy
+from distributary.plan.sources.source_plan import Column, TableShape
+from distributary.plan.sources.source_revisions import CATCHING_UP, RETIRED, RETIRING, SERVING
+from distributary.plan.views.view_plan import SERVING_ANNOTATION
 from distributary.reconcile.source import reconcile_source
 
 R1, R2 = "distributary.sales.shop", "distributary.sales.shop.r2"
