@@ -35,7 +35,7 @@ from distributary.devtools.controlplane import ControlPlane
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.connection import client_settings
 from distributary.local.broker import BrokerSecurity, EmbeddedBroker
-from distributary.plan.kafka_connection import security_from_environment
+from distributary.plan.access.kafka_connection import security_from_environment
 from distributary.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[1]

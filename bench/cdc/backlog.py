@@ -20,7 +20,7 @@ from parts import ROOT, SERVING_DB, serving
 
 from distributary.devtools.postgres import PostgresServer
 from distributary.kafka.cluster import client_config
-from distributary.plan.sink_plan import SinkRun
+from distributary.plan.sinks.sink_plan import SinkRun
 from distributary.sql import parse_ddl
 
 SAMPLE_EVERY = 0.02  # seconds between readings of a Sink's position

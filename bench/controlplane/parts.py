@@ -28,7 +28,7 @@ from distributary.artifacts import KAFKA_VERSION
 from distributary.devtools.controlplane import KUBERNETES_VERSION, ControlPlane
 from distributary.devtools.sparkoperator import crd_files
 from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
-from distributary.plan.progress import PROGRESS_TOPIC
+from distributary.plan.revisions.progress import PROGRESS_TOPIC
 from distributary.processes import free_port
 
 ROOT = Path(__file__).resolve().parent.parent.parent

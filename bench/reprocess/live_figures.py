@@ -5,8 +5,9 @@ On live input no reader is ever at lag 0, so two words take the meanings the ope
 - revision 2 has *caught up* when its consumer group has read as far as the serving revision's,
   both sampled in the same look;
 - a revision *keeps up* when its lag in status is at most `cutoverMaxLag` plus what its inputs
-  receive in the cutover window at the input rate status records (`plan.lifecycle.keeping_up`,
-  the operator's own test, so the benchmark waits for what the operator waits for).
+  receive in the cutover window at the input rate status records
+  (`plan.revisions.lifecycle.keeping_up`, the operator's own test, so the benchmark waits for what
+  the operator waits for).
 
 The catch-up rate and the rates it is compared with are taken over one span of time, the
 catch-up's, so the ratios compare two readers and the producer on the same machine at the same
@@ -35,7 +36,7 @@ from figures import (
     spark_rate,
 )
 
-from distributary.plan.lifecycle import keeping_up
+from distributary.plan.revisions.lifecycle import keeping_up
 
 COLUMNS = ("id", "user_id", "url", "country", "duration_ms")  # what both SQLs select
 Appended = Sequence[tuple[float, int]]  # (wall-clock seconds, records acknowledged by then)

@@ -27,8 +27,8 @@ from kubernetes.client.exceptions import ApiException
 
 from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
 from distributary.kafka.cluster import client_config
-from distributary.plan.progress import PROGRESS_TOPIC, progress_key
-from distributary.plan.runner_spec import consumer_group
+from distributary.plan.applications.runner_spec import consumer_group
+from distributary.plan.revisions.progress import PROGRESS_TOPIC, progress_key
 from distributary.processes import free_port
 
 ROOT = Path(__file__).resolve().parent.parent.parent

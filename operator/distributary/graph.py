@@ -241,7 +241,8 @@ def starting_offset_problems(pipeline: Pipeline) -> tuple[SpecProblem, ...]:
     does not declare (or, for a view's output, derive): Spark refuses it when the query starts.
     Checked on files, whose Logs are created with the partitions they declare (a Log's
     partitions can be raised, never lowered); in a cluster the operator checks the topic
-    itself, which the API server's Log may not say all of (`plan.position_refusals`)."""
+    itself, which the API server's Log may not say all of (`plan.applications.position_refusals`).
+    """
     problems: list[SpecProblem] = []
     for ref in pipeline.order:
         if ref in pipeline.views:
@@ -285,6 +286,9 @@ class Pipeline:
     jobs: dict[Ref, StreamJob] = field(default_factory=dict)
     captures: dict[Ref, Source] = field(default_factory=dict)  # Sources (change data capture)
     sinks: dict[Ref, Sink] = field(default_factory=dict)
+    # The Sources as their files declare them, where `captures` holds them with their tables'
+    # columns as the databases had them (`local.sources.resolve_sources`); else empty.
+    declared_captures: dict[Ref, Source] = field(default_factory=dict)
     problems: tuple[SpecProblem, ...] = ()
     order: tuple[Ref, ...] = ()
     edges: tuple[tuple[Ref, Ref], ...] = ()
@@ -335,6 +339,7 @@ class Pipeline:
         loading = tuple(p for p in self.problems if not p.resource)
         again.problems = loading + again.problems
         again.skipped = self.skipped
+        again.declared_captures = dict(self.declared_captures)
         return again
 
     @property
@@ -633,8 +638,8 @@ class _Builder:
         """Two Logs whose topics Kafka would take for one: the same name, a view's revision
         topic (`<topic>.r<N>`), or names that differ only in '.' against '_' (Kafka refuses the
         second: they collide in its metrics). Checked across namespaces: a topic belongs to one
-        Log in the whole Kafka cluster (`plan.claims`), whatever the operator's topic naming
-        (`api.names.TopicNames`) makes of each Log's name."""
+        Log in the whole Kafka cluster (`plan.kafka_topics.claims`), whatever the operator's topic
+        naming (`api.names.TopicNames`) makes of each Log's name."""
         claimed: list[tuple[Ref, str, bool]] = []
         for ref, log in sorted(self.pipeline.logs.items()):
             derived = ref not in self.declared_logs

@@ -35,10 +35,10 @@ from distributary.kafka.cluster import client_config
 from distributary.kafka.records import produce as append
 from distributary.local.broker import java_binary
 from distributary.local.run import LocalRun
-from distributary.plan.pipeline import PipelinePlan
-from distributary.plan.positions import Offsets
-from distributary.plan.progress import PROGRESS_TOPIC, progress_key
-from distributary.plan.runner_spec import RunnerSpec
+from distributary.plan.applications.runner_spec import RunnerSpec
+from distributary.plan.pipelines.pipeline import PipelinePlan
+from distributary.plan.revisions.positions import Offsets
+from distributary.plan.revisions.progress import PROGRESS_TOPIC, progress_key
 from distributary.schema import RecordSchema
 
 # Kafka 4.x moved the command behind kafka-consumer-groups.sh from kafka.admin to kafka-tools.

@@ -13,7 +13,7 @@ from tests.integration.test_topic_claims_log import all_present, claims_topic, n
 
 from distributary.kafka.claims import ClaimsLog
 from distributary.local.broker import EmbeddedBroker
-from distributary.plan.claims import Claimant
+from distributary.plan.kafka_topics.claims import Claimant
 
 GONE = Claimant("team-a", "gone")
 AGAIN = Claimant("team-a", "again")

@@ -34,7 +34,7 @@ from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.connection import read_properties_file
 from distributary.local.broker import EmbeddedBroker
 from distributary.local.connect import ConnectWorker
-from distributary.plan.kafka_connection import KafkaSecurity
+from distributary.plan.access.kafka_connection import KafkaSecurity
 
 TIMINGS: dict[str, float] = {}
 

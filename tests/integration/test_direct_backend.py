@@ -14,14 +14,14 @@ from distributary.backends.direct import DirectTopics
 from distributary.backends.topic_batches import DirectTopicBackend
 from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
 from distributary.local.broker import EmbeddedBroker
-from distributary.plan.log_status import log_status
-from distributary.plan.topics import (
+from distributary.plan.kafka_topics.topics import (
     AddPartitions,
     AlterConfigs,
     CreateTopic,
     DesiredTopic,
     ObservedTopic,
 )
+from distributary.plan.logs.log_status import log_status
 
 HOUR, TWO_HOURS = "3600000", "7200000"
 

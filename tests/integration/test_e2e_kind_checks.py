@@ -58,7 +58,7 @@ from distributary.api.source import SecretKey
 from distributary.devtools.postgres import PostgresServer
 from distributary.devtools.redis import RedisServer
 from distributary.local.broker import EmbeddedBroker
-from distributary.plan.source_plan import password_reference
+from distributary.plan.sources.source_plan import password_reference
 
 SCRIPTS = sorted(E2E.glob("*.sh"))
 SHELLCHECK = Path(sys.executable).with_name("shellcheck")

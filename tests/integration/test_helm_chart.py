@@ -607,7 +607,7 @@ def test_a_connect_becomes_the_operators_environment(
     assert {k: v for k, v in found.items() if k.startswith("DISTRIBUTARY_CONNECT_")} == env
     assert {"DISTRIBUTARY_CONNECT_URL", "DISTRIBUTARY_CONNECT_CLUSTER"} & set(env)
     # Every variable the chart sets is one the operator reads.
-    from distributary.controllers.main import operator as command
+    from distributary.cli.operator import operator as command
 
     known = {p.envvar for p in command.params if getattr(p, "envvar", None)}
     assert set(env) <= known

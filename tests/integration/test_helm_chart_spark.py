@@ -26,8 +26,8 @@ from tests.integration.test_helm_chart import (
     rules_of,
 )
 
+from distributary.cli.operator import operator
 from distributary.controllers import settings
-from distributary.controllers.main import operator
 
 DRIVER_RESOURCES = ("pods", "services", "configmaps", "persistentvolumeclaims")
 DRIVER_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")

@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.history import lost_input_history
 from distributary.local.broker import EmbeddedBroker
-from distributary.plan.topics import CreateTopic
+from distributary.plan.kafka_topics.topics import CreateTopic
 
 # A compacted topic the log cleaner works on at once: small segments rolled every 100 ms, no
 # lag before compaction, any dirty share enough.

@@ -14,8 +14,8 @@ from confluent_kafka.admin import AdminClient
 from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
 from distributary.kafka.cluster import client_config
 from distributary.local.broker import EmbeddedBroker
-from distributary.plan.positions import total_lag
-from distributary.plan.topics import AlterConfigs, CreateTopic, ObservedTopic
+from distributary.plan.kafka_topics.topics import AlterConfigs, CreateTopic, ObservedTopic
+from distributary.plan.revisions.positions import total_lag
 from distributary.processes import free_port
 
 

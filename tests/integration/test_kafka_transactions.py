@@ -17,8 +17,8 @@ from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.records import TopicReader
 from distributary.kafka.transactions import FencedError, TransactionalWriter, fence
 from distributary.local.broker import EmbeddedBroker
-from distributary.plan.delivery import Marker, read_marker
-from distributary.plan.topics import CreateTopic
+from distributary.plan.kafka_topics.topics import CreateTopic
+from distributary.plan.revisions.delivery import Marker, read_marker
 
 
 @pytest.fixture

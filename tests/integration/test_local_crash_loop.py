@@ -27,7 +27,7 @@ from distributary.graph import load_pipeline
 from distributary.kafka.records import produce
 from distributary.local.broker import EmbeddedBroker
 from distributary.local.run import LocalRun
-from distributary.plan.restarts import RestartPolicy
+from distributary.plan.applications.restarts import RestartPolicy
 from distributary.schema import RecordSchema
 
 PIPELINE = """

@@ -37,7 +37,7 @@ from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.records import produce
 from distributary.local.broker import EmbeddedBroker
 from distributary.local.run import LocalRun
-from distributary.plan.restarts import RestartPolicy
+from distributary.plan.applications.restarts import RestartPolicy
 from distributary.runner.exactly_once import CRASH_AFTER
 from distributary.schema import EncodedRecord
 

@@ -1,14 +1,14 @@
 """A revision Spark refused is started again after an edit that keeps it, under `distributary run`.
 
 The view's query is stateless and its upgrade strategy Auto, so an edit of its SQL restarts the
-same revision in place, on the same checkpoint (`plan.classify`: Spark's checkpoint accepts it).
-The run (in this process, as `distributary run` drives it: a reconcile, then the runner's
-start, each round) makes revision 1 with a filter that is not a condition (`WHERE amount` on an
-INT): Spark refuses it at start, the runner reports QueryRefused, the view is Stalled and the
-revision is not restarted while records arrive. The SQL is then fixed in place, while records
-keep arriving: the runner's report names the spec it refused (`runner_spec_hash`), which is not
-the one the revision runs now, so revision 1 is started again. It reads every record exactly
-once and writes exactly what the fixed query makes of them; Spark refused the query only once.
+same revision in place, on the same checkpoint (`plan.revisions.classify`: Spark's checkpoint
+accepts it). The run (in this process, as `distributary run` drives it: a reconcile, then the
+runner's start, each round) makes revision 1 with a filter that is not a condition (`WHERE amount`
+on an INT): Spark refuses it at start, the runner reports QueryRefused, the view is Stalled and the
+revision is not restarted while records arrive. The SQL is then fixed in place, while records keep
+arriving: the runner's report names the spec it refused (`runner_spec_hash`), which is not the one
+the revision runs now, so revision 1 is started again. It reads every record exactly once and writes
+exactly what the fixed query makes of them; Spark refused the query only once.
 """
 
 from __future__ import annotations

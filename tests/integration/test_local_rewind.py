@@ -27,7 +27,7 @@ from tests.integration.test_local_run import distributary, summary_of
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.cluster import client_config
 from distributary.local.broker import EmbeddedBroker
-from distributary.plan.topics import CreateTopic
+from distributary.plan.kafka_topics.topics import CreateTopic
 
 LOG, VIEW, REQUEST = "rewind-clicks", "rewind-copy", "replay-1"
 OUTPUT = f"{VIEW}.r1"

@@ -37,8 +37,8 @@ from distributary.devtools.redis import RedisServer
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.records import Record
 from distributary.local.broker import EmbeddedBroker
-from distributary.plan.sink_plan import SinkRun
-from distributary.plan.topics import CreateTopic
+from distributary.plan.kafka_topics.topics import CreateTopic
+from distributary.plan.sinks.sink_plan import SinkRun
 from distributary.sinks.postgres import apply, connect_sink, prepare
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -184,7 +184,7 @@ def test_tables_equal_the_log_after_ten_kills_while_records_arrive(
     run = subprocess.Popen(
         [sys.executable, "-m", "distributary.cli", "run", str(folders["pipeline"]),
          "--bootstrap-servers", broker.bootstrap_servers, "--state-dir", str(folders["state"]),
-         "--secrets", str(folders["secrets"])],
+         "--secrets", str(folders["secrets"]), "--restart-delay", "1"],
         stdout=subprocess.DEVNULL, stderr=err, cwd=ROOT,
     )  # fmt: skip
     stop, written = threading.Event(), [0]

@@ -18,7 +18,7 @@ import redis
 
 from distributary.devtools.redis import RedisServer
 from distributary.kafka.records import Record
-from distributary.plan.sink_plan import SinkRun
+from distributary.plan.sinks.sink_plan import SinkRun
 from distributary.sinks.redis import RedisStore
 
 PREFIX = "rs:"

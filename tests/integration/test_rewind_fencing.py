@@ -33,7 +33,7 @@ from tests.integration.spark_pipelines import (
 from distributary.api.common import Position
 from distributary.kafka.rewinds import move_group, rewind_offsets
 from distributary.local.broker import EmbeddedBroker
-from distributary.plan.delivery import read_marker
+from distributary.plan.revisions.delivery import read_marker
 
 PIPELINE = """
 apiVersion: distributary.dev/v1alpha1

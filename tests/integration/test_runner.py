@@ -30,7 +30,7 @@ from tests.integration.spark_pipelines import (
 )
 
 from distributary.local.broker import EmbeddedBroker
-from distributary.plan.positions import Offsets, offsets_json
+from distributary.plan.revisions.positions import Offsets, offsets_json
 
 PIPELINE = """
 apiVersion: distributary.dev/v1alpha1

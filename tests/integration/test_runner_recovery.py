@@ -43,7 +43,7 @@ from tests.integration.spark_pipelines import (
 
 from distributary.kafka.cluster import client_config
 from distributary.local.broker import EmbeddedBroker
-from distributary.plan.positions import Offsets
+from distributary.plan.revisions.positions import Offsets
 from distributary.runner.exactly_once import CRASH_AFTER
 
 PIPELINE = """

@@ -44,8 +44,8 @@ from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.cluster import cluster_ready
 from distributary.kafka.connection import client_settings, read_properties_file
 from distributary.kafka.records import TopicReader
-from distributary.plan.kafka_connection import parse_properties, password_in_properties
-from distributary.plan.topics import CreateTopic
+from distributary.plan.access.kafka_connection import parse_properties, password_in_properties
+from distributary.plan.kafka_topics.topics import CreateTopic
 from distributary.processes import free_port
 
 VIEWS = ("enriched-page-views", "views-per-user", "views-per-country")

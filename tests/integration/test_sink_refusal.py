@@ -20,8 +20,8 @@ from tests.integration.spark_pipelines import produce
 from distributary.devtools.postgres import PostgresServer
 from distributary.kafka.admin import KafkaAdmin
 from distributary.local.broker import EmbeddedBroker
-from distributary.plan.sink_plan import REFUSED_METADATA, SinkRun
-from distributary.plan.topics import CreateTopic
+from distributary.plan.kafka_topics.topics import CreateTopic
+from distributary.plan.sinks.sink_plan import REFUSED_METADATA, SinkRun
 
 ROOT = Path(__file__).resolve().parents[2]
 DATABASE = "refusals"

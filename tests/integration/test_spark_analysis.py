@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from distributary.cli import main
 from distributary.graph import Pipeline, SpecProblem, load_pipeline
-from distributary.plan.source_plan import Column, TableShape, resolve_table, resolved
+from distributary.plan.sources.source_plan import Column, TableShape, resolve_table, resolved
 from distributary.runner.analysis import QueryCheck, local_session
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,8 +19,14 @@ from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.claims import ClaimsLog
 from distributary.kafka.records import TopicReader
 from distributary.local.broker import EmbeddedBroker
-from distributary.plan.claims import Claimant, ClaimRecord, Deletion, claimant_of, parse_record
-from distributary.plan.topics import DesiredTopic
+from distributary.plan.kafka_topics.claims import (
+    Claimant,
+    ClaimRecord,
+    Deletion,
+    claimant_of,
+    parse_record,
+)
+from distributary.plan.kafka_topics.topics import DesiredTopic
 
 
 def none_present(topics: Collection[str]) -> Collection[str]:

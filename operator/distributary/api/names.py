@@ -27,9 +27,10 @@ REVISION_SUFFIX_ROOM: Final = len(".r") + 8
 MAX_OUTPUT_TOPIC: Final = MAX_TOPIC_NAME - REVISION_SUFFIX_ROOM
 
 # Topics the project writes itself: every revision's progress, who owns each topic (the claims,
-# `plan.claims`), and each view's or job's dead letters, `distributary.<namespace>.<name>.dlq`.
-# An installation may name its progress and claims topics `distributary.<anything>.progress` and
-# `distributary.<anything>.claims`: every such name is reserved too.
+# `plan.kafka_topics.claims`), and each view's or job's dead letters,
+# `distributary.<namespace>.<name>.dlq`. An installation may name its progress and claims topics
+# `distributary.<anything>.progress` and `distributary.<anything>.claims`: every such name is
+# reserved too.
 PROGRESS_TOPIC: Final = "distributary.progress"
 CLAIMS_TOPIC: Final = "distributary.claims"
 PROGRESS_SUFFIX: Final = ".progress"

@@ -21,6 +21,7 @@ from distributary.api.common import (
     Duration,
     KubeName,
     ObjectMeta,
+    SparkApplicationRef,
     StatusModel,
     cel,
     validations,
@@ -131,6 +132,11 @@ class SinkStatus(StatusModel):
         description="Next offset to apply, per partition, as committed with the rows.",
     )
     lag: int | None = Field(default=None, description="Records not yet in the table.")
+    process: SparkApplicationRef | None = Field(
+        default=None,
+        description="The Sink's process (a Deployment, or a process on the operator's machine) "
+        "and its restart history.",
+    )
 
 
 class Sink(ApiModel):

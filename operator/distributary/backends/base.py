@@ -1,14 +1,16 @@
-"""The two contracts every backend keeps: one for topics, one for Spark.
+"""The contracts every backend keeps: one for topics, one for Spark, one for Sinks' processes.
 
 The one reconcile (`reconcile/`) is written against these and nothing else: which topic
 backend makes topics (`direct`: Kafka's Admin API; `strimzi`: KafkaTopic resources) and which Spark
 runtime runs revisions (`spark-operator`: SparkApplications; `local`: processes on this machine)
-is chosen once, where the services are built, and no reconcile asks which one it has. A new
+and where Sinks' processes run (`spark-operator`: a Deployment each; `local`: a process on this
+machine) is chosen once, where the services are built, and no reconcile asks which one it has. A new
 backend is a new class that keeps these contracts; nothing else changes. The unit tests drive the
 controllers through small in-memory classes that keep them too.
 
 Every method of `TopicBackend` is a coroutine (the direct backend batches many reconciles into
-few Admin API requests); every method of `SparkRuntime` blocks and is called from a thread.
+few Admin API requests); every method of `SparkRuntime` and `SinkRuntime` blocks and is called
+from a thread.
 """
 
 from __future__ import annotations
@@ -19,12 +21,17 @@ from typing import Any, Literal, Protocol
 
 from distributary.api.job import StreamJob
 from distributary.api.log import Log
+from distributary.api.sink import Sink
+from distributary.api.source import Source
 from distributary.api.view import DerivedView
-from distributary.plan.log_status import LogReconcile
-from distributary.plan.runner_spec import RunnerSpec
-from distributary.plan.spark import Application
-from distributary.plan.spark_state import AppState
-from distributary.plan.topics import DesiredTopic
+from distributary.errors import DistributaryError
+from distributary.plan.applications.runner_spec import RunnerSpec
+from distributary.plan.applications.spark import Application
+from distributary.plan.applications.spark_state import AppState
+from distributary.plan.kafka_topics.topics import DesiredTopic
+from distributary.plan.logs.log_status import LogReconcile
+from distributary.plan.sinks.sink_plan import SinkRun
+from distributary.plan.sources.source_plan import CaptureRights, SlotReading, TableShape
 
 
 @dataclass(frozen=True)
@@ -73,8 +80,8 @@ class TopicBackend(Protocol):
         ...
 
     async def release(self, namespace: str, name: str) -> list[str]:
-        """Give up every claim of the deleted Log `namespace/name` (`plan.claims`), so another
-        Log may have its topics; the topics released. Raises `KafkaAdminError`."""
+        """Give up every claim of the deleted Log `namespace/name` (`plan.kafka_topics.claims`), so
+        another Log may have its topics; the topics released. Raises `KafkaAdminError`."""
         ...
 
 
@@ -126,4 +133,52 @@ class SparkRuntime(Protocol):
     def watches_applications(self) -> bool:
         """Whether the runtime's applications are API objects whose changes the operator should
         watch (SparkApplications), rather than processes it looks at on each round."""
+        ...
+
+
+class SecretMissingError(DistributaryError, LookupError):
+    """A Secret (or its key) a resource names is not there; the message names the field, the
+    Secret and how to make it."""
+
+
+class SinkRuntime(Protocol):
+    """Runs Sinks' processes (`python -m distributary.sinks`), one per Sink, and stops them.
+    How the store's password reaches the process is the runtime's: a Secret mounted into a pod,
+    or a file only the process reads."""
+
+    def last_run(self, namespace: str, name: str) -> SinkRun | None:
+        """The spec the Sink's process was last given (None: none yet)."""
+        ...
+
+    def sink_app(self, sink: Sink, run: SinkRun, owner: Mapping[str, Any]) -> RevisionApp:
+        """The Sink's process running `run`: `start` brings it to `run` (a new spec stops the
+        old process first: it finishes its transaction); `state` is RUNNING while it serves,
+        ended once it exited (a runtime that restarts it by itself never says ended). Raises
+        `SecretMissingError` when the store's password cannot be given to it."""
+        ...
+
+    def stop(self, namespace: str, name: str) -> None:
+        """Stop the Sink's process (it finishes its transaction); the store keeps its rows."""
+        ...
+
+
+@dataclass(frozen=True)
+class CaptureReading:
+    """What a Source's database says: each table's shape (None: missing), whether the server and
+    user allow capture, and each live revision's slot (its reading, and its lag in seconds)."""
+
+    shapes: Mapping[str, TableShape | None]
+    rights: CaptureRights
+    readings: Mapping[int, tuple[SlotReading, float | None]]
+
+
+class CaptureDatabases(Protocol):
+    """A Source's database as its reconcile asks it. Blocking; raises `DatabaseError`."""
+
+    def read(self, source: Source, password: str, revisions: Sequence[int]) -> CaptureReading:
+        """The tables' shapes, the capture rights and the slot of each of `revisions`."""
+        ...
+
+    def drop(self, source: Source, password: str, revision: int) -> list[str]:
+        """Drop a revision's slot and publication; what was dropped."""
         ...

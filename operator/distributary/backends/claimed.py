@@ -1,13 +1,13 @@
 """Topics under claim: either topic backend, touching only topics its Log owns.
 
 This wraps the backend the operator runs with (`direct` or `strimzi`), so the rule of
-`plan.claims` is the same under both and for every caller: a Log's own topic, a view's revision
-and dead-letter topics and a job's dead-letter topic are each claimed (for the Log they belong
-to) before the backend makes or changes anything, and a topic another Log owns comes back as
-`taken` (the Log, or the view or job that asked, is Stalled, `TopicTaken`, naming the owner).
-A deletion deletes only a topic its Log owns and made; it keeps an adopted one, and another's,
-and says why. The claims live in Kafka (`kafka.claims`), so Kafka that does not answer makes
-the Log wait (`unreachable`) as it would for the topic itself.
+`plan.kafka_topics.claims` is the same under both and for every caller: a Log's own topic, a view's
+revision and dead-letter topics and a job's dead-letter topic are each claimed (for the Log they
+belong to) before the backend makes or changes anything, and a topic another Log owns comes back as
+`taken` (the Log, or the view or job that asked, is Stalled, `TopicTaken`, naming the owner). A
+deletion deletes only a topic its Log owns and made; it keeps an adopted one, and another's, and
+says why. The claims live in Kafka (`kafka.claims`), so Kafka that does not answer makes the Log
+wait (`unreachable`) as it would for the topic itself.
 
 Under Strimzi the KafkaTopic's `distributary.dev/log` annotation tells a KafkaTopic's Log too,
 and the backend still refuses another's; the claims decide first, so the owner is the same one
@@ -28,16 +28,16 @@ from distributary.api.log import Log
 from distributary.backends.base import TopicBackend
 from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
 from distributary.kafka.claims import ClaimsLog
-from distributary.plan.claims import (
+from distributary.plan.kafka_topics.claims import (
     Claimant,
     Deletion,
     claimant_of,
     kept_message,
     taken_message,
 )
-from distributary.plan.log_status import LogReconcile
-from distributary.plan.pipeline import VIEW_LABEL
-from distributary.plan.topics import DesiredTopic
+from distributary.plan.kafka_topics.topics import DesiredTopic
+from distributary.plan.logs.log_status import LogReconcile
+from distributary.plan.pipelines.pipeline import VIEW_LABEL
 
 CLAIMS_AT_ONCE = 64  # claims waiting for one decision at most
 
@@ -120,8 +120,8 @@ class ClaimedTopicBackend:
         """Release the claims of deleted Logs of the `watched` namespaces (None: every one);
         `listed` lists the Logs there (as `namespace/name`). The claims topic's end is read
         before the listing, so a claim appended for a Log made meanwhile is never taken for a
-        deleted Log's (`plan.claims.stale_claims`). A listing that fails (its error is raised)
-        releases nothing; the Logs and topics released."""
+        deleted Log's (`plan.kafka_topics.claims.stale_claims`). A listing that fails (its error is
+        raised) releases nothing; the Logs and topics released."""
         start = await asyncio.to_thread(self.claims.sweep_start)
         existing = await listed()
         return await asyncio.to_thread(self.claims.release_stale, start, existing, watched)

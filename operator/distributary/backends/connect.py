@@ -12,8 +12,8 @@ restarts it and deletes it:
   is what the cluster serves) for Strimzi's `KafkaConnect` named by `strimzi.io/cluster`, whose
   operator carries it to the cluster's REST API and reports its state in the resource's status.
 
-Neither ever holds a password: a connector's config names it (`plan.source_plan.password_reference`)
-and the worker resolves it with a config provider.
+Neither ever holds a password: a connector's config names it
+(`plan.sources.source_plan.password_reference`) and the worker resolves it with a config provider.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from urllib.parse import quote
 
 from distributary.errors import DistributaryError
 from distributary.kube.resources import Kube
-from distributary.plan.source_plan import (
+from distributary.plan.sources.source_plan import (
     OFFSETS_ANNOTATION,
     OFFSETS_KEY,
     ConnectorState,

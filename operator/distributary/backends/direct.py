@@ -17,8 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
-from distributary.plan.positions import Watermarks
-from distributary.plan.topics import (
+from distributary.plan.kafka_topics.topics import (
     AddPartitions,
     AlterConfigs,
     CreateTopic,
@@ -28,6 +27,7 @@ from distributary.plan.topics import (
     TopicPlan,
     plan_topic,
 )
+from distributary.plan.revisions.positions import Watermarks
 
 
 @dataclass(frozen=True)

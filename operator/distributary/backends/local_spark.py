@@ -25,10 +25,10 @@ from distributary.api.job import StreamJob
 from distributary.api.view import DerivedView
 from distributary.artifacts import SPARK_KAFKA_CONNECTOR, jars
 from distributary.backends.base import Owner, RevisionApp
-from distributary.plan.runner_spec import RunnerSpec, as_run_by
-from distributary.plan.sink_plan import SinkRun
-from distributary.plan.spark import Application, application_name
-from distributary.plan.spark_state import AppState
+from distributary.plan.applications.runner_spec import RunnerSpec, as_run_by
+from distributary.plan.applications.spark import Application, application_name
+from distributary.plan.applications.spark_state import AppState
+from distributary.plan.sinks.sink_plan import SinkRun
 
 
 @dataclass(frozen=True)

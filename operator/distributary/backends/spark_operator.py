@@ -5,9 +5,9 @@ The Spark operator makes the driver and executors; Distributary applies the Spar
 from `status.applicationState`, and deletes it to stop a revision. An observe round over many
 running views reads each application once and writes nothing: starting one applies the manifest
 only when the application last read lacks part of it. Of an application submitted whose driver
-does not run, the driver pod is read too, to say why it cannot start (`plan.driver_pods`): the
-Spark operator reports only SUBMITTED meanwhile, and the cluster, not the application, is to be
-fixed, so nothing is deleted or restarted for it.
+does not run, the driver pod is read too, to say why it cannot start
+(`plan.applications.driver_pods`): the Spark operator reports only SUBMITTED meanwhile, and the
+cluster, not the application, is to be fixed, so nothing is deleted or restarted for it.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from distributary.api.job import StreamJob
 from distributary.api.view import DerivedView
 from distributary.backends.base import Owner, RevisionApp
 from distributary.kube.resources import Kube
-from distributary.plan.checkpoint_storage import CheckpointClaim
-from distributary.plan.children import holds
-from distributary.plan.driver_pods import driver_not_starting
-from distributary.plan.kafka_secrets import KafkaSecretMounts, with_kafka_secrets
-from distributary.plan.runner_spec import RunnerSpec
-from distributary.plan.spark import (
+from distributary.plan.access.kafka_secrets import KafkaSecretMounts, with_kafka_secrets
+from distributary.plan.applications.checkpoint_storage import CheckpointClaim
+from distributary.plan.applications.children import holds
+from distributary.plan.applications.driver_pods import driver_not_starting
+from distributary.plan.applications.runner_spec import RunnerSpec
+from distributary.plan.applications.spark import (
     DEFAULT_SERVICE_ACCOUNT,
     SPARK_APPLICATION_API_VERSION,
     Application,
@@ -38,7 +38,11 @@ from distributary.plan.spark import (
     with_checkpoint_claim,
     with_service_account,
 )
-from distributary.plan.spark_state import DRIVER_PENDING, AppState, spark_application_state
+from distributary.plan.applications.spark_state import (
+    DRIVER_PENDING,
+    AppState,
+    spark_application_state,
+)
 
 KIND = "SparkApplication"
 # Seconds an application applied afresh waits for the driver pod its deleted predecessor left

@@ -2,7 +2,7 @@
 
 Distributary never touches Kafka here. It renders the KafkaTopic (`kafka_topic_manifest`),
 applies it server-side, and reads what Strimzi's topic operator made of it from the status
-(`plan.strimzi_status`); the apply's response is the object as stored, so that read costs no
+(`plan.logs.strimzi_status`); the apply's response is the object as stored, so that read costs no
 second request. A reconcile is a read (is the KafkaTopic someone else's?) and an apply.
 
 The apiVersion is the first of `kafka.strimzi.io/v1` (Strimzi 0.49 and later) and `v1beta2`
@@ -34,19 +34,19 @@ from typing import Any
 from distributary.api.log import Log
 from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
 from distributary.kube.resources import Kube, KubeError
-from distributary.plan.log_status import LogReconcile
-from distributary.plan.strimzi_status import (
+from distributary.plan.kafka_topics.topics import (
+    STRIMZI_API_VERSIONS,
+    DesiredTopic,
+    desired_topic,
+    kafka_topic_manifest,
+)
+from distributary.plan.logs.log_status import LogReconcile
+from distributary.plan.logs.strimzi_status import (
     LOG_ANNOTATION,
     log_reconcile,
     ownership_refusal,
     read_kafka_topic,
     refused_reconcile,
-)
-from distributary.plan.topics import (
-    STRIMZI_API_VERSIONS,
-    DesiredTopic,
-    desired_topic,
-    kafka_topic_manifest,
 )
 
 GROUP, KIND = "kafka.strimzi.io", "KafkaTopic"

@@ -21,14 +21,14 @@ from typing import Any, TypeVar
 from distributary.api.log import Log
 from distributary.backends.direct import DirectTopics, TopicOutcome
 from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
-from distributary.plan.log_status import LogReconcile
-from distributary.plan.pipeline import VIEW_LABEL
-from distributary.plan.topics import (
+from distributary.plan.kafka_topics.topics import (
     REFUSED_AGAIN,
     DesiredTopic,
     refusal_message,
     refused_field,
 )
+from distributary.plan.logs.log_status import LogReconcile
+from distributary.plan.pipelines.pipeline import VIEW_LABEL
 
 T = TypeVar("T")
 Request = tuple[DesiredTopic, frozenset[str]]

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from distributary.cli.options import PIPELINE_PATHS
-from distributary.cli.validate import load_checked
+from distributary.cli.pipeline_files import load_checked
 from distributary.diagram import draw
 
 

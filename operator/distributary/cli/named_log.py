@@ -24,7 +24,7 @@ from distributary.kafka.connection import check_connection
 from distributary.kafka.records import MissingTopicError
 from distributary.local.broker import EmbeddedBroker
 from distributary.local.state import RunState
-from distributary.plan.kafka_connection import KafkaSecurity
+from distributary.plan.access.kafka_connection import KafkaSecurity
 
 
 def pipeline_for(paths: Sequence[Path], state: RunState | None) -> Pipeline:

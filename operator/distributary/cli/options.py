@@ -7,16 +7,25 @@ is here.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
 
 from distributary.api.names import DEFAULT_TOPIC_NAMES, use_topic_names
 from distributary.kafka.connection import read_properties_file
 from distributary.local.state import DEFAULT_STATE_DIR
-from distributary.plan.kafka_connection import KafkaSecurity
+from distributary.plan.access.kafka_connection import KafkaSecurity
+from distributary.plan.applications.restarts import (
+    FAILURE_WINDOW,
+    FAILURES_BEFORE_STALLED,
+    FIRST_DELAY,
+    MAX_DELAY,
+    STABLE_AFTER,
+    RestartPolicy,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -99,3 +108,72 @@ def run_state_options(func: F) -> F:
     for option in reversed(options):
         func = option(func)
     return func
+
+
+_RESTART_OPTIONS = (
+    click.option(
+        "--restart-delay",
+        type=click.FloatRange(min=0.1),
+        default=FIRST_DELAY,
+        show_default=True,
+        envvar="DISTRIBUTARY_RESTART_DELAY",
+        help="Seconds before what ended in failure (a Spark application, a Source's connector, "
+        "a Sink's process) is started again after a first failure; doubled for each failure "
+        "in a row, up to --max-restart-delay.",
+    ),
+    click.option(
+        "--max-restart-delay",
+        type=click.FloatRange(min=0.1),
+        default=MAX_DELAY,
+        show_default=True,
+        envvar="DISTRIBUTARY_MAX_RESTART_DELAY",
+        help="The longest wait before a restart; every retry waits this long once Stalled.",
+    ),
+    click.option(
+        "--stable-after",
+        type=click.FloatRange(min=0),
+        default=STABLE_AFTER,
+        show_default=True,
+        envvar="DISTRIBUTARY_STABLE_AFTER",
+        help="Seconds a restarted part runs before its earlier failures are forgiven (the "
+        "back-off starts over, Stalled clears).",
+    ),
+    click.option(
+        "--failure-window",
+        type=click.FloatRange(min=1),
+        default=FAILURE_WINDOW,
+        show_default=True,
+        envvar="DISTRIBUTARY_FAILURE_WINDOW",
+        help="Seconds in which --failures-before-stalled failures make a resource Stalled.",
+    ),
+    click.option(
+        "--failures-before-stalled",
+        type=click.IntRange(min=1),
+        default=FAILURES_BEFORE_STALLED,
+        show_default=True,
+        envvar="DISTRIBUTARY_FAILURES_BEFORE_STALLED",
+        help="Failures within --failure-window that make a resource Stalled (ApplicationFailing).",
+    ),
+)
+
+
+def RESTART_POLICY(command: F) -> F:  # noqa: N802 (a decorator, named as the other options)
+    """The restart policy's five options, given to the command as one `restart_policy`
+    (operator, run)."""
+
+    @functools.wraps(command)
+    def with_policy(**given: Any) -> Any:
+        first = given.pop("restart_delay")
+        policy = RestartPolicy(
+            first_delay=first,
+            max_delay=max(given.pop("max_restart_delay"), first),
+            stable_after=given.pop("stable_after"),
+            window=given.pop("failure_window"),
+            failures_before_stalled=given.pop("failures_before_stalled"),
+        )
+        return command(**given, restart_policy=policy)
+
+    decorated: Any = with_policy
+    for option in reversed(_RESTART_OPTIONS):
+        decorated = option(decorated)
+    return cast(F, decorated)

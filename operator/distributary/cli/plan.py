@@ -1,8 +1,8 @@
 """`distributary plan`: what the operator would create for the files, before anything is applied.
 
-The plan is the operator's own (`plan.pipeline.plan_pipeline`), so what this prints is what a
-cluster gets: the topics with their configs and the Spark applications, as a summary or as the
-child manifests. With `--against` or `--against-cluster` it also says how each change would be
+The plan is the operator's own (`plan.pipelines.pipeline.plan_pipeline`), so what this prints is
+what a cluster gets: the topics with their configs and the Spark applications, as a summary or as
+the child manifests. With `--against` or `--against-cluster` it also says how each change would be
 carried out (`cli.plan_against`).
 """
 
@@ -17,6 +17,7 @@ import yaml
 
 from distributary.cli.errors import UserError
 from distributary.cli.options import PIPELINE_PATHS, TOPIC_NAMES
+from distributary.cli.pipeline_files import load_checked
 from distributary.cli.plan_against import (
     ClusterTarget,
     comparison_options,
@@ -24,11 +25,10 @@ from distributary.cli.plan_against import (
     render_changes,
     render_cluster,
 )
-from distributary.cli.validate import load_checked
 from distributary.graph import Pipeline
-from distributary.plan.cluster_changes import cluster_changes
-from distributary.plan.file_changes import pipeline_changes
-from distributary.plan.pipeline import (
+from distributary.plan.edits.cluster_changes import cluster_changes
+from distributary.plan.edits.file_changes import pipeline_changes
+from distributary.plan.pipelines.pipeline import (
     DEFAULT_CHECKPOINT_ROOT,
     DEFAULT_IMAGE,
     PipelinePlan,
@@ -36,7 +36,7 @@ from distributary.plan.pipeline import (
     PlanSettings,
     plan_pipeline,
 )
-from distributary.plan.source_plan import connector_name
+from distributary.plan.sources.source_plan import connector_name
 
 F = TypeVar("F", bound=Callable[..., Any])
 TOPIC_BACKENDS = click.Choice(["strimzi", "direct"])

@@ -1,7 +1,7 @@
 """`distributary plan --against` and `--against-cluster`: what applying the files would change.
 
 `--against OLD` compares two sets of files. `--against-cluster` compares the files with what a
-cluster holds and runs (`plan.cluster_changes`), read with the person's own kubeconfig, as
+cluster holds and runs (`plan.edits.cluster_changes`), read with the person's own kubeconfig, as
 kubectl finds it: `--kubeconfig`, else `$KUBECONFIG`, else `~/.kube/config`, else (in a Pod)
 the service account. The files are placed where `kubectl apply` would put them: a resource that
 names no namespace goes to `--namespace`, else the context's namespace, else `default`. The
@@ -25,8 +25,8 @@ from distributary.cli.errors import UserError
 from distributary.graph import Declared, Pipeline, Ref
 from distributary.kube.cluster_pipeline import context_namespace, read_namespaces
 from distributary.kube.resources import Kube
-from distributary.plan.cluster_changes import ClusterComparison, NamespaceResources
-from distributary.plan.file_changes import LogDifference, PlannedChange
+from distributary.plan.edits.cluster_changes import ClusterComparison, NamespaceResources
+from distributary.plan.edits.file_changes import LogDifference, PlannedChange
 
 F = TypeVar("F", bound=Callable[..., Any])
 

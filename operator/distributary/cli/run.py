@@ -24,14 +24,15 @@ from rich.console import Console
 from rich.live import Live
 
 from distributary.cli.errors import UserError, require_pyspark
-from distributary.cli.options import KAFKA_CONFIG, PIPELINE_PATHS, kafka_connection
-from distributary.cli.produce import append_file
-from distributary.cli.validate import load_checked
+from distributary.cli.options import KAFKA_CONFIG, PIPELINE_PATHS, RESTART_POLICY, kafka_connection
+from distributary.cli.pipeline_files import load_checked
+from distributary.cli.record_files import append_file
 from distributary.graph import Pipeline
 from distributary.local.run import LocalRun, failed_views, watch
 from distributary.local.sources import resolve_sources
 from distributary.local.state import DEFAULT_STATE_DIR
 from distributary.local.status import Snapshot, one_line, render
+from distributary.plan.applications.restarts import RestartPolicy
 
 STATUS_EVERY = 5.0  # seconds between status lines when stderr is not a terminal
 
@@ -152,6 +153,7 @@ def with_databases(pipeline: Pipeline, secrets_dir: Path | None) -> Pipeline:
     show_default=True,
     help="Spark's local threads.",
 )
+@RESTART_POLICY
 def run(
     paths: tuple[Path, ...],
     bootstrap_servers: str | None,
@@ -161,6 +163,7 @@ def run(
     secrets_dir: Path | None,
     produce: tuple[str, ...],
     cores: int,
+    restart_policy: RestartPolicy,
 ) -> None:
     """Run a pipeline on this machine: Kafka (embedded unless given), topics, every view on
     local Spark, and a live table of positions and lag. Ctrl-C stops it; running again resumes."""
@@ -182,6 +185,7 @@ def run(
         bootstrap_servers=bootstrap_servers,
         kafka_security=security,
         cores=cores,
+        restart_policy=restart_policy,
         say=lambda text: click.echo(text, err=True),
         secrets_dir=secrets_dir.resolve() if secrets_dir else None,
     )

@@ -5,7 +5,7 @@ and kind and checked against the CRDs' own schema, repeated YAML keys refused: `
 then as the operator reads them; every problem is printed on stderr, one line each naming the file,
 the resource, the field and the fix, before anything is planned or run. The
 commands that read pipeline files (plan, graph, run, wait) call `load_checked` so a person meets
-the same report whichever command they ran.
+the same report whichever command they ran (`cli.pipeline_files`).
 
 `--spark` then asks Spark itself (`runner.analysis`): a local JVM takes seconds to start, so it is
 a flag, and it runs only on a pipeline the fast checks passed.
@@ -20,10 +20,8 @@ columns as the databases have them.
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -31,31 +29,10 @@ import click
 from distributary.api.source import Source
 from distributary.cli.errors import UserError, require_pyspark
 from distributary.cli.options import PIPELINE_PATHS, TOPIC_NAMES
-from distributary.graph import Pipeline, load_pipeline
+from distributary.cli.pipeline_files import load_checked
+from distributary.graph import Pipeline
 from distributary.local.sources import resolve_sources
-from distributary.plan.source_plan import database_address
-from distributary.sql import ALLOW_FUNCTIONS_ENV, allowed_functions
-
-
-def load_checked(paths: Sequence[Path], doing: str | None = None) -> Pipeline:
-    """The pipeline in `paths`, or a UserError after printing every problem on stderr (and, as
-    `doing` says, that nothing was planned or run). The unsafe SQL functions that
-    `DISTRIBUTARY_ALLOW_SQL_FUNCTIONS` names are allowed, as the operator allows them under the
-    same setting."""
-    try:
-        allowed = allowed_functions(os.environ.get(ALLOW_FUNCTIONS_ENV, ""))
-    except ValueError as exc:
-        raise UserError(f"{ALLOW_FUNCTIONS_ENV}: {exc}") from None
-    pipeline = load_pipeline(paths, allowed_functions=allowed)
-    for problem in pipeline.problems:
-        click.echo(str(problem), err=True)
-    if not pipeline.ok:
-        count = len(pipeline.problems)
-        nothing = f"; nothing was {doing}" if doing else ""
-        raise UserError(f"{count} problem{'s' if count != 1 else ''} found{nothing}")
-    if not pipeline.order:
-        raise UserError(f"no Distributary resources found in {', '.join(map(str, paths))}")
-    return pipeline
+from distributary.plan.sources.source_plan import database_address
 
 
 def _summary(pipeline: Pipeline) -> str:

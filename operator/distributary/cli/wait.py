@@ -19,26 +19,22 @@ from pathlib import Path
 from typing import Any
 
 import click
-import psycopg
-import redis
 
 from distributary.cli.errors import UserError
 from distributary.cli.named_log import run_broker
 from distributary.cli.options import KAFKA_CONFIG, kafka_connection
-from distributary.cli.validate import load_checked
+from distributary.cli.pipeline_files import load_checked
 from distributary.graph import Ref
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.connection import client_settings
 from distributary.kube.resources import Kube
 from distributary.local.revisions import LocalRevisions
 from distributary.local.state import RunState, read_run_state
-from distributary.plan.kafka_connection import KafkaSecurity
-from distributary.plan.pipeline import PlanSettings, plan_pipeline
-from distributary.plan.positions import parse_cover, uncovered
-from distributary.plan.sink_plan import SinkRun
-from distributary.sinks.postgres import connect_sink
-from distributary.sinks.postgres import reader_positions as sink_positions
-from distributary.sinks.redis import RedisStore
+from distributary.plan.access.kafka_connection import KafkaSecurity
+from distributary.plan.pipelines.pipeline import PlanSettings, plan_pipeline
+from distributary.plan.revisions.positions import parse_cover, uncovered
+from distributary.plan.sinks.sink_plan import SinkRun
+from distributary.sinks.main import StoreReadError, held_positions
 
 API = "distributary.dev/v1alpha1"
 Positions = dict[str, dict[int, int]]
@@ -135,8 +131,8 @@ def _sink_probe(
             return {log: {}}, False, "the Sink has not started yet"
         run = SinkRun.model_validate_json(spec.read_text("utf-8"))
         try:
-            held = _held(run)
-        except (psycopg.Error, redis.RedisError) as exc:
+            held = held_positions(run)
+        except StoreReadError as exc:
             raise UserError(f"Sink {namespace}/{name}: reading its position: {exc}") from None
         ends = admin.end_offsets([run.topic]).get(run.topic, {})
         lag = sum(max(0, end - held.get(p, 0)) for p, end in ends.items())
@@ -144,21 +140,6 @@ def _sink_probe(
         return {log: held}, lag == 0, f"{where}, lag {lag}"
 
     return probe
-
-
-def _held(run: SinkRun) -> dict[int, int]:
-    """The position a Sink's store holds (none before its first batch)."""
-    if run.store == "redis":
-        store = RedisStore(run)
-        try:
-            return store.reader_positions()
-        finally:
-            store.close()
-    try:
-        with connect_sink(run) as db:
-            return sink_positions(db, run)
-    except psycopg.errors.UndefinedTable:
-        return {}
 
 
 def wait_for_view(

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from distributary.kube.resources import Kube, KubeError
-from distributary.plan.events import event_manifest
+from distributary.plan.status.events import event_manifest
 
 LOGGER = logging.getLogger(__name__)
 

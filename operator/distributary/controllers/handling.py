@@ -1,20 +1,21 @@
-"""How the operator drives the one reconcile of views and jobs (`reconcile/`).
+"""How the operator drives the one reconcile of each kind but Logs (`reconcile/`).
 
-What a view's or job's reconcile does is `reconcile.view`'s and `reconcile.job`'s, shared with
-`distributary run`. Here is what the operator gives them: the view's status in the API server
-(`status.py`, written onto the version read), Kubernetes events, the view's namespace as kopf's
-indexes hold it, and its output Log as a child resource whose status names the serving topic. A
-reconcile that must wait is run again by kopf after the delay it asks for; one whose status changed
-under it, at once from the new one. One that fails unexpectedly (a bug, an error nothing caught)
-leaves the resource Stalled with `ReconcileError` and a Warning event, is logged in one line (the
-traceback at debug level) and runs again with back-off (`reconcile.failures`).
+What a view's, job's or Sink's reconcile does is `reconcile.view`'s, `reconcile.job`'s and
+`reconcile.sink`'s, shared with `distributary run`. Here is what the operator gives them: the
+resource's status in the API server (`status.py`, written onto the version read), Kubernetes
+events, the namespace as kopf's indexes hold it, and its output Log as a child resource whose
+status names the serving topic. A reconcile that must wait is run again by kopf after the delay it
+asks for; one whose status changed under it, at once from the new one. One that fails unexpectedly
+(a bug, an error nothing caught) leaves the resource Stalled with `ReconcileError` and a Warning
+event, is logged in one line (the traceback at debug level) and runs again with back-off
+(`reconcile.failures`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -29,9 +30,14 @@ from distributary.controllers.indexes import (
 )
 from distributary.controllers.services import OperatorServices
 from distributary.controllers.status import StatusRecorder
-from distributary.plan.children import holds
-from distributary.plan.lifecycle import read_topics
-from distributary.plan.view_plan import namespace_pipeline, planning_bodies, reprocessing_outputs
+from distributary.plan.applications.children import holds
+from distributary.plan.revisions.lifecycle import read_topics
+from distributary.plan.status.conditions import Problem
+from distributary.plan.views.view_plan import (
+    namespace_pipeline,
+    planning_bodies,
+    reprocessing_outputs,
+)
 from distributary.reconcile.failures import (
     RECONCILE_ERROR,
     ReconcileFailedError,
@@ -41,8 +47,16 @@ from distributary.reconcile.failures import (
 )
 from distributary.reconcile.job import reconcile_job
 from distributary.reconcile.ports import Lineage, StatusConflictError, TryAgain
+from distributary.reconcile.sink import reconcile_sink
+from distributary.reconcile.source import reconcile_source
 from distributary.reconcile.view import reconcile_view
 
+RECONCILES: dict[str, Callable[..., Awaitable[None]]] = {
+    "DerivedView": reconcile_view,
+    "StreamJob": reconcile_job,
+    "Sink": reconcile_sink,
+    "Source": reconcile_source,
+}
 CONFLICT_RETRY = 1.0  # seconds before a reconcile whose status changed under it runs again
 LOGGER = logging.getLogger("distributary.reconcile")
 
@@ -118,6 +132,31 @@ class Namespace:
         readers = [*self._items("views", namespace), *self._items("jobs", namespace)]
         return read_topics(r for r in readers if r["metadata"]["name"] != name)
 
+    def adopt_logs(self, manifests: Sequence[dict[str, Any]], owner_uid: str) -> list[Problem]:
+        """Apply each of a Source's table Logs unless it holds its manifest already; a Log of
+        that name that is not the Source's is left alone and named in a problem."""
+        kube, problems = self.services.kube, []
+        for manifest in manifests:
+            meta = manifest["metadata"]
+            found = kube.get(manifest["apiVersion"], "Log", meta["namespace"], meta["name"])
+            if found is not None:
+                owners = (found.get("metadata") or {}).get("ownerReferences") or []
+                if not any(o.get("uid") == owner_uid for o in owners):
+                    problems.append(Problem("LogTaken", (
+                        f"Log {meta['name']} exists and is not this Source's: rename the "
+                        "table's Log (spec.tables[].log) or delete that Log"
+                    )))  # fmt: skip
+                    continue
+                if holds(found, manifest):
+                    continue
+            kube.apply(manifest)
+        return problems
+
+    def log(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The Log `name` as the index holds it (its status names the topic it serves)."""
+        logs = self._items("logs", namespace)
+        return next((log for log in logs if log["metadata"]["name"] == name), None)
+
 
 async def reconcile_resource(
     body: kopf.Body,
@@ -135,7 +174,7 @@ async def reconcile_resource(
     try:
         world = Namespace.of(services, indexes, str(meta.get("namespace")))
         events = KubeEvents(services.kube, body)
-        reconcile = reconcile_view if body.get("kind") == "DerivedView" else reconcile_job
+        reconcile = RECONCILES[str(body.get("kind"))]
         await reconcile(body, services, store, world, events, old_spec)
     except (TryAgain, StatusConflictError):
         raise

@@ -15,7 +15,7 @@ from typing import Any
 import kopf
 
 from distributary.api.common import GROUP_VERSION
-from distributary.plan.view_plan import LATEST_ANNOTATION, SERVING_ANNOTATION
+from distributary.plan.views.view_plan import LATEST_ANNOTATION, SERVING_ANNOTATION
 
 GROUP, VERSION = GROUP_VERSION.split("/")
 INDEXED_METADATA = (

@@ -3,25 +3,25 @@
 On every change (and on the operator's start, for Logs it already knew) the topic backend
 carries out the topic plan; between changes the observer (`observer.py`) reads the watermarks
 into status. Status is
-replaced whole from `plan.log_status`, so a field never outlives the reason it was written. A spec
-the operator cannot use, or a Kafka it cannot reach, becomes a condition, never a crash: the
+replaced whole from `plan.logs.log_status`, so a field never outlives the reason it was written. A
+spec the operator cannot use, or a Kafka it cannot reach, becomes a condition, never a crash: the
 handler retries an unreachable Kafka with kopf's back-off.
 
 Deleting a Log never deletes its topic unless `deletionPolicy: Delete` says so; only such Logs
 carry a finalizer, and its handler gives up after a bounded time (with an event saying the topic
 was left behind) so that a Kafka outage cannot block a namespace's deletion forever. A view's
-output Log takes every topic the view wrote with it (`plan.log_deletion`): each revision's and
+output Log takes every topic the view wrote with it (`plan.logs.log_deletion`): each revision's and
 the view's dead letters, since it is what garbage collection leaves of the view. A job's
 dead-letter topic goes with the Log it belongs to (the job's first output), found through the
 index of jobs.
 
-A topic belongs to one Log across the Kafka cluster (`plan.claims`, kept by `backends.claimed`):
-a Log whose topic another Log owns is Stalled (`TopicTaken`, naming the owner), makes and changes
-nothing, and looks again every `RETRY_SECONDS` until the owner's claim is released. Deleting a
-Log releases its claims; `Delete` deletes only topics the Log owns and made, and an event says
-which were kept and why. A Log deleted while the operator was down (no finalizer keeps it until
-the operator sees it) is released by a sweep at start and every `--claims-sweep-interval`
-(`sweep_claims`), in the watched namespaces only.
+A topic belongs to one Log across the Kafka cluster (`plan.kafka_topics.claims`, kept by
+`backends.claimed`): a Log whose topic another Log owns is Stalled (`TopicTaken`, naming the owner),
+makes and changes nothing, and looks again every `RETRY_SECONDS` until the owner's claim is
+released. Deleting a Log releases its claims; `Delete` deletes only topics the Log owns and made,
+and an event says which were kept and why. A Log deleted while the operator was down (no finalizer
+keeps it until the operator sees it) is released by a sweep at start and every
+`--claims-sweep-interval` (`sweep_claims`), in the watched namespaces only.
 """
 
 from __future__ import annotations
@@ -47,12 +47,12 @@ from distributary.controllers.services import OperatorServices
 from distributary.controllers.status import StatusRecorder
 from distributary.kafka.admin import KafkaAdminError
 from distributary.kube.resources import KubeError
-from distributary.plan.log_deletion import deleted_topics, view_of
-from distributary.plan.log_status import LogReconcile, log_status, record_problems
-from distributary.plan.pipeline import revision_topic
-from distributary.plan.spark import owner_reference
-from distributary.plan.topics import DesiredTopic, desired_topic
-from distributary.plan.view_plan import SERVING_ANNOTATION, VIEW_LABEL, is_child_log
+from distributary.plan.applications.spark import owner_reference
+from distributary.plan.kafka_topics.topics import DesiredTopic, desired_topic
+from distributary.plan.logs.log_deletion import deleted_topics, view_of
+from distributary.plan.logs.log_status import LogReconcile, log_status, record_problems
+from distributary.plan.pipelines.pipeline import revision_topic
+from distributary.plan.views.view_plan import SERVING_ANNOTATION, VIEW_LABEL, is_child_log
 from distributary.reconcile.ports import StatusConflictError
 
 PLURAL = "logs"
@@ -80,7 +80,7 @@ def _log(body: kopf.Body) -> Log | str:
     if not isinstance(resource, Log):
         return "not a Log"
     # The topic its status names: the Log held it before (a claim it made, or one from before
-    # claims were kept, which counts as made by it: `plan.claims.claim_created`).
+    # claims were kept, which counts as made by it: `plan.kafka_topics.claims.claim_created`).
     held = (body.get("status") or {}).get("topicName")
     return resource.model_copy(update={"status": LogStatus(topic_name=held)}) if held else resource
 

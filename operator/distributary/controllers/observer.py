@@ -3,8 +3,8 @@
 kopf's timers would do this per resource, but kopf guards every resource that has a timer with a
 finalizer, and a finalizer on every Log would let an operator outage block a namespace's
 deletion. So one loop, started with the operator, lists the Logs and views of the watched
-namespaces every interval: a Log's watermarks go to its status and metrics; a view or job goes
-through the same reconcile as on a change (positions, lag, progress, restarts of ended
+namespaces every interval: a Log's watermarks go to its status and metrics; a view, job, Sink or
+Source goes through the same reconcile as on a change (positions, lag, progress, restarts of ended
 applications), and its status is patched when it changed. A failure on one resource is logged
 and the loop goes on with the next.
 """
@@ -25,8 +25,8 @@ from distributary.controllers.services import OperatorServices
 from distributary.controllers.status import StatusRecorder
 from distributary.kafka.admin import KafkaAdminError
 from distributary.kube.resources import KubeError
-from distributary.plan.log_status import offsets_status, subscribers
-from distributary.plan.positions import Watermarks
+from distributary.plan.logs.log_status import offsets_status, subscribers
+from distributary.plan.revisions.positions import Watermarks
 from distributary.reconcile.failures import ReconcileFailedError
 from distributary.reconcile.ports import StatusConflictError, TryAgain
 
@@ -60,6 +60,7 @@ async def observe_namespace(services: OperatorServices, namespace: str | None) -
     views = await asyncio.to_thread(kube.list, API, "DerivedView", namespace)
     jobs = await asyncio.to_thread(kube.list, API, "StreamJob", namespace)
     sinks = await asyncio.to_thread(kube.list, API, "Sink", namespace)
+    sources = await asyncio.to_thread(kube.list, API, "Source", namespace)
     live = [log for log in logs if not (log.get("metadata") or {}).get("deletionTimestamp")]
     marks = await _watermarks(services, live)
     readers_in: dict[str, list[dict[str, Any]]] = {}
@@ -78,6 +79,12 @@ async def observe_namespace(services: OperatorServices, namespace: str | None) -
     for job in jobs:
         if not job["metadata"].get("deletionTimestamp"):
             await _observe(services, job, by_namespace)
+    for source in sources:
+        if not source["metadata"].get("deletionTimestamp"):
+            await _observe(services, source, by_namespace)
+    for sink in sinks:
+        if not sink["metadata"].get("deletionTimestamp"):
+            await _observe(services, sink, by_namespace)
     alive = {
         (o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]) for o in [*views, *jobs]
     }
@@ -119,7 +126,7 @@ async def _observe_log(
 
 
 async def _observe(services: OperatorServices, item: dict[str, Any], indexes: Any) -> bool:
-    """Reconcile a view or job as on a change, and write its status if it changed; False when
+    """Reconcile a view, job or Sink as on a change, and write its status if it changed; False when
     the status had changed since `item` was read (nothing was written)."""
     kind, namespace, name = item["kind"], item["metadata"]["namespace"], item["metadata"]["name"]
     lock = one_at_a_time(kind, namespace, name)

@@ -9,13 +9,18 @@ since they live exactly as long as the operator process (restart histories live 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from distributary.backends.base import SparkRuntime, TopicBackend
+from distributary.backends.base import SinkRuntime, SparkRuntime, TopicBackend
+from distributary.backends.captures import PostgresCaptures
 from distributary.backends.claimed import ClaimedTopicBackend
 from distributary.backends.connect import Connectors, RestConnectors, StrimziConnectors
+from distributary.backends.direct import DirectTopics
+from distributary.backends.local_sinks import LocalSinkProcesses
 from distributary.backends.local_spark import LocalRuntime, LocalSparkRuntime
+from distributary.backends.secrets import api_secret
+from distributary.backends.sink_workloads import SinkDeployments
 from distributary.backends.spark_operator import SparkOperatorRuntime
 from distributary.backends.strimzi import StrimziTopicBackend, StrimziTopics
 from distributary.backends.topic_batches import DirectTopicBackend
@@ -26,9 +31,10 @@ from distributary.kafka.connection import client_settings
 from distributary.kafka.history import lost_input_history
 from distributary.kafka.progress import ProgressReader
 from distributary.kube.resources import Kube, KubeError
-from distributary.plan.checkpoint_storage import checkpoint_problem
-from distributary.plan.kafka_connection import KafkaSecurity
-from distributary.plan.kafka_secrets import for_pods
+from distributary.plan.access.kafka_connection import KafkaSecurity
+from distributary.plan.access.kafka_secrets import for_pods
+from distributary.plan.applications.checkpoint_storage import checkpoint_problem
+from distributary.plan.kafka_topics.topics import DesiredTopic
 from distributary.reconcile.ports import Services
 
 LOGGER = logging.getLogger("distributary.claims")
@@ -41,10 +47,6 @@ class OperatorServices(Services):
 
     settings: OperatorSettings
     kube: Kube
-    connectors: Connectors | None = None
-    """Where Sources' connectors run (`backends.connect`); None: no Connect was given."""
-    sink_processes: LocalRuntime | None = None
-    """Where Sinks' processes run under the local runtime; None under spark-operator."""
     application_states: dict[tuple[str, str], str] = field(default_factory=dict, repr=False)
     """The last state seen of each SparkApplication (namespace, name), to act on changes."""
 
@@ -75,6 +77,13 @@ def cluster_id(api: Kube) -> str | None:
     return str(uid) if uid else None
 
 
+def _make_topics(admin: KafkaAdmin, wanted: Sequence[DesiredTopic]) -> None:
+    """Make topics no Log's reconcile makes (a Source revision's) on Kafka directly."""
+    topics = DirectTopics(admin)
+    for topic in wanted:
+        topics.apply(topic)
+
+
 def build(settings: OperatorSettings) -> OperatorServices:
     """The services for `settings`: the one place the backend and runtime are chosen."""
     client = client_settings(settings.kafka_security)
@@ -86,15 +95,17 @@ def build(settings: OperatorSettings) -> OperatorServices:
         topics = StrimziTopicBackend(strimzi, admin)
     else:
         topics = DirectTopicBackend(admin)
-    # Either backend touches only topics their Log owns (`plan.claims`).
+    # Either backend touches only topics their Log owns (`plan.kafka_topics.claims`).
     claims = ClaimsLog(settings.bootstrap_servers, settings.claims_topic, client, cluster_id(api))
     topics = ClaimedTopicBackend(topics, claims, admin)
     runtime: SparkRuntime
-    local: LocalRuntime | None = None
+    sinks: SinkRuntime
     if settings.spark_runtime == "local":
         local = LocalRuntime(settings.state_dir)
         runtime = LocalSparkRuntime(local)
+        sinks = LocalSinkProcesses(local, lambda *secret: api_secret(api, *secret))
     else:
+        sinks = SinkDeployments(api, settings.image, settings.kafka_secrets)
         runtime = SparkOperatorRuntime(
             api,
             settings.image,
@@ -131,5 +142,9 @@ def build(settings: OperatorSettings) -> OperatorServices:
         lost_history=lost_history,
         restart_policy=settings.restart_policy,
         connectors=connectors,
-        sink_processes=local,
+        connect_secrets=settings.connect_secrets,
+        secret=lambda *secret: api_secret(api, *secret),
+        captures=PostgresCaptures(),
+        make_topics=lambda wanted: _make_topics(admin, wanted),
+        sinks=sinks,
     )

@@ -4,7 +4,7 @@ Every knob is here, read once at start from flags and the environment (`controll
 so a test builds settings without touching the environment and nothing reads it later. The
 clients and backends built from them are services (`controllers/services.py`); what the operator
 remembers between reconciles lives beside the code that owns it. Defaults are the planners'
-(`plan.pipeline`), so `distributary plan` previews what the operator does.
+(`plan.pipelines.pipeline`), so `distributary plan` previews what the operator does.
 """
 
 from __future__ import annotations
@@ -15,17 +15,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from distributary.api.names import CLAIMS_TOPIC, DEFAULT_TOPIC_NAMES, PROGRESS_TOPIC
-from distributary.plan.checkpoint_storage import CheckpointClaim
-from distributary.plan.claims import SWEEP_SECONDS
-from distributary.plan.kafka_connection import (
+from distributary.plan.access.kafka_connection import (
     ENVIRONMENT,
     PASSWORD_FILE_VARIABLE,
     PASSWORD_VARIABLE,
     KafkaSecurity,
     security_from_environment,
 )
-from distributary.plan.kafka_secrets import SECRET_ENVIRONMENT, KafkaSecretMounts
-from distributary.plan.pipeline import (
+from distributary.plan.access.kafka_secrets import SECRET_ENVIRONMENT, KafkaSecretMounts
+from distributary.plan.applications.checkpoint_storage import CheckpointClaim
+from distributary.plan.applications.restarts import RestartPolicy
+from distributary.plan.applications.spark import DEFAULT_SERVICE_ACCOUNT
+from distributary.plan.kafka_topics.claims import SWEEP_SECONDS
+from distributary.plan.pipelines.pipeline import (
     DEFAULT_CHECKPOINT_ROOT,
     DEFAULT_IMAGE,
     DEFAULT_STRIMZI_CLUSTER,
@@ -33,11 +35,9 @@ from distributary.plan.pipeline import (
     SparkRuntime,
     TopicBackend,
 )
-from distributary.plan.restarts import RestartPolicy
-from distributary.plan.spark import DEFAULT_SERVICE_ACCOUNT
 
 # The variables the operator's Kafka connection comes from (e.g. a Secret in the chart): see
-# `plan.kafka_connection.security_from_environment`.
+# `plan.access.kafka_connection.security_from_environment`.
 KAFKA_ENVIRONMENT = (
     *ENVIRONMENT,
     PASSWORD_VARIABLE,
@@ -76,12 +76,12 @@ class OperatorSettings:
     cluster each need their own (`distributary.<installation>.progress`)."""
 
     claims_topic: str = CLAIMS_TOPIC
-    """Where who owns each topic is kept (`plan.claims`); installations sharing a Kafka cluster
-    share it, so a topic stays one Log's across them."""
+    """Where who owns each topic is kept (`plan.kafka_topics.claims`); installations sharing a Kafka
+    cluster share it, so a topic stays one Log's across them."""
 
     claims_sweep_interval: float = SWEEP_SECONDS
     """Seconds between sweeps that release the claims of Logs deleted while no operator
-    watched them (`plan.claims.stale_claims`); the first runs at start."""
+    watched them (`plan.kafka_topics.claims.stale_claims`); the first runs at start."""
 
     topic_names: str = DEFAULT_TOPIC_NAMES
     """How Logs without `spec.topicName` name their topics (`api.names.TopicNames`): `{name}`,
@@ -116,7 +116,7 @@ class OperatorSettings:
 
     restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
     """How ended applications are restarted (the back-off), and how many failures within which
-    window make a view or job Stalled (`plan.restarts`)."""
+    window make a view or job Stalled (`plan.applications.restarts`)."""
 
     namespaces: tuple[str, ...] = ()
     """The namespaces watched; none: every namespace."""

@@ -18,7 +18,7 @@ from typing import Any
 
 from distributary.controllers import metrics
 from distributary.kube.resources import Kube, KubeError
-from distributary.plan.status_patch import changes, merged
+from distributary.plan.status.status_patch import changes, merged
 from distributary.reconcile.ports import StatusConflictError
 
 
@@ -72,7 +72,7 @@ class StatusRecorder:
         )
 
     async def record_ahead(self, record: Mapping[str, Any]) -> None:
-        """Write a write-ahead record (`plan.write_ahead`) before acting on it. Raises
+        """Write a write-ahead record (`plan.edits.write_ahead`) before acting on it. Raises
         `StatusConflictError` when the object changed since it was read: then nothing may act."""
         await self._write(record)
 

@@ -18,7 +18,7 @@ import psycopg
 
 from distributary.api.source import PostgresConnection
 from distributary.errors import DistributaryError
-from distributary.plan.source_plan import CaptureRights, Column, SlotReading, TableShape
+from distributary.plan.sources.source_plan import CaptureRights, Column, SlotReading, TableShape
 
 CONNECT_TIMEOUT = 10  # seconds
 

@@ -11,9 +11,10 @@ the offsets topic after a broker start, a leader still being elected for a new p
 a change is only done once the brokers show it: Kafka acknowledges a change at the controller a
 moment before the brokers learn it, and callers expect to read what they have just written.
 
-It speaks in the planner's terms (`plan.topics`): `describe_topic` returns an `ObservedTopic`
-whose configs are only the topic's own overrides (source DYNAMIC_TOPIC_CONFIG), because those are
-what a Log sets and what the planner compares; the broker's defaults would look like drift.
+It speaks in the planner's terms (`plan.kafka_topics.topics`): `describe_topic` returns an
+`ObservedTopic` whose configs are only the topic's own overrides (source DYNAMIC_TOPIC_CONFIG),
+because those are what a Log sets and what the planner compares; the broker's defaults would look
+like drift.
 """
 
 from __future__ import annotations
@@ -47,8 +48,13 @@ from confluent_kafka.cimpl import NewPartitions, NewTopic
 from distributary.errors import DistributaryError
 from distributary.kafka.cluster import client_config, kafka_error, result_within
 from distributary.kafka.transactions import fence
-from distributary.plan.positions import Offsets, Watermarks, partition_lag, split_watermarks
-from distributary.plan.topics import AlterConfigs, CreateTopic, ObservedTopic
+from distributary.plan.kafka_topics.topics import AlterConfigs, CreateTopic, ObservedTopic
+from distributary.plan.revisions.positions import (
+    Offsets,
+    Watermarks,
+    partition_lag,
+    split_watermarks,
+)
 
 T = TypeVar("T")
 

@@ -1,4 +1,5 @@
-"""The claims topic: the log that says which Log owns each topic (`plan.claims` has the rule).
+"""The claims topic: the log that says which Log owns each topic (`plan.kafka_topics.claims` has the
+rule).
 
 One compacted topic of one partition per Kafka cluster, shared by every installation on it (so
 they agree on owners), read from its start into memory and then followed. A decision that could
@@ -8,8 +9,8 @@ process already holds needs no read: records it has not seen come after it in lo
 cannot take its place (only its own release does).
 
 Claims of Logs deleted while no operator watched them are swept (`sweep_start`, then
-`release_stale` once the Logs are listed): see `plan.claims.stale_claims` for why only claims
-older than the listing count.
+`release_stale` once the Logs are listed): see `plan.kafka_topics.claims.stale_claims` for why only
+claims older than the listing count.
 
 Every call blocks (run it in a thread) and is serialised by a lock; claims that wait for the
 lock are decided together by whoever takes it next (one read to the end, one write of every
@@ -32,7 +33,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from distributary.kafka.admin import KafkaAdminError
 from distributary.kafka.cluster import NO_LEADER_YET, client_config
-from distributary.plan.claims import (
+from distributary.plan.kafka_topics.claims import (
     Claimant,
     ClaimRecord,
     Claims,
@@ -285,8 +286,8 @@ class ClaimsLog:
         return Verdict(owner, True)
 
     def deletion(self, topic: str, claimant: Claimant) -> tuple[Deletion, Claimant | None]:
-        """Whether `claimant`'s deletion may delete `topic` (`plan.claims.deletion`), as the
-        whole log says."""
+        """Whether `claimant`'s deletion may delete `topic` (`plan.kafka_topics.claims.deletion`),
+        as the whole log says."""
         with self._lock:
             self._read_to(self._end())
             return deletion(self.claims, topic, claimant)
@@ -306,8 +307,9 @@ class ClaimsLog:
         self, start: SweepStart, existing: Collection[str], watched: Collection[str] | None
     ) -> dict[Claimant, list[str]]:
         """Release the standing claims of Logs deleted before the sweep that began at `start`
-        (`plan.claims.stale_claims`; `existing`: the Logs listed since, as `namespace/name`;
-        `watched`: the namespaces listed, None: all); the Logs and the topics released."""
+        (`plan.kafka_topics.claims.stale_claims`; `existing`: the Logs listed since, as
+        `namespace/name`; `watched`: the namespaces listed, None: all); the Logs and the topics
+        released."""
         with self._lock:
             self._read_to(self._end())
             stale = stale_claims(self.claims, start.end, existing, watched, self.cluster)

@@ -1,11 +1,10 @@
 """Opening connections the model describes: secrets resolved late, files read, failures named.
 
-`plan.kafka_connection` says how to connect and where each secret is; this module does what that
-needs I/O for. It reads a client properties file, resolves a password from its reference at the
-moment a client is built (so it lives only in that client's settings), reads a client key for
-Java clients, and probes a cluster with the settings so that a wrong password or an untrusted
-certificate is reported within seconds, naming what to fix, instead of as a timeout half a
-minute later.
+`plan.access.kafka_connection` says how to connect and where each secret is; this module does what
+that needs I/O for. It reads a client properties file, resolves a password from its reference at the
+moment a client is built (so it lives only in that client's settings), reads a client key for Java
+clients, and probes a cluster with the settings so that a wrong password or an untrusted certificate
+is reported within seconds, naming what to fix, instead of as a timeout half a minute later.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from confluent_kafka.admin._scram import (
 
 from distributary.errors import DistributaryError
 from distributary.kafka.cluster import client_config, kafka_error, result_within
-from distributary.plan.kafka_connection import (
+from distributary.plan.access.kafka_connection import (
     KafkaConfigError,
     KafkaSecurity,
     SecretReference,

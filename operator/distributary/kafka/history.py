@@ -7,7 +7,7 @@ from the first offsets alone. Compaction is looked for only in topics whose `cle
 compacts: the first records of each partition are read from its head, where the cleaner works
 first, and a gap in their offsets is the sign. The operator and `distributary run` both ask
 here before they start a reprocessing revision; the planner decides what follows
-(`plan.lifecycle`: refused unless the spec allows partial history).
+(`plan.revisions.lifecycle`: refused unless the spec allows partial history).
 
 A Source's table Log is not looked at for compaction: it is a table whose history begins with a
 snapshot (the latest row of each key, which is what compaction keeps), and it is written with
@@ -20,7 +20,7 @@ from collections.abc import Collection, Mapping
 
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.records import TopicReader
-from distributary.plan.positions import compacted_history, lost_history, split_watermarks
+from distributary.plan.revisions.positions import compacted_history, lost_history, split_watermarks
 
 HEAD_SAMPLE = 10_000  # records read from the head of each partition of a compacted input
 

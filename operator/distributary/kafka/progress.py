@@ -1,9 +1,9 @@
 """The progress topic: where runners publish each revision's last batch and state.
 
-A compacted topic keyed by revision (`plan.progress.progress_key`), so its latest record per key is
-the revision's current progress and a reader that starts from the beginning sees every revision's
-state at once. The runner writes it; the local loop and the operator read it, the same way
-whether the runner is a local process or a driver pod.
+A compacted topic keyed by revision (`plan.revisions.progress.progress_key`), so its latest record
+per key is the revision's current progress and a reader that starts from the beginning sees every
+revision's state at once. The runner writes it; the local loop and the operator read it, the same
+way whether the runner is a local process or a driver pod.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 Both front ends rewind through `reconcile.applications.rewind_once`, the same way: read where the
 group is and what each partition retains, work out where the rewind puts it
-(`plan.positions.rewind_moves`), record that, then commit it while the group's consumer is stopped.
-A rewind to a place the log does not have is refused before any of that
-(`plan.position_refusals`): nothing is recorded and nothing moves.
+(`plan.revisions.positions.rewind_moves`), record that, then commit it while the group's consumer is
+stopped. A rewind to a place the log does not have is refused before any of that
+(`plan.applications.position_refusals`): nothing is recorded and nothing moves.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any
 
 from distributary.api.common import Position
 from distributary.kafka.admin import KafkaAdmin
-from distributary.plan.delivery import carried, read_marker
-from distributary.plan.position_refusals import PositionRefusedError, refused_position
-from distributary.plan.positions import moved_from, rewind_destinations, rewind_moves
-from distributary.plan.runner_spec import StartingPosition, starting_position
+from distributary.plan.applications.position_refusals import PositionRefusedError, refused_position
+from distributary.plan.applications.runner_spec import StartingPosition, starting_position
+from distributary.plan.revisions.delivery import carried, read_marker
+from distributary.plan.revisions.positions import moved_from, rewind_destinations, rewind_moves
 
 
 def rewind_offsets(
@@ -31,8 +31,8 @@ def rewind_offsets(
 ) -> list[dict[str, Any]]:
     """Each partition of `topics`: the group's position now and where the rewind `to` puts it,
     as `status.lastRewind.offsets` lists them. `PositionRefusedError` when `to` (the spec's
-    `field`) names a place the topics do not have (`plan.position_refusals`, with `logs`
-    naming each topic's Log and the spec's `partial_history` allowance): nothing is moved."""
+    `field`) names a place the topics do not have (`plan.applications.position_refusals`, with
+    `logs` naming each topic's Log and the spec's `partial_history` allowance): nothing is moved."""
     start = starting_position(to)
     by_time = (
         admin.offsets_for_time(topics, start.timestamp_ms)
@@ -80,8 +80,8 @@ def refused_start(
     partial_history: bool | None = None,
 ) -> str | None:
     """Why a revision's first start cannot begin at `start` in `topic` (the spec's `field`, e.g.
-    `spec.inputs[0].startingPosition`), as `plan.position_refusals` says it; None when it can.
-    Kafka is asked only about positions it can refuse (offsets and times)."""
+    `spec.inputs[0].startingPosition`), as `plan.applications.position_refusals` says it; None when
+    it can. Kafka is asked only about positions it can refuse (offsets and times)."""
     if start.kind not in ("offsets", "timestamp"):
         return None
     by_time = (

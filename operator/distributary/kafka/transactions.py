@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from distributary.errors import DistributaryError
 from distributary.kafka.cluster import client_config
-from distributary.plan.positions import Offsets
+from distributary.plan.revisions.positions import Offsets
 
 # How long a transaction may stay open: a writer that dies mid-transaction blocks readers of
 # committed records on its partitions for at most this long (a restarted writer aborts it at once).

@@ -17,7 +17,7 @@ import yaml
 from kubernetes import config
 
 from distributary.kube.resources import Kube, KubeError
-from distributary.plan.cluster_changes import NamespaceResources
+from distributary.plan.edits.cluster_changes import NamespaceResources
 
 API = "distributary.dev/v1alpha1"
 KINDS = ("Log", "DerivedView", "StreamJob")

@@ -35,7 +35,7 @@ from distributary.artifacts import KAFKA_BROKER, jars
 from distributary.errors import DistributaryError
 from distributary.kafka.cluster import cluster_ready
 from distributary.kafka.connection import add_scram_user, client_settings
-from distributary.plan.kafka_connection import KafkaSecurity
+from distributary.plan.access.kafka_connection import KafkaSecurity
 
 MIN_JAVA = 17
 

@@ -35,7 +35,7 @@ from distributary.artifacts import KAFKA_CONNECT, jars
 from distributary.backends.connect import ConnectError
 from distributary.kafka.connection import password
 from distributary.local.broker import java_binary
-from distributary.plan.kafka_connection import KafkaSecurity
+from distributary.plan.access.kafka_connection import KafkaSecurity
 from distributary.processes import free_port
 
 MAIN_CLASS = "org.apache.kafka.connect.cli.ConnectDistributed"

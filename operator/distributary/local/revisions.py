@@ -34,9 +34,9 @@ from typing import Any
 from distributary.api.job import StreamJob
 from distributary.api.view import DerivedView
 from distributary.local.state import RunStateError
-from distributary.plan.lifecycle import CATCHING_UP
-from distributary.plan.spark_state import QUERY_REFUSED
-from distributary.plan.status_patch import changes, merged
+from distributary.plan.applications.spark_state import QUERY_REFUSED
+from distributary.plan.revisions.lifecycle import CATCHING_UP
+from distributary.plan.status.status_patch import changes, merged
 
 REVISIONS_FILE = "revisions.json"
 SECTIONS = {"DerivedView": "views", "StreamJob": "jobs"}

@@ -1,23 +1,23 @@
 """`distributary run`: a whole pipeline on one machine, no Kubernetes.
 
-This is the second front end of the one reconcile (`reconcile/`): every round, each view and job
-goes, in the pipeline's order, through the same reconcile as under the operator, with the state
-folder as its status store (`local.revisions`), the pipeline files as its world, and lines on
-stderr as its events. So reprocessing beside the serving revision and the cutover, the retention
-guard, rewinds, write-ahead records and retirement behave here as they do in a cluster. The Spark
-runtime is `local.runtime`: every view revision in one runner process on local Spark (one Spark
-application is kinder to a small machine than one per view), each StreamJob its own file in a
-process of its own. The `direct` backend makes the topics. Everything lives under the state
-folder: the embedded broker's data, the checkpoints, the statuses and the runner's log, so a
-second run resumes where the first stopped. Positions are read the way any Kafka tool reads
+This is the second front end of the one reconcile (`reconcile/`): every round, each view, job and
+Sink goes, in the pipeline's order, through the same reconcile as under the operator, with the
+state folder as its status store (`local.revisions`; a Sink's, `local.sinks`), the pipeline files
+as its world, and lines on stderr as its events. So reprocessing beside the serving revision and
+the cutover, the retention guard, rewinds, write-ahead records and retirement behave here as they
+do in a cluster. The Spark runtime is `local.runtime`: every view revision in one runner process on
+local Spark (one Spark application is kinder to a small machine than one per view), each StreamJob
+its own file in a process of its own. The `direct` backend makes the topics. Everything lives under
+the state folder: the embedded broker's data, the checkpoints, the statuses and the runner's log,
+so a second run resumes where the first stopped. Positions are read the way any Kafka tool reads
 them, from the revisions' consumer groups, and records/s from the progress topic.
 
 A view whose query fails is reported and restarted with back-off like any other application
-(`plan.restarts`: the history is in its status in the state folder), the other views running on;
-one that keeps failing is Stalled (`ApplicationFailing`) and said so on stderr, and retried at
-the longest back-off. So does a view or job whose reconcile fails unexpectedly: it is reported on
-stderr and in its status (Stalled, `ReconcileError`), and tried again in later rounds with back-off
-(`reconcile.failures`), while the others are reconciled as usual.
+(`plan.applications.restarts`: the history is in its status in the state folder), the other views
+running on; one that keeps failing is Stalled (`ApplicationFailing`) and said so on stderr, and
+retried at the longest back-off. So does a view or job whose reconcile fails unexpectedly: it is
+reported on stderr and in its status (Stalled, `ReconcileError`), and tried again in later rounds
+with back-off (`reconcile.failures`), while the others are reconciled as usual.
 """
 
 from __future__ import annotations
@@ -35,8 +35,11 @@ from typing import Any
 from distributary import processes
 from distributary.api.job import StreamJob
 from distributary.api.log import LogStatus
+from distributary.api.sink import Sink
+from distributary.api.source import Source
 from distributary.api.view import DerivedView
 from distributary.artifacts import SPARK_KAFKA_CONNECTOR, jars
+from distributary.backends.captures import PostgresCaptures
 from distributary.backends.direct import DirectTopics
 from distributary.backends.local_spark import LocalRuntime, LocalSparkRuntime
 from distributary.backends.topic_batches import DirectTopicBackend
@@ -49,7 +52,7 @@ from distributary.kafka.progress import ProgressReader
 from distributary.local.broker import EmbeddedBroker
 from distributary.local.revisions import LocalRevisions, refused, resource_key
 from distributary.local.runtime import PipelineRuntime
-from distributary.local.sinks import LocalSinks
+from distributary.local.sinks import LocalSinks, SinkStatuses
 from distributary.local.sources import LocalSources
 from distributary.local.state import RunState, ServedLog, write_run_state
 from distributary.local.status import (
@@ -62,17 +65,17 @@ from distributary.local.status import (
     sink_row,
     source_row,
 )
-from distributary.plan.conditions import Problem
-from distributary.plan.kafka_connection import KafkaSecurity
-from distributary.plan.lifecycle import read_topics
-from distributary.plan.pipeline import PipelinePlan, PlanSettings, plan_pipeline
-from distributary.plan.progress import PROGRESS_TOPIC
-from distributary.plan.restarts import APPLICATION_FAILING, RestartPolicy
-from distributary.plan.runner_spec import RunnerSpec
-from distributary.plan.source_plan import HEARTBEAT_RETENTION_MS, heartbeat_topic
-from distributary.plan.spark_state import QUERY_REFUSED
-from distributary.plan.topics import DesiredTopic
-from distributary.plan.view_plan import reprocessing_outputs
+from distributary.plan.access.kafka_connection import KafkaSecurity
+from distributary.plan.applications.restarts import APPLICATION_FAILING, RestartPolicy
+from distributary.plan.applications.runner_spec import RunnerSpec
+from distributary.plan.applications.spark_state import QUERY_REFUSED
+from distributary.plan.kafka_topics.topics import DesiredTopic
+from distributary.plan.pipelines.pipeline import PipelinePlan, PlanSettings, plan_pipeline
+from distributary.plan.revisions.lifecycle import read_topics
+from distributary.plan.revisions.progress import PROGRESS_TOPIC
+from distributary.plan.sources.source_plan import HEARTBEAT_RETENTION_MS, heartbeat_topic
+from distributary.plan.status.conditions import Problem
+from distributary.plan.views.view_plan import reprocessing_outputs
 from distributary.reconcile.failures import (
     failure_line,
     failure_message,
@@ -81,12 +84,20 @@ from distributary.reconcile.failures import (
 )
 from distributary.reconcile.job import reconcile_job
 from distributary.reconcile.ports import Lineage, Services, StatusStore, TryAgain
+from distributary.reconcile.sink import reconcile_sink
+from distributary.reconcile.source import reconcile_source
 from distributary.reconcile.view import reconcile_view
 
 IDLE_SECONDS = 3.0  # inputs unchanged this long, and no lag: caught up
 WINDOW_SECONDS = 30.0  # the longest a view with a watermark is waited for to write its windows
 POLL_SECONDS = 1.0
 LOGGER = logging.getLogger("distributary.run")
+WORDS = {
+    "DerivedView": "view",
+    "StreamJob": "job",
+    "Source": "source",
+    "Sink": "sink",
+}  # each kind, in lines for people
 
 
 class RunError(DistributaryError, RuntimeError):
@@ -95,7 +106,7 @@ class RunError(DistributaryError, RuntimeError):
 
 @dataclass(frozen=True)
 class LocalEvents:
-    """A view's or job's events, as lines for people."""
+    """A view's, job's or Sink's events, as lines for people."""
 
     kind: str
     name: str
@@ -103,7 +114,7 @@ class LocalEvents:
 
     def info(self, reason: str, message: str) -> None:
         """`view NAME: what happened`."""
-        what = "view" if self.kind == "DerivedView" else "job"
+        what = WORDS.get(self.kind, "job")
         self.say(f"{what} {self.name}: {message[:1].lower()}{message[1:].rstrip('.')}")
 
     def warn(self, reason: str, message: str) -> None:
@@ -119,6 +130,9 @@ class PipelineFiles:
     graph: Pipeline
     revisions: LocalRevisions
     served: dict[str, str] = field(default_factory=dict)  # a view's output Log -> its topic
+    planned: dict[tuple[str, str], str] = field(default_factory=dict)  # every Log's own topic
+    # Told of a Source's table Logs as its database has them now (`LocalSources`).
+    table_logs: Callable[[Sequence[Mapping[str, Any]]], None] = lambda manifests: None
 
     def lineage(self, resource: Mapping[str, Any]) -> Lineage:
         """The files' graph, the topics the views' outputs serve now, and the outputs whose
@@ -138,6 +152,23 @@ class PipelineFiles:
     async def serve(self, output: dict[str, Any], topic: str) -> None:
         """Readers of the output Log read `topic` from now on (run.json says so)."""
         self.served[output["metadata"]["name"]] = topic
+
+    def adopt_logs(self, manifests: Sequence[dict[str, Any]], owner_uid: str) -> list[Problem]:
+        """Nothing is applied: the files hold a Source's table Logs as its database had them
+        when the run started (`local.sources.resolve_sources`); a table that gained columns
+        since is said (`table_logs`)."""
+        self.table_logs(manifests)
+        return []
+
+    def log(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The Log `name` of the files, serving its view's serving revision's topic (or the
+        table Log its Source's serving revision's), else its own."""
+        log = self.graph.logs.get(Ref.log(name, namespace))
+        if log is None:
+            return None
+        topic = self.served.get(name) or self.planned.get((namespace, name))
+        body = log.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return {**body, "status": {"topicName": topic} if topic else {}}
 
     def read_elsewhere(self, namespace: str, name: str) -> set[str]:
         """The topics the other views' and jobs' live revisions read."""
@@ -162,7 +193,8 @@ class LocalRun:
     secrets_dir: Path | None = None  # Secrets as Kubernetes mounts them: <dir>/<name>/<key>
     broker: EmbeddedBroker | None = None
     sources: LocalSources | None = None
-    sinks: LocalSinks | None = None
+    sinks: SinkStatuses | None = None
+    sink_processes: LocalSinks | None = None
     plan: PipelinePlan | None = None
     bootstrap: str | None = None
     revisions: LocalRevisions | None = None
@@ -226,18 +258,19 @@ class LocalRun:
         self._make_topics(DirectTopics(admin))
         direct = DirectTopics(admin)
         self.sources = LocalSources(
-            self.pipeline,
-            self.state_dir,
-            self.secrets_dir,
-            self.say,
-            self.kafka_security,
-            make_topics=lambda wanted: self._apply_topics(direct, wanted),
+            self.pipeline, self.state_dir, self.secrets_dir, self.say, self.kafka_security
         )
         self.sources.start(bootstrap)
-        self.sinks = LocalSinks(
-            self.pipeline, self.state_dir, self.secrets_dir, self.say, self.kafka_security, admin
+        self.sinks = SinkStatuses(self.state_dir)
+        self.sink_processes = LocalSinks(self.state_dir, self.secrets_dir)
+        planned = {(t.log.namespace, t.log.name): t.topic.name for t in self.plan.topics}
+        self.files = PipelineFiles(
+            self.pipeline,
+            self.revisions,
+            self._served(),
+            planned,
+            table_logs=self.sources.say_new_columns,
         )
-        self.files = PipelineFiles(self.pipeline, self.revisions, self._served())
         progress = ProgressReader(bootstrap, PROGRESS_TOPIC, client)
         jobs = LocalSparkRuntime(LocalRuntime(self.state_dir / "jobs", self.cores))
         self.runtime = PipelineRuntime(
@@ -255,6 +288,13 @@ class LocalRun:
             ),
             restart_policy=self.restart_policy,
             kafka_security=self.kafka_security,
+            sinks=self.sink_processes,
+            connectors=self.sources.connectors,
+            connect_secrets=self.sources.connect_secrets,
+            secret=self.sources.secret,
+            captures=PostgresCaptures(),
+            make_topics=lambda wanted: self._apply_topics(direct, wanted),
+            memory=self.sources.memory,
         )
         self.reconcile()
 
@@ -291,11 +331,8 @@ class LocalRun:
         return served
 
     def reconcile(self) -> None:
-        """One round: every Source, every view and job in the pipeline's order, then run.json."""
-        if self.sources is not None:
-            self.sources.reconcile()
-            if self.files is not None:
-                self.files.served.update(self.sources.served())
+        """One round: every Source, every view, job and Sink in the pipeline's order, then
+        run.json."""
         self.loop.run_until_complete(self._round())
         self._write_state()
 
@@ -303,20 +340,34 @@ class LocalRun:
         assert self.services is not None
         assert self.revisions is not None
         assert self.files is not None
+        if self.sources is not None and self.sources.due():
+            for source in self.pipeline.captures.values():
+                await self._reconcile_source(source)
+            self.files.served.update(self.sources.served())
         for ref in self.pipeline.order:
-            resource = self.pipeline.views.get(ref) or self.pipeline.jobs.get(ref)
+            resource = (
+                self.pipeline.views.get(ref)
+                or self.pipeline.jobs.get(ref)
+                or self.pipeline.sinks.get(ref)
+            )
             if resource is None:
                 continue
             key = f"{resource.kind}/{resource.metadata.namespace}/{resource.metadata.name}"
             tries, due = self.failing.get(key, (0, 0.0))
             if time.monotonic() < due:  # failed unexpectedly: tried again after its back-off
                 continue
-            store = self.revisions.store(resource)
+            store = self._store(resource)
             try:
+                events = LocalEvents(resource.kind, resource.metadata.name, self.say)
+                if isinstance(resource, Sink):
+                    assert self.sinks is not None
+                    body = self.sinks.read(resource)
+                    await reconcile_sink(body, self.services, store, self.files, events)
+                    self.failing.pop(key, None)
+                    continue
                 resource = self._localized(ref, resource)
                 body, old = self.revisions.read(resource)
                 store = self.revisions.store(resource)
-                events = LocalEvents(resource.kind, resource.metadata.name, self.say)
                 reconcile = reconcile_view if resource.kind == "DerivedView" else reconcile_job
                 await reconcile(body, self.services, store, self.files, events, old)
             except TryAgain:
@@ -327,14 +378,50 @@ class LocalRun:
                 await self._record_failure(resource, store, exc, delay)
                 continue
             self.failing.pop(key, None)
-            self._say_problem(resource, store.status)
+            if not isinstance(resource, Sink):
+                self._say_problem(resource, store.status)
+
+    async def _reconcile_source(self, source: Source) -> None:
+        """One Source through its reconcile (`reconcile.source`), as under the operator."""
+        assert self.sources is not None
+        assert self.services is not None
+        assert self.files is not None
+        meta = source.metadata
+        key = f"Source/{meta.namespace}/{meta.name}"
+        tries, due = self.failing.get(key, (0, 0.0))
+        if time.monotonic() < due:
+            return
+        store = self.sources.store(source)
+        events = LocalEvents(source.kind, meta.name, self.say)
+        try:
+            await reconcile_source(self.sources.read(source), self.services, store, self.files,
+                                   events)  # fmt: skip
+        except Exception as exc:  # one resource's failure never stops the others
+            delay = retry_delay(tries)
+            self.failing[key] = (tries + 1, time.monotonic() + delay)
+            await self._record_failure(source, store, exc, delay)
+            return
+        self.failing.pop(key, None)
+        self.sources.say_state(source)
+
+    def _store(self, resource: DerivedView | StreamJob | Sink) -> StatusStore:
+        """Where the status of `resource` lives in the state folder."""
+        assert self.revisions is not None
+        if isinstance(resource, Sink):
+            assert self.sinks is not None
+            return self.sinks.store(resource)
+        return self.revisions.store(resource)
 
     async def _record_failure(
-        self, resource: DerivedView | StreamJob, store: StatusStore, exc: Exception, delay: float
+        self,
+        resource: DerivedView | StreamJob | Source | Sink,
+        store: StatusStore,
+        exc: Exception,
+        delay: float,
     ) -> None:
         """Say on stderr and in the status (Stalled, `ReconcileError`) that the reconcile of
         `resource` failed; the traceback goes to the debug log."""
-        what = "view" if resource.kind == "DerivedView" else "job"
+        what = WORDS[resource.kind]
         name = resource.metadata.name
         LOGGER.debug("the reconcile of %s %s failed", what, name, exc_info=exc)
         message = failure_message(what, name, exc, "it is tried again with back-off")
@@ -343,7 +430,12 @@ class LocalRun:
                  f"it is tried again in {delay:.0f}s")  # fmt: skip
         try:
             status = store.status
-            generation = int(self._entry_of(resource).get("generation") or 0)
+            entry = (
+                {"generation": 1}
+                if isinstance(resource, Sink | Source)
+                else self._entry_of(resource)
+            )
+            generation = int(entry.get("generation") or 0)
             patch = failure_status(status, message, generation, datetime.now(UTC))
             if patch is not None:
                 await store.record_ahead(patch)
@@ -466,19 +558,6 @@ class LocalRun:
         reconcile, while it did not run)."""
         assert self.runtime is not None
         self.runtime.flush()
-        if self.sinks is not None and self.bootstrap is not None:
-            self.sinks.reconcile(self.bootstrap, self._serving_topic)
-
-    def _serving_topic(self, namespace: str, log: str) -> str:
-        """The topic readers of a Log read now (a view's output: its serving revision's)."""
-        assert self.plan is not None
-        assert self.files is not None
-        planned = next(
-            (t.topic.name for t in self.plan.topics
-             if t.log.name == log and t.log.namespace == namespace),
-            log,
-        )  # fmt: skip
-        return self.files.served.get(log, planned)
 
     def runner_failed(self) -> str | None:
         """Why the runner exited before it was asked to, or None while it runs."""
@@ -493,8 +572,8 @@ class LocalRun:
         if self.services is not None:
             self.services.progress.close()
             self.services = None
-        if self.sinks is not None:
-            self.sinks.stop()
+        if self.sink_processes is not None:
+            self.sink_processes.stop_all()
         if self.sources is not None:
             self.sources.stop()
         if self.broker is not None:
@@ -570,7 +649,7 @@ def watch(
         for failure in _failures(snapshot, run):
             run._say_once(failure)
         settled = caught_up(snapshot) and not run.revisions.catching_up()
-        settled = settled and (run.sinks is None or run.sinks.caught_up())
+        settled = settled and (run.sinks is None or run.sinks.caught_up(run.pipeline))
         settled = settled and (run.sources is None or not run.sources.catching_up())
         if stopping() or (until_caught_up and settled):
             return snapshot

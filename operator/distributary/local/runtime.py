@@ -7,12 +7,12 @@ per round, writes what the process should run when that changed, and the running
 it: it stops the revisions no longer asked for between batches, starts the new ones and
 acknowledges the file's generation, while the other queries run on (a cutover of one view does
 not pause the others). The process starts again only when the change needs other process
-settings (`plan.runner_spec.process_settings`) or the process does not acknowledge it. Stopping a
-revision waits for the acknowledgement: a rewind moves a group's offsets only after the old
-query can no longer commit. A revision fails alone: the runner keeps the others running and
-publishes the failed one's state, which is read here from the progress records of the process
-that runs now. A failed revision is not run again until the reconcile starts it after its
-back-off (`plan.restarts`): until then a restart of the process, for another view or because it
+settings (`plan.applications.runner_spec.process_settings`) or the process does not acknowledge it.
+Stopping a revision waits for the acknowledgement: a rewind moves a group's offsets only after the
+old query can no longer commit. A revision fails alone: the runner keeps the others running and
+publishes the failed one's state, which is read here from the progress records of the process that
+runs now. A failed revision is not run again until the reconcile starts it after its back-off
+(`plan.applications.restarts`): until then a restart of the process, for another view or because it
 exited, leaves it out, and it is reported failed. A revision whose query Spark refused at start
 (QueryRefused) is left out of every later start of the process while its spec stays the same: the
 same query would be refused again, so it is not restarted at all; the spec the process ran is the
@@ -35,8 +35,7 @@ from distributary.api.job import StreamJob
 from distributary.api.view import DerivedView
 from distributary.backends.base import Owner, RevisionApp
 from distributary.backends.local_spark import LocalSparkRuntime
-from distributary.plan.progress import progress_key
-from distributary.plan.runner_spec import (
+from distributary.plan.applications.runner_spec import (
     FOLLOW_ARG,
     RUNNER_GENERATION,
     SPEC_FILE_ARG,
@@ -46,8 +45,9 @@ from distributary.plan.runner_spec import (
     as_run_by,
     process_settings,
 )
-from distributary.plan.spark import Application, application_name
-from distributary.plan.spark_state import CHECKPOINT_LOST, QUERY_REFUSED, AppState
+from distributary.plan.applications.spark import Application, application_name
+from distributary.plan.applications.spark_state import CHECKPOINT_LOST, QUERY_REFUSED, AppState
+from distributary.plan.revisions.progress import progress_key
 
 Key = tuple[str, str, int]  # namespace, view, revision
 STOP_GRACE = 60.0  # seconds the runner's queries get to finish their batch
@@ -173,7 +173,7 @@ class PipelineRuntime:
             message = f"Spark stopped (exit code {code}); see {self.log_file}"
             return AppState("FAILED", ended=True, failed=True, message=message)
         if record.get("runnerPid") == self.process.pid and record.get("state") == CHECKPOINT_LOST:
-            # Not restarted: the view rebuilds it as a new revision (`plan.lifecycle`).
+            # Not restarted: the view rebuilds it as a new revision (`plan.revisions.lifecycle`).
             return AppState(CHECKPOINT_LOST, message=str(record.get("error") or ""))
         return AppState("RUNNING", running=True)
 
@@ -261,8 +261,8 @@ class PipelineRuntime:
 
     @property
     def spec_file(self) -> Path:
-        """The specs the runner process runs (`plan.runner_spec.FollowedSpecs`), which it reads
-        again whenever they change."""
+        """The specs the runner process runs (`plan.applications.runner_spec.FollowedSpecs`), which
+        it reads again whenever they change."""
         return self.state_dir / "runner-specs.json"
 
     def _write_specs(self, wanted: dict[Key, RunnerSpec]) -> None:

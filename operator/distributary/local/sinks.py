@@ -1,12 +1,19 @@
-"""The Sinks of a `distributary run`: one process each (`python -m distributary.sinks`), started
-once their topic exists, started again when they die, and observed through their consumer groups.
+"""The Sinks of a `distributary run`: where their processes run and where their statuses live.
+
+A Sink's reconcile is `reconcile.sink`, the operator's; the run drives it at every round in the
+pipeline's order (`local.run`). Here are the two things the run gives it that differ from a
+cluster: the `SinkRuntime` (`LocalSinks`: one process each, `python -m distributary.sinks`,
+started as a child of the run that dies with it, its spec, pid and log under
+`<state>/sinks/<namespace>.<name>.*`, the store's password read by the process from the secrets
+folder, never written anywhere), and the status store (`SinkStatuses`: `<state>/sinks.json`, the
+reconcile's status with the table, whether it runs and why it is Stalled, for people and the
+summary). A run starts with no status of its Sinks: a Sink whose process refused its store in an
+earlier run is given one more try.
 
 A Sink's process keeps its table and its position in one database transaction, so it can be
-killed at any point and started again: it carries on from the position the table holds. A process
-that refuses its table (a column of another type, another key) exits with code 3 and is not
-started again: the Sink is Stalled, saying why, until its spec or its table changes. A Log whose
-serving topic changes under a Sink (a view's cutover) gets a new process on the new topic: it
-fills the new revision's table beside the one readers read (`<table>__r<N>`) and, once whole,
+killed at any point and started again: it carries on from the position the table holds. A Log
+whose serving topic changes under a Sink (a view's cutover) gets a new process on the new topic:
+it fills the new revision's table beside the one readers read (`<table>__r<N>`) and, once whole,
 switches readers to it in one transaction (`sinks.postgres.switch`; a Redis Sink fills keys
 beside and switches them in one script, `sinks.redis.SWITCH`); readers never see a half-built
 revision.
@@ -14,201 +21,116 @@ revision.
 
 from __future__ import annotations
 
-import json
-import os
 import sys
-import tempfile
-import time
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from distributary import processes
 from distributary.api.sink import Sink
-from distributary.graph import Pipeline, Ref
-from distributary.kafka.admin import KafkaAdmin
+from distributary.backends.base import RevisionApp, SecretMissingError
+from distributary.graph import Pipeline
 from distributary.local.sources import SourceError, secret_file
-from distributary.plan.kafka_connection import KafkaSecurity
-from distributary.plan.sink_plan import SinkRun, sink_run
-from distributary.sql import SqlError
+from distributary.local.state import write_json
+from distributary.plan.applications.spark_state import AppState
+from distributary.plan.sinks.sink_plan import SinkRun
+from distributary.plan.status.status_patch import changes, merged
 
 SINKS_FILE = "sinks.json"
-REFUSED = 3  # a Sink process's exit code when it refuses its table
-RESTART_AFTER = (1.0, 5.0, 15.0, 60.0)  # while a process fails without making progress
-OBSERVE_EVERY = 2.0
 
 
 @dataclass
 class _Process:
-    """One Sink's process and what the run keeps of it between rounds."""
+    """One Sink's process, and the spec it was started with."""
 
     run: SinkRun
     process: processes.Supervised | None = None
-    failures: int = 0
-    due: float = 0.0
-    stalled: str | None = None
-    position: dict[int, int] = field(default_factory=dict)  # last observed
 
 
 @dataclass
 class LocalSinks:
-    """The Sinks of one run and their processes."""
+    """The Sinks' processes of one run (the `SinkRuntime` of `backends.base`)."""
 
-    pipeline: Pipeline
     state_dir: Path
     secrets_dir: Path | None
-    say: Callable[[str], None]
-    security: KafkaSecurity | None = None
-    admin: KafkaAdmin | None = None
-    processes: dict[Ref, _Process] = field(default_factory=dict)
-    statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
-    said: set[str] = field(default_factory=set)
-    observed: float = 0.0
-    blocked: set[Ref] = field(default_factory=set)  # cannot start until the files change
+    processes: dict[str, _Process] = field(default_factory=dict)  # by namespace/name
 
     @property
     def folder(self) -> Path:
         """Where the Sinks' specs, logs and pids are."""
         return self.state_dir / "sinks"
 
-    def reconcile(self, bootstrap: str, served: Callable[[str, str], str]) -> None:
-        """Start what should run and does not (its topic made), restart what died, observe.
-        `served(namespace, log)` is the topic a Log serves now."""
-        for ref, sink in sorted(self.pipeline.sinks.items()):
-            topic = served(ref.namespace, sink.spec.log)
-            entry = self.processes.get(ref)
-            if entry is not None and entry.run.topic != topic and entry.stalled is None:
-                # A new revision: its process fills the table (or keys) beside the ones readers
-                # read, then switches them over at once (`sinks.postgres.switch`,
-                # `sinks.redis.SWITCH`).
-                where = entry.run.table if sink.spec.postgres else f"{entry.run.key_prefix}<key>"
-                self._say_once(
-                    f"sink {ref.name}: Log {sink.spec.log} now serves {topic}: filling it "
-                    f"beside {where}, which readers read until it is whole"
-                )
+    def last_run(self, namespace: str, name: str) -> SinkRun | None:
+        """The spec the Sink's process was last given, in this run or an earlier one."""
+        try:
+            text = self._file(namespace, name, "json").read_text("utf-8")
+            return SinkRun.model_validate_json(text)
+        except (OSError, ValueError):
+            return None
+
+    def sink_app(self, sink: Sink, run: SinkRun, owner: Mapping[str, Any]) -> RevisionApp:
+        """The Sink's process running `run`, reading its password from the secrets folder."""
+        namespace, name = sink.metadata.namespace, sink.metadata.name
+        run = run.model_copy(update={"password_file": self._password_file(sink)})
+        key = f"{namespace}/{name}"
+
+        def state() -> AppState:
+            entry = self.processes.get(key)
+            process = entry.process if entry is not None else None
+            if entry is None or process is None:
+                return AppState("ABSENT")
+            code = process.poll()
+            if code is None:
+                return AppState("RUNNING", running=True)
+            last = _last_line(self._file(namespace, name, "log"))
+            said = f"code {code}: {last or 'no reason'}"
+            return AppState("FAILED", ended=True, failed=True, message=said)
+
+        def start() -> AppState:
+            entry = self.processes.get(key)
+            if entry is not None and entry.run == run and state().running:
+                return AppState("RUNNING", running=True)
+            if entry is not None:
+                self._end(entry)  # a new spec (a new serving topic): it finishes its transaction
+            entry = self.processes[key] = _Process(run)
+            self._start(namespace, name, entry)
+            return AppState("SUBMITTED")
+
+        def remove() -> None:
+            entry = self.processes.get(key)
+            if entry is not None:
                 self._end(entry)
-                entry = None
-            if entry is None:
-                entry = self._prepare(ref, sink, topic, bootstrap)
-                if entry is None:
-                    continue
-            self._keep_running(ref, entry)
-        if time.monotonic() - self.observed >= OBSERVE_EVERY:
-            self.observed = time.monotonic()
-            self._observe()
+                entry.process = None
 
-    def caught_up(self) -> bool:
-        """Whether every Sink's store holds its whole log (as its mirrored group says), or the
-        Sink cannot run (it said why)."""
-        for ref in self.pipeline.sinks:
-            entry = self.processes.get(ref)
-            if ref in self.blocked or (entry is not None and entry.stalled is not None):
-                continue
-            status = self.statuses.get(f"{ref.namespace}/{ref.name}") or {}
-            if entry is None or status.get("lag") != 0:
-                return False
-        return True
+        return RevisionApp(namespace, f"{name}-sink", state, start, remove)
 
-    def _prepare(self, ref: Ref, sink: Sink, topic: str, bootstrap: str) -> _Process | None:
-        log = self.pipeline.logs.get(Ref.log(sink.spec.log, ref.namespace))
-        if log is None or self.admin is None:
-            return None
-        if not self.admin.list_partitions([topic]).get(topic):
-            return None  # the topic is made by the reconcile of its writer; next round
-        label = f"sink {ref.name}"
-        if not log.spec.record_schema:
-            self.blocked.add(ref)
-            self._say_once(
-                f"{label}: Log {log.metadata.name} has no schema: the table is made from the "
-                "Log's columns; declare spec.schema on the Log"
-            )
-            return None
+    def _password_file(self, sink: Sink) -> str | None:
         store = sink.spec.postgres or sink.spec.redis
         secret = store.password_secret if store is not None else None
-        field_name = "postgres" if sink.spec.postgres is not None else "redis"
-        password = None
-        if secret is not None:
-            try:
-                password = secret_file(self.secrets_dir, secret, label,
-                                       f"spec.{field_name}.passwordSecret")  # fmt: skip
-            except SourceError as exc:
-                self._say_once(str(exc))
-                self.blocked.add(ref)
-                return None
-        try:
-            run = sink_run(sink, log.spec.record_schema, log.spec.key or [], topic, bootstrap,
-                           str(password.resolve()) if password else None,
-                           self.security)  # fmt: skip
-        except SqlError as exc:
-            self._say_once(f"{label}: Log {log.metadata.name}'s schema: {exc}")
-            self.blocked.add(ref)
+        if secret is None:
             return None
-        if self.pipeline.is_derived(Ref.log(sink.spec.log, ref.namespace)):
-            run = self._columns_of_topic(ref, run)
-        entry = _Process(run)
-        self.processes[ref] = entry
-        return entry
-
-    def _columns_of_topic(self, ref: Ref, run: SinkRun) -> SinkRun:
-        """A view's output topic holds one revision's rows, of that revision's columns: a Sink
-        that read the topic before keeps the columns it had then. The files may already define
-        the next revision (edited, catching up beside), whose columns are for its own topic."""
+        field_name = "postgres" if sink.spec.postgres is not None else "redis"
         try:
-            before = SinkRun.model_validate_json(self._file(ref, "json").read_text("utf-8"))
-        except (OSError, ValueError):
-            return run
-        if before.topic != run.topic:
-            return run
-        return run.model_copy(update={"columns": before.columns, "key": before.key})
+            path = secret_file(self.secrets_dir, secret, f"sink {sink.metadata.name}",
+                               f"spec.{field_name}.passwordSecret")  # fmt: skip
+        except SourceError as exc:
+            raise SecretMissingError(str(exc)) from None
+        return str(path.resolve())
 
-    def _file(self, ref: Ref, suffix: str) -> Path:
+    def _file(self, namespace: str, name: str, suffix: str) -> Path:
         """The Sink's spec (`json`), process id (`pid`) or log (`log`) in the state folder."""
-        return self.folder / f"{ref.namespace}.{ref.name}.{suffix}"
+        return self.folder / f"{namespace}.{name}.{suffix}"
 
-    def _keep_running(self, ref: Ref, entry: _Process) -> None:
-        if entry.stalled is not None:
-            return
-        process = entry.process
-        if process is not None and process.poll() is None:
-            return
-        now = time.monotonic()
-        if process is not None:  # it exited
-            code = process.returncode
-            entry.process = None
-            last = _last_line(self._log(ref))
-            if code == REFUSED:
-                self._stall(ref, entry, last or "it refused its table")
-                return
-            delay = RESTART_AFTER[min(entry.failures, len(RESTART_AFTER) - 1)]
-            entry.failures += 1
-            entry.due = now + delay
-            self.say(f"sink {ref.name}: its process exited (code {code}: {last or 'no reason'}); "
-                     f"starting it again in {delay:.0f}s")  # fmt: skip
-            return
-        if now < entry.due:
-            return
-        self._start(ref, entry)
-
-    def _start(self, ref: Ref, entry: _Process) -> None:
+    def _start(self, namespace: str, name: str, entry: _Process) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        spec = self._file(ref, "json")
+        spec = self._file(namespace, name, "json")
         spec.write_text(entry.run.model_dump_json(indent=2))
         entry.process = processes.start(
-            [sys.executable, "-m", "distributary.sinks", "--spec", str(spec)], log=self._log(ref)
+            [sys.executable, "-m", "distributary.sinks", "--spec", str(spec)],
+            log=self._file(namespace, name, "log"),
         )
-        self._file(ref, "pid").write_text(f"{entry.process.pid}\n")
-        if entry.failures == 0:
-            self.say(f"sink {ref.name}: {entry.run.topic} -> {entry.run.table} "
-                     f"({entry.run.mode})")  # fmt: skip
-
-    def _log(self, ref: Ref) -> Path:
-        return self._file(ref, "log")
-
-    def _stall(self, ref: Ref, entry: _Process, why: str) -> None:
-        entry.stalled = why
-        self._end(entry)
-        self._say_once(f"sink {ref.name}: Stalled: {why}")
+        self._file(namespace, name, "pid").write_text(f"{entry.process.pid}\n")
 
     @staticmethod
     def _end(entry: _Process) -> None:
@@ -216,42 +138,13 @@ class LocalSinks:
         if entry.process is not None and entry.process.poll() is None:
             entry.process.stop(30)
 
-    def _observe(self) -> None:
-        if self.admin is None:
-            return
-        for ref, entry in sorted(self.processes.items()):
-            run = entry.run
-            try:
-                lag = self.admin.lag(run.group, [run.topic]).get(run.topic, {})
-                position = self.admin.committed(run.group).get(run.topic, {})
-            except Exception:  # observed again next round
-                continue
-            if position != entry.position:  # it makes progress: a later failure starts afresh
-                entry.position, entry.failures = dict(position), 0
-            ready = entry.stalled is None and entry.process is not None
-            self.statuses[f"{ref.namespace}/{ref.name}"] = {
-                "topic": run.topic,
-                "table": run.table,
-                "position": {str(p): o for p, o in sorted(position.items())},
-                "lag": sum(lag.values()) if lag else None,
-                "ready": ready,
-                "problem": entry.stalled,
-            }
-        self._save()
+    def stop(self, namespace: str, name: str) -> None:
+        """Stop the Sink's process (it finishes its transaction)."""
+        entry = self.processes.pop(f"{namespace}/{name}", None)
+        if entry is not None:
+            self._end(entry)
 
-    def _say_once(self, text: str) -> None:
-        if text not in self.said:
-            self.said.add(text)
-            self.say(text)
-
-    def _save(self) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(dir=self.state_dir, prefix=".sinks-")
-        with os.fdopen(fd, "w") as out:
-            json.dump(self.statuses, out, indent=2, sort_keys=True)
-        os.replace(temporary, self.state_dir / SINKS_FILE)
-
-    def stop(self) -> None:
+    def stop_all(self) -> None:
         """Stop every Sink's process (each finishes its transaction)."""
         running = [e.process for e in self.processes.values() if e.process is not None]
         for process in running:
@@ -267,3 +160,85 @@ def _last_line(path: Path) -> str:
     except OSError:
         return ""
     return lines[-1].strip() if lines else ""
+
+
+def _stalled(status: Mapping[str, Any]) -> str | None:
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "Stalled" and condition.get("status") == "True":
+            return str(condition.get("message") or condition.get("reason") or "Stalled")
+    return None
+
+
+@dataclass
+class SinkStatuses:
+    """The Sinks' statuses of one run (each Sink's `StatusStore`), kept in `sinks.json` with
+    what people read first: the table, whether its process runs, why it is Stalled."""
+
+    state_dir: Path
+    statuses: dict[str, dict[str, Any]] = field(default_factory=dict)  # by namespace/name
+
+    def read(self, sink: Sink) -> dict[str, Any]:
+        """The Sink as its reconcile reads it: its spec from the files, its status from here."""
+        meta = sink.metadata
+        key = f"{meta.namespace}/{meta.name}"
+        return {
+            "apiVersion": sink.api_version,
+            "kind": sink.kind,
+            "metadata": {
+                "name": meta.name,
+                "namespace": meta.namespace,
+                "uid": f"local:{key}",
+                "generation": 1,
+            },
+            "spec": sink.model_dump(mode="json", by_alias=True, exclude_none=True)["spec"],
+            "status": dict(self.statuses.get(key) or {}),
+        }
+
+    def store(self, sink: Sink) -> SinkStatus:
+        """The status store of `sink`."""
+        return SinkStatus(self, sink)
+
+    def caught_up(self, pipeline: Pipeline) -> bool:
+        """Whether every Sink's store holds its whole log (as its mirrored group says), or the
+        Sink cannot run (Stalled: it said why)."""
+        for ref in pipeline.sinks:
+            status = self.statuses.get(f"{ref.namespace}/{ref.name}") or {}
+            if _stalled(status) is None and status.get("lag") != 0:
+                return False
+        return True
+
+    def write(self, sink: Sink, update: Mapping[str, Any]) -> None:
+        """Merge `update` into the Sink's status and save the file."""
+        key = f"{sink.metadata.namespace}/{sink.metadata.name}"
+        status = merged(self.statuses.get(key) or {}, update)
+        status["table"] = sink.spec.postgres.table if sink.spec.postgres is not None else ""
+        status["problem"] = _stalled(status)
+        running = ((status.get("process") or {}).get("state")) == "RUNNING"
+        status["ready"] = running and status["problem"] is None
+        self.statuses[key] = status
+        write_json(self.state_dir / SINKS_FILE, self.statuses)
+
+
+@dataclass
+class SinkStatus:
+    """One Sink's status in `sinks.json` (the `StatusStore` of `reconcile.ports`)."""
+
+    statuses: SinkStatuses
+    sink: Sink
+
+    @property
+    def status(self) -> dict[str, Any]:
+        """The status as recorded."""
+        meta = self.sink.metadata
+        return dict(self.statuses.statuses.get(f"{meta.namespace}/{meta.name}") or {})
+
+    async def record_ahead(self, record: Mapping[str, Any]) -> None:
+        """Record what is about to be done; saved before it is."""
+        self.statuses.write(self.sink, record)
+
+    async def finish(self, status: Mapping[str, Any]) -> bool:
+        """Record the reconcile's status where it changes something."""
+        if not changes(self.status, status):
+            return False
+        self.statuses.write(self.sink, status)
+        return True

@@ -1,5 +1,5 @@
 """The Sources of a `distributary run`: their tables read from their databases, one Kafka Connect
-worker carrying their connectors, and what became of them.
+worker carrying their connectors, and their statuses in the state folder.
 
 Before anything runs, each Source's tables are read from its database (`resolve_sources`): a
 table's Log gets the table's columns and primary key, and a table that is missing, has no primary
@@ -7,18 +7,17 @@ key or has a column that cannot be carried exactly stops the run with a message 
 and the fix, as does a server or user that does not allow capture (`wal_level`, REPLICATION, the
 right to make the publication). `validate --database` asks the same, in the same words. Then one
 Connect worker (distributed mode, state under `<state dir>/connect`, its configs, offsets and
-statuses in Kafka) runs one Debezium connector per Source; a second run finds the connectors and
+statuses in Kafka) runs the Sources' Debezium connectors; a second run finds the connectors and
 their offsets and carries on from where the first stopped, in the same slot.
 
-Each round (`LocalSources.reconcile`) applies a changed spec, pauses or resumes as the spec says,
-restarts a failed task with back-off, reads the slot (its lag and the WAL it keeps) and records
-the Source's status in `<state dir>/sources.json`. A Source no longer in the files has its
-connector deleted and its slot and publication dropped; its Logs' topics stay.
-
-A raised `spec.snapshot.epoch`, or a snapshot found interrupted, is a new revision beside the
-serving one (`plan.source_revisions`): a second connector, slot and publication write new topics
-while the first runs on; once caught up, the run's readers (views, Sinks, `tail`, `wait`) read
-the new topics (`served`) and the old connector, slot and publication are dropped.
+What happens to each Source is decided by its one reconcile, `reconcile.source`, as under the
+operator: the run gives it this worker's connectors, the databases, the secrets folder, and a
+status store kept in `<state dir>/sources.json` (`SourceStatuses`), where the revisions' rows are
+written ahead of a cutover or a retirement. What is the run's own is here: the worker (started
+again when it dies; its connectors resume from their committed offsets), the Sources removed
+from the files (their connectors deleted, their slots and publications dropped, their Logs'
+topics kept), and a table that gains columns while the run goes on (said; its Log's schema gains
+them when the run starts again).
 
 Passwords are read from a folder laid out as Kubernetes mounts a Secret (`<secrets>/<name>/<key>`)
 and reach Connect as `${dir:...}` references it resolves itself: no password is written to Kafka,
@@ -29,74 +28,51 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from distributary.api.source import SecretKey, Source
-from distributary.backends.connect import ConnectClient, ConnectError
-from distributary.databases.postgres import (
-    DatabaseError,
-    capture_rights,
-    connect,
-    drop_capture,
-    slot_reading,
-    table_shapes,
-)
+from distributary.backends.base import SecretMissingError
+from distributary.backends.captures import PostgresCaptures
+from distributary.backends.connect import ConnectError, RestConnectors
+from distributary.databases.postgres import DatabaseError, capture_rights, connect, table_shapes
 from distributary.errors import DistributaryError
 from distributary.graph import Pipeline, Ref
 from distributary.local.connect import ConnectWorker
-from distributary.plan.kafka_connection import KafkaSecurity
-from distributary.plan.pipeline import revision_topic
-from distributary.plan.source_plan import (
+from distributary.local.state import write_json
+from distributary.plan.access.kafka_connection import KafkaSecurity
+from distributary.plan.applications.restarts import RoundMemory
+from distributary.plan.pipelines.pipeline import SOURCE_LABEL
+from distributary.plan.sources.source_plan import (
     CONNECTOR_FAILED,
-    DATA_LOSS_RISK,
     DATABASE_UNREACHABLE,
-    HEARTBEAT_RETENTION_MS,
     PAUSED,
     SNAPSHOTTING,
     ResolvedTable,
-    SlotReading,
-    TableShape,
     capture_problems,
-    connector_config,
-    connector_name,
     database_address,
-    heartbeat_topic,
     resolve_table,
     resolved,
-    wal_warning,
 )
-from distributary.plan.source_revisions import (
-    CATCHING_UP,
-    INTERRUPTED,
-    RETIRED,
-    SERVING,
-    CapturePosition,
-    RevisionStep,
-    capture_position,
-    interrupted,
-    interrupted_message,
-    revision_step,
-    revision_topics,
-    serving_topics,
-)
-from distributary.plan.source_revisions import catching_up as revision_catching_up
-from distributary.plan.source_revisions import retired as retired_rows
-from distributary.plan.topics import DesiredTopic, desired_topic
+from distributary.plan.sources.source_revisions import RETIRED, serving_topics
+from distributary.plan.sources.source_revisions import catching_up as revision_catching_up
+from distributary.plan.status.status_patch import changes, merged
 from distributary.sql import parse_ddl
 
 SOURCES_FILE = "sources.json"
 CONNECT_GROUP = "distributary-run-connect"
 CONNECT_TOPICS = "distributary-run-connect"
-SLOT_EVERY = 5.0  # seconds between readings of each slot
+# What a run says of a Source's conditions (reasons), besides Ready: whatever makes it Stalled;
+# of its work under way, what people wait for or act on.
+SAID: dict[str, tuple[str, ...] | None] = {
+    "Stalled": None,
+    "Reconciling": (DATABASE_UNREACHABLE, SNAPSHOTTING, CONNECTOR_FAILED),
+}
+ROUND_EVERY = 2.0  # seconds between reconciles of the Sources (each asks the database)
 WORKER_RETRY = 10.0  # seconds before a worker that failed to start again is tried again
-RESTART_AFTER = (5.0, 15.0, 60.0)  # back-off of a failed task's restarts
 LOGGER = logging.getLogger("distributary.run")
 
 
@@ -126,18 +102,18 @@ def secret_file(
     return path
 
 
-def secret_value(secrets_dir: Path | None, secret: SecretKey, label: str) -> str:
+def secret_value(
+    secrets_dir: Path | None,
+    secret: SecretKey,
+    label: str,
+    field_name: str = "spec.postgres.passwordSecret",
+) -> str:
     """The value of a Secret's key from the secrets folder, as Kubernetes would mount it."""
-    path = secret_file(secrets_dir, secret, label)
+    path = secret_file(secrets_dir, secret, label, field_name)
     try:
         return path.read_text("utf-8").rstrip("\n")
     except OSError as exc:
-        raise SourceError(f"{label}: spec.postgres.passwordSecret: {path}: {exc}") from None
-
-
-def password_reference(secrets_dir: Path, secret: SecretKey) -> str:
-    """What a connector config says instead of the password: Connect reads the file itself."""
-    return f"${{dir:{(secrets_dir / secret.name).resolve()}:{secret.key}}}"
+        raise SourceError(f"{label}: {field_name}: {path}: {exc}") from None
 
 
 def resolve_sources(
@@ -165,6 +141,7 @@ def resolve_sources(
         if tables is not None:
             replaced[ref] = resolved(source, tables)
     rebuilt = pipeline.rebuilt(replaced)
+    rebuilt.declared_captures = {**pipeline.captures, **pipeline.declared_captures}
     problems.extend(str(p) for p in rebuilt.problems if p not in pipeline.problems)
     return rebuilt, problems
 
@@ -194,38 +171,23 @@ def _read_source(
 
 
 @dataclass
-class _Watch:
-    """What a run keeps in memory of one Source between rounds."""
-
-    applied: dict[str, str] | None = None
-    paused: bool | None = None
-    failures: int = 0
-    restart_due: float = 0.0
-    slot_due: float = 0.0
-    slot: dict[str, Any] | None = None
-
-
-@dataclass
 class LocalSources:
-    """The Sources of one run and the Connect worker that carries them."""
+    """The Sources of one run, the Connect worker that carries them, and their statuses."""
 
     pipeline: Pipeline
     state_dir: Path
     secrets_dir: Path | None
     say: Callable[[str], None]
     security: KafkaSecurity | None = None
-    make_topics: Callable[[list[DesiredTopic]], None] = lambda topics: None
     worker: ConnectWorker | None = None
-    client: ConnectClient | None = None
-    watches: dict[str, _Watch] = field(default_factory=dict)  # by connector
-    made: set[str] = field(default_factory=set)  # revision topics made by this run
-    # Connectors (re)started since their Source's last step: by this run's worker, or restarted
-    # after a failure. One whose snapshot was not whole takes it again: not to be trusted.
-    fresh: set[str] = field(default_factory=set)
-    first_round: bool = True
+    connectors: RestConnectors | None = None
+    statuses: dict[str, dict[str, Any]] = field(default_factory=dict)  # sources.json, by key
+    # Connectors restarted, topics made: what no status keeps (`Services.memory`).
+    memory: RoundMemory = field(default_factory=RoundMemory)
     said: set[str] = field(default_factory=set)
-    statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
+    ready: dict[str, str] = field(default_factory=dict)  # the Ready reason said, by key
     worker_due: float = 0.0  # when a worker that failed to start again is tried again
+    next_round: float = 0.0  # when the Sources are reconciled next
 
     @property
     def path(self) -> Path:
@@ -233,8 +195,8 @@ class LocalSources:
         return self.state_dir / SOURCES_FILE
 
     def start(self, bootstrap: str) -> None:
-        """Start the worker (when a Source, or one removed since the last run, needs it), drop
-        what removed Sources left, and apply every Source's connector."""
+        """Start the worker (when a Source, or one removed since the last run, needs it) and
+        drop what removed Sources left."""
         self.statuses = self._load()
         current = {f"{r.namespace}/{r.name}" for r in self.pipeline.captures}
         removed = {k: v for k, v in self.statuses.items() if k not in current}
@@ -251,16 +213,157 @@ class LocalSources:
             security=self.security,
             secrets_dir=self.secrets_dir,
         ).start()
-        self.client = ConnectClient(self.worker.url)
+        self.connectors = RestConnectors(self.worker.url)
         self.say(f"Kafka Connect serves on {self.worker.url}")
+        self._started_worker()
         for key, entry in sorted(removed.items()):
             self._remove(key, entry)
-        self.reconcile()
+
+    @property
+    def connect_secrets(self) -> str:
+        """How the worker reads a password: the secrets folder (`password_reference`)."""
+        return str(self.secrets_dir.resolve()) if self.secrets_dir is not None else ""
+
+    def secret(self, namespace: str, secret: SecretKey, field_name: str) -> str:
+        """The value of a Secret's key from the secrets folder (`Services.secret`)."""
+        try:
+            return secret_value(self.secrets_dir, secret, f"Source in {namespace}", field_name)
+        except SourceError as exc:
+            raise SecretMissingError(str(exc)) from None
+
+    def _started_worker(self) -> None:
+        """The worker (re)started: its connectors start again, and a snapshot one was taking
+        is not to be trusted."""
+        self.memory.restarted |= {
+            str(row.get("connector"))
+            for entry in self.statuses.values()
+            for row in (entry.get("status") or {}).get("revisions") or []
+            if row.get("connector")
+        }
+
+    def due(self) -> bool:
+        """Whether the Sources are reconciled this round: every `ROUND_EVERY` seconds, with a
+        worker that serves (one that died is started again first)."""
+        if self.worker is None or not self.pipeline.captures:
+            return False
+        now = time.monotonic()
+        if now < self.next_round:
+            return False
+        self.next_round = now + ROUND_EVERY
+        code = self.worker.exit_code()
+        if code is None and not self.worker_due:
+            return True
+        if now < self.worker_due:
+            return False
+        if code is not None:
+            self.say(f"Kafka Connect exited (code {code}; see {self.worker.log_file}); "
+                     "starting it again")  # fmt: skip
+        self.worker.stop()
+        try:
+            self.worker.start()
+        except ConnectError as exc:  # tried again after a while; the views run on
+            self.worker_due = now + WORKER_RETRY
+            self.say(f"{exc}; trying again in {WORKER_RETRY:.0f}s")
+            return False
+        self.worker_due = 0.0
+        self._started_worker()
+        return True
+
+    def read(self, source: Source) -> dict[str, Any]:
+        """The Source as its reconcile reads it: its spec as the files declare it (the
+        reconcile reads the tables' columns from the database, as the operator's does), its
+        status from the state folder."""
+        source = self.pipeline.declared_captures.get(Ref.of(source), source)
+        meta = source.metadata
+        key = f"{meta.namespace}/{meta.name}"
+        return {
+            "apiVersion": source.api_version,
+            "kind": source.kind,
+            "metadata": {
+                "name": meta.name,
+                "namespace": meta.namespace,
+                "uid": f"local:{key}",
+                "generation": 1,
+            },
+            "spec": source.model_dump(mode="json", by_alias=True, exclude_none=True)["spec"],
+            "status": self.status(key),
+        }
+
+    def status(self, key: str) -> dict[str, Any]:
+        """A Source's status as recorded."""
+        return dict((self.statuses.get(key) or {}).get("status") or {})
+
+    def store(self, source: Source) -> SourceStatus:
+        """The status store of `source`."""
+        return SourceStatus(self, source)
+
+    def write(self, source: Source, update: Mapping[str, Any]) -> None:
+        """Merge `update` into the Source's status and save the file."""
+        meta = source.metadata
+        key = f"{meta.namespace}/{meta.name}"
+        status = merged(self.status(key), update)
+        self.statuses[key] = {
+            "namespace": meta.namespace,
+            "name": meta.name,
+            "connector": status.get("connector"),
+            "spec": source.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+            "status": status,
+        }
+        self._save()
+
+    def say_new_columns(self, manifests: Sequence[Mapping[str, Any]]) -> None:
+        """Say once of each table Log whose table has columns its schema has not (added while
+        the run goes on): its records carry them, its schema gains them at the next start."""
+        for manifest in manifests:
+            meta = manifest.get("metadata") or {}
+            ref = Ref.log(str(meta.get("name")), str(meta.get("namespace")))
+            log = self.pipeline.logs.get(ref)
+            columns = str((manifest.get("spec") or {}).get("schema") or "")
+            if log is None or not log.spec.record_schema or not columns:
+                continue
+            known = {c.name.lower() for c in parse_ddl(log.spec.record_schema)}
+            new = [c.name for c in parse_ddl(columns) if c.name.lower() not in known]
+            source = str((meta.get("labels") or {}).get(SOURCE_LABEL) or "")
+            table = self._table_of(ref, source)
+            if new and table:
+                self._say_once(
+                    f"source {source}: table {table} has new column(s) {', '.join(new)}: its "
+                    f"records carry them from the first change on; Log {ref.name}'s schema "
+                    "gains them when the run starts again (views reading it then reprocess)"
+                )
+
+    def _table_of(self, log: Ref, source_name: str) -> str | None:
+        source = self.pipeline.captures.get(Ref("Source", log.namespace, source_name))
+        if source is None:
+            return None
+        tables = self.pipeline.table_logs(source)
+        return next((t for t, found in tables.items() if found.metadata.name == log.name), None)
+
+    def say_state(self, source: Source) -> None:
+        """Say when a Source starts reading changes or is paused, what new snapshot it takes,
+        and (once each) why it is Stalled or its database does not answer."""
+        name = source.metadata.name
+        key = f"{source.metadata.namespace}/{name}"
+        conditions = {c.get("type"): c for c in self.status(key).get("conditions") or []}
+        ready = conditions.get("Ready") or {}
+        if ready.get("status") == "True" and self.ready.get(key) != ready.get("reason"):
+            self.ready[key] = str(ready.get("reason"))
+            doing = "paused" if ready.get("reason") == PAUSED else "reading changes"
+            self.say(f"source {name}: {doing}")
+        elif ready.get("status") != "True":
+            self.ready.pop(key, None)
+        for kind in ("Stalled", "Reconciling"):
+            condition = conditions.get(kind) or {}
+            reason, allowed = condition.get("reason"), SAID[kind]
+            if condition.get("status") != "True" or (allowed is not None and reason not in allowed):
+                continue
+            message = str(condition.get("message") or reason)
+            self._say_once(f"source {name}: {reason}: {message}")
 
     def _remove(self, key: str, entry: Mapping[str, Any]) -> None:
         """A Source gone from the files: its connectors deleted, their slots and publications
         dropped (its Logs' topics stay)."""
-        assert self.client is not None
+        assert self.connectors is not None
         source = _recorded_source(entry)
         rows = (entry.get("status") or {}).get("revisions") or [{"revision": 1}]
         for row in rows:
@@ -269,11 +372,14 @@ class LocalSources:
             revision = int(row.get("revision") or 1)
             name = str(row.get("connector") or entry.get("connector") or "")
             if name:
-                self.client.delete(name)
+                self.connectors.delete(name, key.split("/", 1)[0])
             if source is None:
                 continue
             try:
-                dropped = self._drop(source, revision, f"Source/{key}")
+                password = secret_value(
+                    self.secrets_dir, source.spec.postgres.password_secret, f"Source/{key}"
+                )
+                dropped = PostgresCaptures().drop(source, password, revision)
             except (SourceError, DatabaseError) as exc:
                 slot = source.revision_identifier(revision)
                 self.say(f"source {key}: removed from the files, but {exc}; drop its slot "
@@ -284,190 +390,11 @@ class LocalSources:
         self.statuses.pop(key, None)
         self._save()
 
-    def _drop(self, source: Source, revision: int, label: str) -> list[str]:
-        """Drop a revision's slot and publication; what was dropped."""
-        password = secret_value(self.secrets_dir, source.spec.postgres.password_secret, label)
-        identifier = source.revision_identifier(revision)
-        with connect(source.spec.postgres, password) as db:
-            return drop_capture(db, identifier, identifier)
-
-    def reconcile(self) -> None:
-        """One round over every Source: apply, pause or resume, restart what failed, observe.
-        A worker that died is started again first (its connectors resume from their committed
-        offsets: exactly once)."""
-        if self.client is None or self.worker is None:
-            return
-        code = self.worker.exit_code()
-        if code is not None or self.worker_due:
-            if time.monotonic() < self.worker_due:
-                return
-            if code is not None:
-                self.say(f"Kafka Connect exited (code {code}; see {self.worker.log_file}); "
-                         "starting it again")  # fmt: skip
-            self.worker.stop()
-            try:
-                self.worker.start()
-            except ConnectError as exc:  # tried again after a while; the views run on
-                self.worker_due = time.monotonic() + WORKER_RETRY
-                self.say(f"{exc}; trying again in {WORKER_RETRY:.0f}s")
-                return
-            self.worker_due = 0.0
-            self.watches.clear()  # configs and pauses are applied again
-            self.first_round = True  # its connectors start again
-        if self.first_round:
-            self.first_round = False
-            self.fresh |= {
-                str(row.get("connector"))
-                for entry in self.statuses.values()
-                for row in (entry.get("status") or {}).get("revisions") or []
-            }
-        for ref, source in sorted(self.pipeline.captures.items()):
-            try:
-                self._reconcile(ref, source)
-            except (ConnectError, SourceError) as exc:
-                self._say_once(f"source {ref.name}: {exc}")
-        self._save()
-
-    def _reconcile(self, ref: Ref, source: Source) -> None:
-        assert self.client is not None
-        step = self._step(ref, source)
-        states = {revision: self._run_connector(ref, source, revision, step)
-                  for revision in step.running}  # fmt: skip
-        watch = self.watches.setdefault(connector_name(source, step.serving), _Watch())
-        self._observe_slot(ref, source, step.serving, watch)
-        connector_state, tasks = states[step.serving]
-        self._record(ref, source, step, connector_state, tasks, watch)
-
-    def _step(self, ref: Ref, source: Source) -> RevisionStep:
-        """The revisions' next step, recorded before it is carried out; a revision retired is
-        dropped here (and recorded so)."""
-        assert self.client is not None
-        key = f"{ref.namespace}/{ref.name}"
-        status = (self.statuses.get(key) or {}).get("status") or {}
-        recorded = list(status.get("revisions") or [])
-        logs = self.pipeline.table_logs(source)
-        positions: dict[int, CapturePosition | None] = {}
-        slots: dict[int, int | None] = {}
-        restarted = set()
-        for row in recorded:
-            if row.get("phase") in (SERVING, CATCHING_UP):
-                revision, name = int(row["revision"]), str(row["connector"])
-                try:
-                    offsets = self.client.offsets(name)
-                except ConnectError:  # not made yet
-                    offsets = None
-                positions[revision] = position = capture_position(offsets)
-                if name in self.fresh:
-                    restarted.add(revision)
-                    self.fresh.discard(name)
-                if revision in restarted or (position is not None and not position.streaming):
-                    slots[revision] = self._confirmed(ref, source, revision)
-        step = revision_step(source, logs, recorded, positions, _now(), slots, restarted)
-        broken = interrupted(step.rows)
-        if broken is not None:
-            self._say_once(f"source {ref.name}: warning: {interrupted_message(broken)}")
-        self._remember(ref, source, step.rows, step.serving)
-        if step.problem is not None:
-            self._say_once(f"source {ref.name}: {step.problem}")
-        if step.cut_over:
-            topics = ", ".join(serving_topics(step.rows).values())
-            self.say(f"source {ref.name}: revision {step.serving} caught up: the table Logs "
-                     f"serve {topics} from now on")  # fmt: skip
-        rows = step.rows
-        for revision in step.retire:
-            self.client.delete(connector_name(source, revision))
-            self.watches.pop(connector_name(source, revision), None)
-            dropped = self._drop(source, revision, str(ref))
-            rows = retired_rows(rows, revision)
-            self._remember(ref, source, rows, step.serving)
-            what = " and ".join(dropped) if dropped else "nothing left to drop"
-            self.say(f"source {ref.name}: revision {revision} retired: its connector deleted, "
-                     f"{what} dropped; its topics stay")  # fmt: skip
-        return RevisionStep(rows, step.serving, step.catching_up, (), step.cut_over, step.problem)
-
-    def _confirmed(self, ref: Ref, source: Source, revision: int) -> int | None:
-        """The position a revision's slot confirmed (None: no slot, or it could not be read)."""
-        try:
-            password = secret_value(
-                self.secrets_dir, source.spec.postgres.password_secret, str(ref)
-            )
-            with connect(source.spec.postgres, password) as db:
-                reading, _ = slot_reading(db, source.revision_identifier(revision))
-        except (SourceError, DatabaseError):
-            return None
-        return reading.confirmed
-
-    def _remember(self, ref: Ref, source: Source, rows: Any, serving: int) -> None:
-        key = f"{ref.namespace}/{ref.name}"
-        entry = self.statuses.setdefault(key, {"namespace": ref.namespace, "name": ref.name})
-        entry["spec"] = source.spec.model_dump(mode="json", by_alias=True, exclude_none=True)
-        status = entry.setdefault("status", {})
-        status["revisions"] = list(rows)
-        status["servingRevision"] = serving
-        self._save()
-
-    def _run_connector(
-        self, ref: Ref, source: Source, revision: int, step: RevisionStep
-    ) -> tuple[str, list[Any]]:
-        """Apply a revision's connector as the spec says (its topics made first), paused or
-        running, a failed one restarted with back-off; its state and its tasks' as Connect
-        reported them."""
-        assert self.client is not None
-        name = connector_name(source, revision)
-        watch = self.watches.setdefault(name, _Watch())
-        if revision > 1:
-            self._make_revision_topics(source, revision)
-        config = self._config(source, revision)
-        if watch.applied != config:
-            self.client.put_config(name, config)
-            watch.applied = config
-        wanted = source.spec.paused
-        if watch.paused != wanted:
-            (self.client.pause if wanted else self.client.resume)(name)
-            watch.paused = wanted
-            if revision == step.serving:
-                self.say(f"source {ref.name}: {'paused' if wanted else 'reading changes'}")
-            else:
-                self.say(f"source {ref.name}: revision {revision} takes a new snapshot beside "
-                         f"revision {step.serving}")  # fmt: skip
-        state = self.client.status(name) or {}
-        tasks = state.get("tasks") or []
-        failed = [t for t in tasks if t.get("state") == "FAILED"]
-        connector_state = str((state.get("connector") or {}).get("state") or "UNASSIGNED")
-        if connector_state == "FAILED" or failed:
-            self._restart_later(ref, watch, name, state, failed)
-        elif (
-            connector_state == "RUNNING"
-            and tasks
-            and all(t.get("state") == "RUNNING" for t in tasks)
-        ):
-            watch.failures = 0
-        return connector_state, tasks
-
-    def _make_revision_topics(self, source: Source, revision: int) -> None:
-        """A revision's topics, as its Logs' own (compacted, keyed, partitioned), and its
-        heartbeat topic: Connect waits for a topic that does not exist rather than fail."""
-        heartbeat = heartbeat_topic(source, revision)
-        if heartbeat in self.made:
-            return
-        logs = self.pipeline.table_logs(source)
-        wanted = [desired_topic(log, topic=revision_topic(log, revision)) for log in logs.values()]
-        retention = {"retention.ms": str(HEARTBEAT_RETENTION_MS)}
-        wanted.append(DesiredTopic(heartbeat, 1, None, retention))
-        self.make_topics(wanted)
-        self.made.add(heartbeat)
-
-    def _config(self, source: Source, revision: int = 1) -> dict[str, str]:
-        assert self.secrets_dir is not None  # resolve_sources needed the password
-        topics = revision_topics(source, self.pipeline.table_logs(source), revision)
-        password = password_reference(self.secrets_dir, source.spec.postgres.password_secret)
-        return connector_config(source, topics, password, revision)
-
     def served(self) -> dict[str, str]:
         """The topic each table Log serves now, by Log name (a re-snapshot's, once caught up)."""
         found = {}
         for ref, source in self.pipeline.captures.items():
-            status = (self.statuses.get(f"{ref.namespace}/{ref.name}") or {}).get("status") or {}
+            status = self.status(f"{ref.namespace}/{ref.name}")
             topics = serving_topics(status.get("revisions") or [])
             for table, log in self.pipeline.table_logs(source).items():
                 found[log.metadata.name] = topics.get(table, log.topic)
@@ -479,139 +406,6 @@ class LocalSources:
             revision_catching_up((entry.get("status") or {}).get("revisions") or [])
             for entry in self.statuses.values()
         )
-
-    def _restart_later(
-        self, ref: Ref, watch: _Watch, name: str, state: Mapping[str, Any], failed: list[Any]
-    ) -> None:
-        assert self.client is not None
-        trace = str((failed[0] if failed else state.get("connector") or {}).get("trace") or "")
-        first = trace.strip().splitlines()[0] if trace.strip() else "no reason given"
-        now = time.monotonic()
-        if watch.restart_due == 0.0:
-            delay = RESTART_AFTER[min(watch.failures, len(RESTART_AFTER) - 1)]
-            watch.restart_due = now + delay
-            log = self.worker.log_file if self.worker else "the worker's log"
-            self.say(f"source {ref.name}: the connector failed ({first}); restarting it in "
-                     f"{delay:.0f}s (see {log})")  # fmt: skip
-        elif now >= watch.restart_due:
-            watch.failures += 1
-            watch.restart_due = 0.0
-            self.client.restart(name)
-            self.fresh.add(name)
-
-    def _observe_slot(self, ref: Ref, source: Source, revision: int, watch: _Watch) -> None:
-        now = time.monotonic()
-        if now < watch.slot_due:
-            return
-        watch.slot_due = now + SLOT_EVERY
-        try:
-            password = secret_value(
-                self.secrets_dir, source.spec.postgres.password_secret, str(ref)
-            )
-            with connect(source.spec.postgres, password) as db:
-                reading, seconds = slot_reading(db, source.revision_identifier(revision))
-                shapes = table_shapes(db, [t.name for t in source.spec.tables])
-        except (SourceError, DatabaseError) as exc:
-            watch.slot = {"error": str(exc)}
-            self._say_once(f"source {ref.name}: {exc}")
-            return
-        watch.slot = {
-            "name": source.revision_identifier(revision),
-            "active": reading.active if reading.exists else None,
-            "retainedWalBytes": reading.retained_bytes,
-            "lagBytes": reading.lag_bytes,
-            "lagSeconds": seconds,
-        }
-        warning = wal_warning(source, reading)
-        if warning is not None:
-            self._say_once(f"source {ref.name}: warning: {warning}")
-        for table, log in self.pipeline.table_logs(source).items():
-            self._say_drift(
-                ref, table, log.metadata.name, log.spec.record_schema, shapes.get(table)
-            )
-
-    def _say_drift(
-        self, ref: Ref, table: str, log: str, columns: str | None, shape: TableShape | None
-    ) -> None:
-        """Say once when a table has columns its Log's schema does not (added while running)."""
-        if shape is None:
-            self._say_once(f"source {ref.name}: warning: table {table} is gone from the database "
-                           "(or may no longer be read): no more changes of it arrive")  # fmt: skip
-            return
-        known = {c.name.lower() for c in parse_ddl(columns)} if columns else set()
-        new = [c.name for c in shape.columns if c.name.lower() not in known]
-        if known and new:
-            self._say_once(
-                f"source {ref.name}: table {table} has new column(s) {', '.join(new)}: its "
-                f"records carry them from the first change on; Log {log}'s schema gains them "
-                "when the run starts again (views reading it then reprocess)"
-            )
-
-    def _record(
-        self,
-        ref: Ref,
-        source: Source,
-        step: RevisionStep,
-        connector_state: str,
-        tasks: list[Any],
-        watch: _Watch,
-    ) -> None:
-        key = f"{ref.namespace}/{ref.name}"
-        name = connector_name(source, step.serving)
-        slot = watch.slot or {}
-        running = (
-            connector_state == "RUNNING"
-            and bool(tasks)
-            and all(t.get("state") == "RUNNING" for t in tasks)
-        )
-        if "error" in slot:
-            ready = ("False", DATABASE_UNREACHABLE, str(slot["error"]))
-        elif source.spec.paused:
-            ready = ("False", PAUSED, "paused by spec.paused; changes wait in the slot")
-        elif connector_state == "FAILED" or any(t.get("state") == "FAILED" for t in tasks):
-            failed = "the connector failed; it is restarted with back-off"
-            ready = ("False", CONNECTOR_FAILED, failed)
-        elif step.problem is not None:
-            ready = ("False", "EpochRefused", step.problem)
-        elif step.catching_up is not None:
-            ready = ("False", SNAPSHOTTING, f"revision {step.catching_up} takes a new snapshot "
-                     f"beside revision {step.serving}, which serves")  # fmt: skip
-        elif running:
-            ready = ("True", "Capturing", "the connector reads the slot")
-        else:
-            ready = ("False", "Starting", f"the connector is {connector_state}")
-        conditions = [_condition("Ready", *ready)]
-        reading = slot.get("retainedWalBytes")
-        if isinstance(reading, int):
-            risk = wal_warning(source, SlotReading(True, bool(slot.get("active")), reading))
-            if risk is not None:
-                conditions.append(_condition(DATA_LOSS_RISK, "True", DATA_LOSS_RISK, risk))
-        broken = interrupted(step.rows)
-        if broken is not None:
-            message = interrupted_message(broken)
-            conditions.append(_condition(INTERRUPTED, "True", INTERRUPTED, message))
-        topics = serving_topics(step.rows)
-        tables = [
-            {"name": table, "log": log.metadata.name, "topic": topics.get(table, log.topic),
-             "columns": log.spec.record_schema, "key": list(log.spec.key or [])}
-            for table, log in self.pipeline.table_logs(source).items()
-        ]  # fmt: skip
-        self.statuses[key] = {
-            "namespace": ref.namespace,
-            "name": ref.name,
-            "connector": name,
-            "spec": source.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
-            "status": {
-                "conditions": conditions,
-                "connector": name,
-                "connectorState": connector_state,
-                "tables": tables,
-                "servingRevision": step.serving,
-                "revisions": list(step.rows),
-                "slot": {k: v for k, v in slot.items() if k != "error"} or None,
-                "publication": source.revision_identifier(step.serving),
-            },
-        }
 
     def _say_once(self, text: str) -> None:
         if text not in self.said:
@@ -631,12 +425,7 @@ class LocalSources:
         return dict(data) if isinstance(data, dict) else {}
 
     def _save(self) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(self.statuses, indent=2, sort_keys=True)
-        fd, temporary = tempfile.mkstemp(dir=self.state_dir, prefix=".sources-")
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
-        os.replace(temporary, self.path)
+        write_json(self.path, self.statuses)
 
     def stop(self) -> None:
         """Stop the worker (its connectors commit their offsets; the slots stay)."""
@@ -644,17 +433,32 @@ class LocalSources:
             self.say("Stopping Kafka Connect ...")
             self.worker.stop()
             self.worker = None
-            self.client = None
+            self.connectors = None
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+@dataclass
+class SourceStatus:
+    """One Source's status in `sources.json` (the `StatusStore` of `reconcile.ports`)."""
 
+    sources: LocalSources
+    source: Source
 
-def _condition(kind: str, status: str, reason: str, message: str) -> dict[str, str]:
-    now = _now()
-    return {"type": kind, "status": status, "reason": reason, "message": message,
-            "lastTransitionTime": now}  # fmt: skip
+    @property
+    def status(self) -> dict[str, Any]:
+        """The status as recorded."""
+        meta = self.source.metadata
+        return self.sources.status(f"{meta.namespace}/{meta.name}")
+
+    async def record_ahead(self, record: Mapping[str, Any]) -> None:
+        """Record what is about to be done; saved before it is."""
+        self.sources.write(self.source, record)
+
+    async def finish(self, status: Mapping[str, Any]) -> bool:
+        """Record the reconcile's status where it changes something."""
+        if not changes(self.status, status):
+            return False
+        self.sources.write(self.source, status)
+        return True
 
 
 def _recorded_source(entry: Mapping[str, Any]) -> Source | None:

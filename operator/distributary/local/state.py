@@ -126,14 +126,14 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def write_run_state(state_dir: Path, state: RunState) -> Path:
-    """Write `run.json` atomically (a temporary file renamed over it); return its path."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    path = run_state_path(state_dir)
-    fd, temporary = tempfile.mkstemp(dir=state_dir, prefix=f".{RUN_STATE_FILE}.", suffix=".tmp")
+def write_json(path: Path, data: Any, *, sort_keys: bool = True) -> None:
+    """Write a state-folder file atomically (a temporary file renamed over it): a run killed
+    at any moment leaves the old file or the new one, whole."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(state.to_json(), out, indent=2)
+            json.dump(data, out, indent=2, sort_keys=sort_keys)
             out.write("\n")
             out.flush()
             os.fsync(out.fileno())
@@ -141,6 +141,12 @@ def write_run_state(state_dir: Path, state: RunState) -> Path:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def write_run_state(state_dir: Path, state: RunState) -> Path:
+    """Write `run.json` atomically; return its path."""
+    path = run_state_path(state_dir)
+    write_json(path, state.to_json(), sort_keys=False)
     return path
 
 

@@ -18,11 +18,11 @@ from typing import Any
 from rich.table import Table
 
 from distributary.kafka.admin import KafkaAdmin
-from distributary.plan.conditions import Problem
-from distributary.plan.pipeline import PipelinePlan
-from distributary.plan.positions import Offsets, offsets_json
-from distributary.plan.progress import progress_key, records_behind
-from distributary.plan.runner_spec import RunnerSpec
+from distributary.plan.applications.runner_spec import RunnerSpec
+from distributary.plan.pipelines.pipeline import PipelinePlan
+from distributary.plan.revisions.positions import Offsets, offsets_json
+from distributary.plan.revisions.progress import progress_key, records_behind
+from distributary.plan.status.conditions import Problem
 
 
 @dataclass(frozen=True)

@@ -2,11 +2,10 @@
 
 A streaming application never finishes, so one that ended (even with exit code 0) is started
 again after a capped back-off, and one that keeps failing makes its view or job Stalled
-(`plan.restarts`, with the services' `RestartPolicy`). Its history (failures, the last error,
-since when it runs, when its restart is due) lives in the resource's status, read at the start
-of each reconcile and written with the rest at its end, so a restarted operator waits for a due
-restart and goes on counting. Which runtime runs it is the services' business
-(`backends.base`).
+(`plan.applications.restarts`, with the services' `RestartPolicy`). Its history (failures, the last
+error, since when it runs, when its restart is due) lives in the resource's status, read at the
+start of each reconcile and written with the rest at its end, so a restarted operator waits for a
+due restart and goes on counting. Which runtime runs it is the services' business (`backends.base`).
 """
 
 from __future__ import annotations
@@ -21,12 +20,12 @@ from typing import Any
 from distributary.api.common import Position
 from distributary.backends.base import RevisionApp
 from distributary.kafka.rewinds import move_group, rewind_offsets
-from distributary.plan.conditions import rfc3339
-from distributary.plan.restarts import RestartHistory, observed
-from distributary.plan.runner_spec import RUNNER_SPEC_HASH
-from distributary.plan.spark_state import AppState
-from distributary.plan.view_status import RunObservation
-from distributary.plan.write_ahead import rewind_record
+from distributary.plan.applications.restarts import RestartHistory, observed
+from distributary.plan.applications.runner_spec import RUNNER_SPEC_HASH
+from distributary.plan.applications.spark_state import AppState
+from distributary.plan.edits.write_ahead import rewind_record
+from distributary.plan.status.conditions import rfc3339
+from distributary.plan.views.view_status import RunObservation
 from distributary.reconcile.ports import Services, StatusStore, TryAgain
 
 RESTART_CHECK = 1.0  # seconds: the shortest wait before a due restart is looked at again

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from distributary.api.common import Condition
-from distributary.plan.conditions import (
+from distributary.plan.status.conditions import (
     READY,
     RECONCILING,
     STALLED,

@@ -3,7 +3,7 @@
 Run by the operator on every change and by its observer between changes, and by `distributary
 run` on every round, in the view's shape (`reconcile.view`):
 
-    parse -> plan (pure, `plan.job_plan`) -> record ahead -> act -> observe -> record
+    parse -> plan (pure, `plan.jobs.job_plan`) -> record ahead -> act -> observe -> record
 
 The plan checks the job in the graph of its namespace; a new revision is recorded in status
 before it starts (a write-ahead record); then every other revision of the job is stopped, a
@@ -27,18 +27,18 @@ from distributary.api.job import StreamJob
 from distributary.backends.base import Owner
 from distributary.kafka.admin import KafkaAdminError
 from distributary.kafka.rewinds import refused_start
-from distributary.plan.children import rewind_folder
-from distributary.plan.conditions import Problem
-from distributary.plan.job_plan import JobPlan, plan_job, refused_revision, with_job_rewind
-from distributary.plan.job_status import job_status
-from distributary.plan.position_refusals import PositionRefusedError
-from distributary.plan.positions import Offsets
-from distributary.plan.progress import progress_key
-from distributary.plan.restarts import history_of
-from distributary.plan.runner_spec import starting_position
-from distributary.plan.spark import DEFAULT_SERVICE_ACCOUNT
-from distributary.plan.view_status import RunObservation, driver_problems
-from distributary.plan.write_ahead import job_start_record, replaced_rewind, rewind_message
+from distributary.plan.applications.children import rewind_folder
+from distributary.plan.applications.position_refusals import PositionRefusedError
+from distributary.plan.applications.restarts import history_of
+from distributary.plan.applications.runner_spec import starting_position
+from distributary.plan.applications.spark import DEFAULT_SERVICE_ACCOUNT
+from distributary.plan.edits.write_ahead import job_start_record, replaced_rewind, rewind_message
+from distributary.plan.jobs.job_plan import JobPlan, plan_job, refused_revision, with_job_rewind
+from distributary.plan.jobs.job_status import job_status
+from distributary.plan.revisions.positions import Offsets
+from distributary.plan.revisions.progress import progress_key
+from distributary.plan.status.conditions import Problem
+from distributary.plan.views.view_status import RunObservation, driver_problems
 from distributary.reconcile.applications import (
     RewindTarget,
     come_back_for_restart,
@@ -79,7 +79,7 @@ def _starting_guard(
     """`plan`, or, when the revision it starts (the job's first, or one an edit starts beside
     the running one) would start at a position an input does not have
     (`kafka.rewinds.refused_start`), a plan that starts nothing, says why and keeps the running
-    revision as it is (`plan.job_plan.refused_revision`)."""
+    revision as it is (`plan.jobs.job_plan.refused_revision`)."""
     if not plan.starts or plan.launch is None:
         return plan
     topics = {i.log: i.topic for i in plan.inputs}
@@ -152,7 +152,7 @@ async def _rewind(
 async def _make_dead_letter_topic(
     services: Services, plan: JobPlan, job: StreamJob
 ) -> Problem | None:
-    """The job's dead-letter topic, through the topic backend (`plan.job_plan`); the problem
+    """The job's dead-letter topic, through the topic backend (`plan.jobs.job_plan`); the problem
     when Kafka refused it (the job cannot run until its output Log changes)."""
     letters = plan.dead_letters
     if letters is None or plan.launch is None:

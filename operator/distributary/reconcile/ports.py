@@ -8,19 +8,22 @@ in memory. Each is small on purpose: a front end is the few things that truly di
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from distributary.api.log import LogStatus
-from distributary.backends.base import SparkRuntime, TopicBackend
+from distributary.api.source import SecretKey
+from distributary.backends.base import CaptureDatabases, SinkRuntime, SparkRuntime, TopicBackend
+from distributary.backends.connect import Connectors
 from distributary.graph import Pipeline
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.progress import ProgressReader
-from distributary.plan.conditions import Problem
-from distributary.plan.kafka_connection import KafkaSecurity
-from distributary.plan.restarts import RestartPolicy
-from distributary.plan.view_plan import LostHistory
+from distributary.plan.access.kafka_connection import KafkaSecurity
+from distributary.plan.applications.restarts import RestartPolicy, RoundMemory
+from distributary.plan.kafka_topics.topics import DesiredTopic
+from distributary.plan.status.conditions import Problem
+from distributary.plan.views.view_plan import LostHistory
 
 
 class TryAgain(Exception):  # noqa: N818 (control flow, not an error a user sees as such)
@@ -46,7 +49,7 @@ class StatusStore(Protocol):
         ...
 
     async def record_ahead(self, record: Mapping[str, Any]) -> None:
-        """Write a write-ahead record (`plan.write_ahead`) before acting on it. Raises
+        """Write a write-ahead record (`plan.edits.write_ahead`) before acting on it. Raises
         `StatusConflictError` when the status changed since it was read."""
         ...
 
@@ -80,7 +83,7 @@ class Lineage:
 
 
 class World(Protocol):
-    """What a reconcile sees around a view or job, and the one child a view keeps: its output
+    """What a reconcile sees around a resource, and the one child a view keeps: its output
     Log."""
 
     def lineage(self, resource: Mapping[str, Any]) -> Lineage:
@@ -95,6 +98,17 @@ class World(Protocol):
 
     def read_elsewhere(self, namespace: str, name: str) -> set[str]:
         """The topics that live revisions of other views and jobs than `name` read."""
+        ...
+
+    def adopt_logs(self, manifests: Sequence[dict[str, Any]], owner_uid: str) -> list[Problem]:
+        """Apply a Source's table Logs (`manifests`, children of the owner `owner_uid`) where
+        they lack part of them; a Log of that name that is another's is left alone and named in
+        a problem. Blocking: called from a thread."""
+        ...
+
+    def log(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The Log `name` as its body reads (its spec, and the topic it serves now in
+        `status.topicName`), None when there is no such Log. Blocking: called from a thread."""
         ...
 
 
@@ -117,13 +131,36 @@ class Services:
     guard's question to Kafka)."""
 
     checkpoint_problem: Problem | None = None
-    """Why no revision may run where checkpoints would go (`plan.checkpoint_storage`), decided
-    once when the services are built; every view and job is then Stalled with it."""
+    """Why no revision may run where checkpoints would go (`plan.applications.checkpoint_storage`),
+    decided once when the services are built; every view and job is then Stalled with it."""
 
     kafka_security: KafkaSecurity | None = None
     """How the runners authenticate to Kafka and trust it (references to secrets only);
     None: plaintext."""
 
     restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
-    """How ended applications are restarted, and when failing ones make their view or job
-    Stalled (`plan.restarts`); their histories live in the resources' statuses."""
+    """How ended applications and Sinks' processes are restarted, and when failing ones make
+    their resource Stalled (`plan.applications.restarts`); their histories live in the resources'
+    statuses."""
+
+    sinks: SinkRuntime | None = None
+    """Where Sinks' processes run (`backends.base.SinkRuntime`); None: nowhere (no Sinks)."""
+
+    connectors: Connectors | None = None
+    """Where Sources' connectors run (`backends.connect`); None: no Connect was given."""
+
+    connect_secrets: str = "kubernetes"
+    """How Connect reads a Source's password (`plan.sources.source_plan.password_reference`)."""
+
+    secret: Callable[[str, SecretKey, str], str] | None = None
+    """The value of a Secret's key in a namespace (the last argument names the field); raises
+    `backends.base.SecretMissingError`. None: no Secret can be read."""
+
+    captures: CaptureDatabases | None = None
+    """Sources' databases (`backends.captures`)."""
+
+    make_topics: Callable[[Sequence[DesiredTopic]], None] | None = None
+    """Make topics outside any Log's reconcile (a Source revision's, its heartbeat's)."""
+
+    memory: RoundMemory = field(default_factory=RoundMemory)
+    """What is kept between rounds and is in no status (connectors' restarts, topics made)."""

@@ -3,11 +3,11 @@
 Run by the operator on every change and by its observer between changes, and by `distributary
 run` on every round, in one shape:
 
-    parse -> plan (pure, `plan.view_plan`) -> record ahead -> act -> observe -> record
+    parse -> plan (pure, `plan.views.view_plan`) -> record ahead -> act -> observe -> record
 
 The plan checks the view in the graph of its namespace and steps its revisions' lifecycle (the
 retention guard refuses a reprocess over lost history). What it decides is recorded in status
-before anything acts on it (`plan.write_ahead`: the start of a revision, a cutover), so a
+before anything acts on it (`plan.edits.write_ahead`: the start of a revision, a cutover), so a
 restarted operator carries it on instead of deciding anew. Then the actions: the output Log as
 the view's child, pointed at the serving revision's topic; replaced revisions stopped; retired
 topics deleted; the revision's topics made; a rewind carried out; the application run (one that
@@ -35,28 +35,28 @@ from distributary.kafka.admin import KafkaAdminError
 from distributary.kafka.records import RecordsError
 from distributary.kafka.rewinds import refused_start
 from distributary.kube.resources import KubeError
-from distributary.plan.children import rewind_folder, with_checkpoint
-from distributary.plan.conditions import Problem
-from distributary.plan.lifecycle import LIVE, mark_deleted, mark_groups_deleted
-from distributary.plan.position_refusals import PositionRefusedError
-from distributary.plan.progress import progress_key
-from distributary.plan.restarts import history_of
-from distributary.plan.runner_spec import runner_spec_hash
-from distributary.plan.spark_state import QUERY_REFUSED, AppState
-from distributary.plan.view_plan import ViewPlan, first_revision, history_guard, plan_view
-from distributary.plan.view_status import (
-    RunObservation,
-    driver_problems,
-    query_refused,
-    view_status,
-)
-from distributary.plan.write_ahead import (
+from distributary.plan.applications.children import rewind_folder, with_checkpoint
+from distributary.plan.applications.position_refusals import PositionRefusedError
+from distributary.plan.applications.restarts import history_of
+from distributary.plan.applications.runner_spec import runner_spec_hash
+from distributary.plan.applications.spark_state import QUERY_REFUSED, AppState
+from distributary.plan.edits.write_ahead import (
     checked_rewind,
     cutover_record,
     rebuilt_rewind,
     replaced_rewind,
     rewind_message,
     start_record,
+)
+from distributary.plan.revisions.lifecycle import LIVE, mark_deleted, mark_groups_deleted
+from distributary.plan.revisions.progress import progress_key
+from distributary.plan.status.conditions import Problem
+from distributary.plan.views.view_plan import ViewPlan, first_revision, history_guard, plan_view
+from distributary.plan.views.view_status import (
+    RunObservation,
+    driver_problems,
+    query_refused,
+    view_status,
 )
 from distributary.reconcile.applications import (
     RewindTarget,
@@ -237,7 +237,7 @@ async def _rewind(
     replaced = replaced_rewind(last, rewind.request_id, runner.revision, now)
     if replaced is not None:  # recorded for a revision an edit replaced: not this one's to take
         return plan, replaced
-    if runner.stateful:  # not moved: the plan rebuilds it (`plan.lifecycle`)
+    if runner.stateful:  # not moved: the plan rebuilds it (`plan.revisions.lifecycle`)
         return plan, rebuilt_rewind(store.status, plan, rewind.request_id, now)
     chosen = set(rewind.inputs) or {str(s.alias) for s in runner.inputs}
     target = RewindTarget(

@@ -34,7 +34,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from distributary.errors import DistributaryError
 from distributary.graph import Pipeline, Ref, SpecProblem
-from distributary.plan.runner_spec import RunnerInput, RunnerSpec, view_runner_spec
+from distributary.plan.applications.runner_spec import RunnerInput, RunnerSpec, view_runner_spec
 from distributary.runner.query import (
     input_rows,
     output_frame,

@@ -16,8 +16,8 @@ from pyspark.sql import functions as fn
 from pyspark.sql.types import StructField, StructType
 
 from distributary.kafka.connection import spark_options
-from distributary.plan.positions import Offsets
-from distributary.plan.runner_spec import RunnerInput, RunnerSpec, kafka_source_options
+from distributary.plan.applications.runner_spec import RunnerInput, RunnerSpec, kafka_source_options
+from distributary.plan.revisions.positions import Offsets
 from distributary.runner.query import CORRUPT_COLUMN, is_corrupt, parse_schema, parsed
 
 WRITER_HEADER = {"DerivedView": "distributary.view", "StreamJob": "distributary.job"}

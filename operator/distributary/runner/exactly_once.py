@@ -16,8 +16,9 @@ committed records (every one Distributary runs: Spark sources, `tail`, `wait`, l
 batch whole, once, or not at all. A process that starts the revision fences every earlier one,
 so a lingering driver cannot write or move the group after it.
 
-The batch passes through the driver, so its size is bounded (`plan.runner_spec.EXACTLY_ONCE_BATCH`
-records per trigger unless the spec sets `maxOffsetsPerTrigger`).
+The batch passes through the driver, so its size is bounded
+(`plan.applications.runner_spec.EXACTLY_ONCE_BATCH` records per trigger unless the spec sets
+`maxOffsetsPerTrigger`).
 
 Fault injection: with `DISTRIBUTARY_CRASH_AFTER_TRANSACTIONS=N` in its environment the runner
 kills itself (SIGKILL, with its JVM) right after its N-th committed transaction, before Spark
@@ -40,10 +41,10 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.transactions import FencedError, Record, TransactionalWriter
-from distributary.plan.delivery import Marker, batch_end, read_marker
-from distributary.plan.positions import Offsets
-from distributary.plan.progress import CORRUPT_METRIC, merge
-from distributary.plan.runner_spec import RunnerSpec
+from distributary.plan.applications.runner_spec import RunnerSpec
+from distributary.plan.revisions.delivery import Marker, batch_end, read_marker
+from distributary.plan.revisions.positions import Offsets
+from distributary.plan.revisions.progress import CORRUPT_METRIC, merge
 from distributary.runner.dead_letters import dead_letter_frames
 from distributary.runner.query import metric_name
 

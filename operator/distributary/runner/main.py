@@ -4,17 +4,17 @@ With `--follow` (the local runtime's one process for every view) the loop also r
 file again whenever it changes, and runs what it says then: a revision no longer in it, started
 again or with another spec is stopped between batches (its producer closed, so it writes nothing
 after), new ones are started, the others run on; then the file's generation is acknowledged
-(`plan.runner_spec.applied_file`).
+(`plan.applications.runner_spec.applied_file`).
 
 An exactly-once revision (the default) writes each micro-batch, its dead letters and its group's
 offsets in one Kafka transaction (`exactly_once.py`); the loop only publishes its progress.
 
 An at-least-once revision writes with Spark's Kafka sink, and each micro-batch report is turned by
-`plan.progress.step` into what to do, in this order: send the range's unparseable records to the
-dead-letter topic, commit the batch's end offsets to the revision's consumer group, publish
-progress. Because the group is committed last, a crash at any point leaves it at or behind
-Spark's checkpoint, and the next run rescans the difference: dead letters are sent at least once
-and the group never claims more than was processed.
+`plan.revisions.progress.step` into what to do, in this order: send the range's unparseable records
+to the dead-letter topic, commit the batch's end offsets to the revision's consumer group, publish
+progress. Because the group is committed last, a crash at any point leaves it at or behind Spark's
+checkpoint, and the next run rescans the difference: dead letters are sent at least once and the
+group never claims more than was processed.
 
 Either way the revision's dead-letter count rides in the metadata of the group's offsets, so a
 restarted runner goes on counting from it.
@@ -54,17 +54,8 @@ from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
 from distributary.kafka.connection import client_settings
 from distributary.kafka.progress import ProgressPublisher
 from distributary.kafka.transactions import TransactionError
-from distributary.plan.delivery import Marker, read_marker
-from distributary.plan.kafka_connection import KafkaConfigError
-from distributary.plan.positions import Offsets, offsets_json
-from distributary.plan.progress import (
-    Batch,
-    batch_of,
-    progress_key,
-    progress_record,
-    step,
-)
-from distributary.plan.runner_spec import (
+from distributary.plan.access.kafka_connection import KafkaConfigError
+from distributary.plan.applications.runner_spec import (
     FOLLOW_ARG,
     RUNNER_GENERATION,
     RUNNER_SPEC_HASH,
@@ -79,7 +70,16 @@ from distributary.plan.runner_spec import (
     reported_hash,
     session_settings,
 )
-from distributary.plan.spark_state import CHECKPOINT_LOST, QUERY_REFUSED
+from distributary.plan.applications.spark_state import CHECKPOINT_LOST, QUERY_REFUSED
+from distributary.plan.revisions.delivery import Marker, read_marker
+from distributary.plan.revisions.positions import Offsets, offsets_json
+from distributary.plan.revisions.progress import (
+    Batch,
+    batch_of,
+    progress_key,
+    progress_record,
+    step,
+)
 from distributary.runner.dead_letters import send_dead_letters
 from distributary.runner.exactly_once import ExactlyOnceOutput
 from distributary.runner.query import revision_session, start_query

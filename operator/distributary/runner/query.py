@@ -25,13 +25,13 @@ from pyspark.sql.types import StructType
 
 from distributary.graph import DELETED_COLUMN
 from distributary.kafka.connection import spark_options
-from distributary.plan.progress import CORRUPT_METRIC
-from distributary.plan.runner_spec import (
+from distributary.plan.applications.runner_spec import (
     SQL_SETTING,
     RunnerInput,
     RunnerSpec,
     kafka_source_options,
 )
+from distributary.plan.revisions.progress import CORRUPT_METRIC
 
 CORRUPT_COLUMN = "_distributary_corrupt"
 _UNIT = {"ms": "milliseconds", "s": "seconds", "m": "minutes", "h": "hours"}

@@ -28,8 +28,13 @@ import redis
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.connection import client_settings
 from distributary.kafka.records import Record, TopicReader
-from distributary.plan.sink_plan import REFUSED_METADATA, SinkRun
-from distributary.sinks.postgres import PostgresStore, SinkRefusedError
+from distributary.plan.sinks.sink_plan import REFUSED_METADATA, SinkRun
+from distributary.sinks.postgres import (
+    PostgresStore,
+    SinkRefusedError,
+    connect_sink,
+    reader_positions,
+)
 from distributary.sinks.redis import RedisStore
 
 REFUSED = 3  # the exit code of a Sink that refuses its store
@@ -52,6 +57,28 @@ class Store(Protocol):
 def open_store(run: SinkRun) -> Store:
     """The Sink's store, made ready (a table created or migrated, a server answering)."""
     return RedisStore(run) if run.store == "redis" else PostgresStore(run)
+
+
+class StoreReadError(RuntimeError):
+    """A Sink's store could not be read; the message is the store's."""
+
+
+def held_positions(run: SinkRun) -> dict[int, int]:
+    """The position a Sink's store holds, committed with its rows (none before its first
+    batch): what readers of the table or keys can rely on (`distributary wait`)."""
+    try:
+        if run.store == "redis":
+            store = RedisStore(run)
+            try:
+                return store.reader_positions()
+            finally:
+                store.close()
+        with connect_sink(run) as db:
+            return reader_positions(db, run)
+    except psycopg.errors.UndefinedTable:
+        return {}
+    except (psycopg.Error, redis.RedisError) as exc:
+        raise StoreReadError(str(exc)) from None
 
 
 def run_sink(run: SinkRun, stop: Callable[[], bool] = lambda: STOP["requested"]) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 
 from distributary.kafka.records import Record
-from distributary.plan.sink_plan import (
+from distributary.plan.sinks.sink_plan import (
     DELETED_COLUMN,
     OFFSETS_TABLE,
     SinkRun,

@@ -27,7 +27,7 @@ from pathlib import Path
 import redis
 
 from distributary.kafka.records import Record
-from distributary.plan.sink_plan import DELETED_COLUMN, SinkRun, revision_label
+from distributary.plan.sinks.sink_plan import DELETED_COLUMN, SinkRun, revision_label
 
 OWN = "distributary:"  # the keys of Sinks' own (positions, revisions filled beside)
 

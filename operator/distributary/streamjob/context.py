@@ -22,9 +22,12 @@ from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from distributary.errors import DistributaryError
 from distributary.kafka.connection import spark_options
-from distributary.plan.kafka_connection import SECURITY_VARIABLE, SPARK_REDACTION, KafkaSecurity
-from distributary.plan.progress import CORRUPT_METRIC
-from distributary.plan.runner_spec import (
+from distributary.plan.access.kafka_connection import (
+    SECURITY_VARIABLE,
+    SPARK_REDACTION,
+    KafkaSecurity,
+)
+from distributary.plan.applications.runner_spec import (
     EXACTLY_ONCE_BATCH,
     RunnerInput,
     RunnerOutput,
@@ -33,6 +36,7 @@ from distributary.plan.runner_spec import (
     dead_letter_topic,
     starting_options,
 )
+from distributary.plan.revisions.progress import CORRUPT_METRIC
 from distributary.runner.query import CORRUPT_COLUMN, is_corrupt, metric_name, parse_schema, parsed
 from distributary.streamjob.delivery import (
     Deliveries,

@@ -22,8 +22,8 @@ from pyspark.sql.streaming.readwriter import DataStreamWriter
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.connection import client_settings
 from distributary.kafka.transactions import TransactionError
-from distributary.plan.kafka_connection import KafkaSecurity
-from distributary.plan.runner_spec import RunnerInput, RunnerSpec
+from distributary.plan.access.kafka_connection import KafkaSecurity
+from distributary.plan.applications.runner_spec import RunnerInput, RunnerSpec
 from distributary.runner.exactly_once import ExactlyOnceOutput
 
 

@@ -6,7 +6,8 @@ least once; the batch's end offsets of the job's inputs are committed to the rev
 group, with the count of those dead letters in the offsets' metadata (so the count outlives the
 process, and a rewind carries it over); the job's progress record is published with every dead
 letter the revision has written. The group is committed last, so after a crash the next batch of
-a query does not join up with it and the range in between is scanned again (`plan.progress.step`).
+a query does not join up with it and the range in between is scanned again
+(`plan.revisions.progress.step`).
 """
 
 from __future__ import annotations
@@ -21,10 +22,17 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from distributary.kafka.admin import KafkaAdminError
 from distributary.kafka.progress import ProgressPublisher
-from distributary.plan.delivery import Marker, read_marker
-from distributary.plan.positions import Offsets
-from distributary.plan.progress import Batch, batch_of, merge, progress_key, progress_record, step
-from distributary.plan.runner_spec import RunnerInput, RunnerSpec
+from distributary.plan.applications.runner_spec import RunnerInput, RunnerSpec
+from distributary.plan.revisions.delivery import Marker, read_marker
+from distributary.plan.revisions.positions import Offsets
+from distributary.plan.revisions.progress import (
+    Batch,
+    batch_of,
+    merge,
+    progress_key,
+    progress_record,
+    step,
+)
 from distributary.runner.dead_letters import send_dead_letters
 
 if TYPE_CHECKING:

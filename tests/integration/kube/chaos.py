@@ -51,7 +51,7 @@ from tests.integration.kube.operator_harness import Cluster, Operator, is_true
 from distributary.backends.local_spark import LocalRuntime
 from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
 from distributary.kube.resources import Kube
-from distributary.plan.runner_spec import consumer_group
+from distributary.plan.applications.runner_spec import consumer_group
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "clickstream"

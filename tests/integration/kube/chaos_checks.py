@@ -50,8 +50,8 @@ from tests.integration.kube.chaos_clicks import (
 )
 from tests.integration.spark_pipelines import Read, latest_table, read_topic
 
-from distributary.plan.progress import PROGRESS_TOPIC
-from distributary.plan.runner_spec import consumer_group, dead_letter_topic
+from distributary.plan.applications.runner_spec import consumer_group, dead_letter_topic
+from distributary.plan.revisions.progress import PROGRESS_TOPIC
 
 READ_TIMEOUT = 120.0
 GROUP_GRACE = 30.0

@@ -40,7 +40,7 @@ from tests.integration.e2e_kind import (
 from tests.integration.kube.conftest import Kubectl
 
 from distributary.api.source import Source
-from distributary.plan.source_plan import (
+from distributary.plan.sources.source_plan import (
     connector_config,
     connector_name,
     kafka_connector_manifest,

@@ -43,8 +43,8 @@ from tests.integration.kube.spark_operator_bed import (
 )
 
 from distributary.devtools.sparkoperator import SparkOperatorBed
-from distributary.plan.kafka_connection import PASSWORD_VARIABLE
-from distributary.plan.kafka_secrets import (
+from distributary.plan.access.kafka_connection import PASSWORD_VARIABLE
+from distributary.plan.access.kafka_secrets import (
     CA_SECRET_VARIABLE,
     KAFKA_CA_MOUNT,
     PASSWORD_SECRET_VARIABLE,

@@ -34,8 +34,8 @@ from tests.integration.kube.spark_operator_bed import SPARK_CRDS
 
 from distributary.kube.resources import Kube
 from distributary.local.broker import EmbeddedBroker
-from distributary.plan.runner_spec import dead_letter_topic
-from distributary.plan.view_plan import SERVING_ANNOTATION, VIEW_LABEL
+from distributary.plan.applications.runner_spec import dead_letter_topic
+from distributary.plan.views.view_plan import SERVING_ANNOTATION, VIEW_LABEL
 
 ROOT = Path(__file__).resolve().parents[3]
 SPARK_CRD = SPARK_CRDS  # the release's CRDs, read from the Go module cache

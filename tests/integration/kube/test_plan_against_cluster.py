@@ -20,8 +20,8 @@ from tests.integration.kube.operator_harness import Cluster
 
 from distributary.graph import Ref
 from distributary.kube.resources import Kube
-from distributary.plan.classify import revision_hash, view_definition
-from distributary.plan.view_plan import VIEW_LABEL, namespace_pipeline, serving_log
+from distributary.plan.revisions.classify import revision_hash, view_definition
+from distributary.plan.views.view_plan import VIEW_LABEL, namespace_pipeline, serving_log
 from distributary.processes import free_port
 
 NAMESPACE = "plan-cluster-test"

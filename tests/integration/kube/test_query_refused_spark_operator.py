@@ -23,8 +23,12 @@ from tests.integration.kube.test_view_spark_operator import SPARK_APPLICATION, S
 
 from distributary.kafka.progress import ProgressPublisher
 from distributary.local.broker import EmbeddedBroker
-from distributary.plan.progress import PROGRESS_TOPIC, progress_key
-from distributary.plan.runner_spec import RUNNER_SPEC_HASH, RunnerSpec, runner_spec_hash
+from distributary.plan.applications.runner_spec import (
+    RUNNER_SPEC_HASH,
+    RunnerSpec,
+    runner_spec_hash,
+)
+from distributary.plan.revisions.progress import PROGRESS_TOPIC, progress_key
 
 NAMESPACE = "refused-spark-operator"
 EXTRA_CRDS = (SPARK_CRD,)

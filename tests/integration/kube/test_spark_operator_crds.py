@@ -23,10 +23,10 @@ from distributary.api.common import SparkSettings
 from distributary.api.job import StreamJob
 from distributary.api.log import Log
 from distributary.api.view import DerivedView
-from distributary.plan.checkpoint_storage import CheckpointClaim
-from distributary.plan.kafka_secrets import KafkaSecretMounts, with_kafka_secrets
-from distributary.plan.runner_spec import view_runner_spec
-from distributary.plan.spark import (
+from distributary.plan.access.kafka_secrets import KafkaSecretMounts, with_kafka_secrets
+from distributary.plan.applications.checkpoint_storage import CheckpointClaim
+from distributary.plan.applications.runner_spec import view_runner_spec
+from distributary.plan.applications.spark import (
     job_application,
     spark_application,
     with_checkpoint_claim,

@@ -24,8 +24,8 @@ from distributary.api.log import Log
 from distributary.backends.strimzi import StrimziTopics
 from distributary.devtools.controlplane import ControlPlane
 from distributary.kube.resources import Kube
-from distributary.plan.log_status import LogReconcile, log_status
-from distributary.plan.topics import desired_topic
+from distributary.plan.kafka_topics.topics import desired_topic
+from distributary.plan.logs.log_status import LogReconcile, log_status
 
 ROOT = Path(__file__).resolve().parents[3]
 STRIMZI_CRDS = ROOT / "tests" / "data" / "strimzi" / "kafkatopic-crd.yaml"

@@ -24,7 +24,7 @@ from distributary.devtools.controlplane import ControlPlane
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.records import TopicReader, produce
 from distributary.local.broker import EmbeddedBroker
-from distributary.plan.topics import CreateTopic
+from distributary.plan.kafka_topics.topics import CreateTopic
 from distributary.schema import EncodedRecord
 
 NS_A, NS_B = "claims-team-a", "claims-team-b"

@@ -17,7 +17,7 @@ import pytest
 from tests.integration.kube.operator_harness import Cluster, Operator, condition, is_true, waiting
 from tests.integration.kube.test_view_spark_operator import SPARK_APPLICATION, SPARK_CRD
 
-from distributary.plan.spark import application_name
+from distributary.plan.applications.spark import application_name
 
 NAMESPACE = "spark-events"
 EXTRA_CRDS = (SPARK_CRD,)

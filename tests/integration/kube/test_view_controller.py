@@ -30,7 +30,7 @@ from tests.integration.spark_pipelines import read_topic
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.records import produce
 from distributary.local.broker import EmbeddedBroker
-from distributary.plan.runner_spec import dead_letter_topic
+from distributary.plan.applications.runner_spec import dead_letter_topic
 from distributary.schema import EncodedRecord, RecordSchema
 
 NAMESPACE = "views-test"

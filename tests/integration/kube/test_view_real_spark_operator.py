@@ -40,7 +40,7 @@ from tests.integration.spark_pipelines import produce
 from distributary.devtools.sparkoperator import NODE, SparkOperatorBed
 from distributary.kafka.admin import KafkaAdmin
 from distributary.local.broker import EmbeddedBroker
-from distributary.plan.spark import DEFAULT_SERVICE_ACCOUNT
+from distributary.plan.applications.spark import DEFAULT_SERVICE_ACCOUNT
 
 NAMESPACE = VIEW_NAMESPACE
 EXTRA_CRDS = (SPARK_CRDS,)

@@ -31,7 +31,7 @@ from tests.integration.spark_pipelines import committed_total, read_topic
 from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
 from distributary.kafka.cluster import client_config
 from distributary.local.broker import EmbeddedBroker
-from distributary.plan.runner_spec import consumer_group
+from distributary.plan.applications.runner_spec import consumer_group
 
 NAMESPACE = "rewind-refused"
 OPERATOR_FLAGS = ("--spark-runtime", "local")

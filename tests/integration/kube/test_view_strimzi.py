@@ -25,8 +25,8 @@ from tests.integration.kube.test_view_spark_operator import SPARK_APPLICATION, S
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.records import RecordsError, produce
 from distributary.local.broker import EmbeddedBroker
-from distributary.plan.runner_spec import dead_letter_topic
-from distributary.plan.topics import CreateTopic, kafka_topic_name
+from distributary.plan.applications.runner_spec import dead_letter_topic
+from distributary.plan.kafka_topics.topics import CreateTopic, kafka_topic_name
 from distributary.schema import EncodedRecord
 
 NAMESPACE = "strimzi-views"

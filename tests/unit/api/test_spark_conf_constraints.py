@@ -11,7 +11,7 @@ from distributary.api import parse_body
 from distributary.api.common import RESERVED_SPARK_CONF, SparkSettings, reserved_spark_conf
 from distributary.api.job import JobSpec
 from distributary.api.view import DerivedView, ViewSpec
-from distributary.plan.runner_spec import default_spark_conf
+from distributary.plan.applications.runner_spec import default_spark_conf
 
 
 def _refusal(conf: dict[str, str]) -> str:

@@ -20,7 +20,7 @@ from distributary.api.names import (
 )
 from distributary.cli.plan import plan
 from distributary.graph import Pipeline
-from distributary.plan.pipeline import plan_pipeline, revision_topic
+from distributary.plan.pipelines.pipeline import plan_pipeline, revision_topic
 
 GV = "distributary.dev/v1alpha1"
 

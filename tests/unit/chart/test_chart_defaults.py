@@ -12,12 +12,13 @@ from typing import Any
 
 import yaml
 
-from distributary.plan import pipeline, restarts
-from distributary.plan.checkpoint_storage import (
+from distributary.plan.applications import restarts
+from distributary.plan.applications.checkpoint_storage import (
     DEFAULT_MOUNT_PATH,
     CheckpointClaim,
     checkpoint_problem,
 )
+from distributary.plan.pipelines import pipeline
 from distributary.sql import UNSAFE_FUNCTIONS, allowed_functions
 
 ROOT = Path(__file__).resolve().parents[3]

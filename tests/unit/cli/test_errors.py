@@ -18,7 +18,7 @@ from distributary.kube.resources import KubeError
 from distributary.local.broker import BrokerError
 from distributary.local.run import RunError
 from distributary.local.state import RunStateError
-from distributary.plan.positions import CoverError, OffsetsError
+from distributary.plan.revisions.positions import CoverError, OffsetsError
 from distributary.sql import SqlError
 from distributary.streamjob import StreamJobError
 

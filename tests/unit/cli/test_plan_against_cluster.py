@@ -9,11 +9,11 @@ import pytest
 from tests.unit.cli.test_commands import run
 
 from distributary.cli.errors import UserError
+from distributary.cli.pipeline_files import load_checked
 from distributary.cli.plan_against import ClusterView, place, render_cluster
-from distributary.cli.validate import load_checked
 from distributary.graph import Ref
-from distributary.plan.cluster_changes import ClusterComparison
-from distributary.plan.file_changes import LogDifference, PlannedChange
+from distributary.plan.edits.cluster_changes import ClusterComparison
+from distributary.plan.edits.file_changes import LogDifference, PlannedChange
 
 LOG = """\
 apiVersion: distributary.dev/v1alpha1

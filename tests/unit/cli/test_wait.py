@@ -6,7 +6,7 @@ import pytest
 
 from distributary.cli.errors import UserError
 from distributary.cli.wait import Positions, Probe, wait_for_view
-from distributary.plan.positions import CoverError, parse_cover, uncovered
+from distributary.plan.revisions.positions import CoverError, parse_cover, uncovered
 
 
 def test_a_cover_is_log_partition_offset_and_a_log_name_may_hold_colons() -> None:

@@ -18,7 +18,7 @@ from distributary.controllers.services import OperatorServices
 from distributary.controllers.settings import OperatorSettings
 from distributary.kafka.claims import SweepStart
 from distributary.kube.resources import KubeError
-from distributary.plan.claims import Claimant
+from distributary.plan.kafka_topics.claims import Claimant
 
 GONE = Claimant("team-a", "gone")
 

@@ -7,7 +7,7 @@ from typing import Any, cast
 import kopf
 
 from distributary.controllers.indexes import index_entry
-from distributary.plan.view_plan import LATEST_ANNOTATION, SERVING_ANNOTATION
+from distributary.plan.views.view_plan import LATEST_ANNOTATION, SERVING_ANNOTATION
 
 IDENTITY = {
     "name": "sums",

@@ -24,8 +24,8 @@ from distributary.controllers import logs
 from distributary.controllers.handling import ReconcileError, handle
 from distributary.controllers.services import OperatorServices
 from distributary.controllers.settings import OperatorSettings
-from distributary.plan.conditions import Problem
-from distributary.plan.status_patch import merged
+from distributary.plan.status.conditions import Problem
+from distributary.plan.status.status_patch import merged
 from distributary.reconcile.failures import LONGEST_RETRY, announce, retry_delay
 from distributary.reconcile.ports import Services
 

@@ -9,9 +9,9 @@ from typing import Any
 from tests.unit.plan.test_spark_application import job_app, make_job, make_view, runner_spec
 
 from distributary.backends.spark_operator import SparkOperatorRuntime
-from distributary.controllers.main import operator
+from distributary.cli.operator import operator
 from distributary.controllers.settings import OperatorSettings
-from distributary.plan.spark import DEFAULT_SERVICE_ACCOUNT
+from distributary.plan.applications.spark import DEFAULT_SERVICE_ACCOUNT
 
 
 class AppliedKube:

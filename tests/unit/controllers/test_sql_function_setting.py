@@ -8,8 +8,8 @@ from typing import Any, cast
 
 from click.testing import CliRunner
 
+from distributary.cli.operator import operator
 from distributary.controllers.handling import Namespace
-from distributary.controllers.main import operator
 from distributary.controllers.settings import OperatorSettings
 
 

@@ -10,7 +10,7 @@ import pytest
 from distributary.backends.direct import TopicOutcome
 from distributary.backends.topic_batches import Request, TopicBatches, next_batch
 from distributary.kafka.admin import KafkaAdminError
-from distributary.plan.topics import DesiredTopic, TopicPlan
+from distributary.plan.kafka_topics.topics import DesiredTopic, TopicPlan
 
 
 def topic(name: str) -> DesiredTopic:

@@ -23,11 +23,16 @@ from tests.unit.fuzz.test_validate_fuzz import raised
 from distributary.api import DerivedView, Log, ResourceError, StreamJob, parse_body, parse_resource
 from distributary.errors import DistributaryError
 from distributary.graph import Pipeline
-from distributary.plan.job_plan import plan_job
-from distributary.plan.log_status import LogReconcile, log_status, record_problems
-from distributary.plan.pipeline import PlanSettings, job_revision_hash, plan_pipeline
-from distributary.plan.topics import ObservedTopic, desired_topic, kafka_topic_manifest, plan_topic
-from distributary.plan.view_plan import (
+from distributary.plan.jobs.job_plan import plan_job
+from distributary.plan.kafka_topics.topics import (
+    ObservedTopic,
+    desired_topic,
+    kafka_topic_manifest,
+    plan_topic,
+)
+from distributary.plan.logs.log_status import LogReconcile, log_status, record_problems
+from distributary.plan.pipelines.pipeline import PlanSettings, job_revision_hash, plan_pipeline
+from distributary.plan.views.view_plan import (
     VIEW_LABEL,
     namespace_pipeline,
     plan_view,

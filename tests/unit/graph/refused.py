@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from distributary.api.view import DerivedView
-from distributary.plan.view_plan import namespace_pipeline, plan_view
-from distributary.plan.view_status import RunObservation, view_status
+from distributary.plan.views.view_plan import namespace_pipeline, plan_view
+from distributary.plan.views.view_status import RunObservation, view_status
 
 
 def refused_conditions(

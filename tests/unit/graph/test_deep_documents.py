@@ -14,7 +14,7 @@ from tests.unit.graph.refused import refused_conditions
 from distributary.api.documents import MAX_YAML_DEPTH
 from distributary.cli import main
 from distributary.graph import load, load_pipeline
-from distributary.plan.view_plan import namespace_pipeline
+from distributary.plan.views.view_plan import namespace_pipeline
 from distributary.sql import MAX_NESTING
 
 DEEP = 10_000

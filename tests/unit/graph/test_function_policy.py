@@ -15,7 +15,7 @@ from tests.unit.graph.refused import refused_conditions
 
 from distributary.cli import main
 from distributary.graph import Pipeline, load_pipeline
-from distributary.plan.view_plan import namespace_pipeline
+from distributary.plan.views.view_plan import namespace_pipeline
 from distributary.sql import ALLOW_FUNCTIONS_ENV
 
 NS = "shop"

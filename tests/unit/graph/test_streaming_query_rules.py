@@ -11,7 +11,7 @@ import pytest
 from tests.unit.graph.refused import refused_conditions
 
 from distributary.graph import SpecProblem
-from distributary.plan.view_plan import namespace_pipeline
+from distributary.plan.views.view_plan import namespace_pipeline
 from distributary.query_rules import query_problems
 
 NS = "shop"

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from distributary import artifacts as jars
-from distributary.plan import pipeline, spark
+from distributary.plan.applications import spark
+from distributary.plan.pipelines import pipeline
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCKERFILE = ROOT / "spark_images" / "Dockerfile"

@@ -17,7 +17,7 @@ import click
 import yaml
 
 from distributary.cli import main
-from distributary.controllers.main import operator
+from distributary.cli.operator import operator
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCKERFILE = ROOT / "operator_image" / "Dockerfile"

@@ -22,15 +22,15 @@ from distributary.kafka.connection import (
     resolve_secret,
     spark_options,
 )
-from distributary.plan.kafka_connection import (
+from distributary.plan.access.kafka_connection import (
     SECURITY_VARIABLE,
     SPARK_REDACTION,
     KafkaConfigError,
     KafkaSecurity,
     SecretReference,
 )
-from distributary.plan.runner_spec import RunnerSpec, view_runner_spec
-from distributary.plan.spark import job_environment, spark_application
+from distributary.plan.applications.runner_spec import RunnerSpec, view_runner_spec
+from distributary.plan.applications.spark import job_environment, spark_application
 
 PASSWORD = "correct-horse-battery"
 

@@ -17,8 +17,13 @@ from distributary.api import parse_body
 from distributary.api.view import DerivedView
 from distributary.local.revisions import LocalRevisions
 from distributary.local.runtime import PipelineRuntime
-from distributary.plan.progress import progress_key
-from distributary.plan.runner_spec import RUNNER_SPEC_HASH, RunnerSpec, as_run_by, runner_spec_hash
+from distributary.plan.applications.runner_spec import (
+    RUNNER_SPEC_HASH,
+    RunnerSpec,
+    as_run_by,
+    runner_spec_hash,
+)
+from distributary.plan.revisions.progress import progress_key
 
 
 class ExitedRunner:

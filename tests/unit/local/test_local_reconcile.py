@@ -24,11 +24,11 @@ from distributary.local.revisions import LocalRevisions
 from distributary.local.run import LocalRun, PipelineFiles
 from distributary.local.runtime import PipelineRuntime
 from distributary.local.state import read_run_state
-from distributary.plan.pipeline import PlanSettings, plan_pipeline
-from distributary.plan.positions import Offsets, lost_history
-from distributary.plan.positions import rewind_destinations as targets
-from distributary.plan.runner_spec import RunnerSpec
-from distributary.plan.write_ahead import rewind_message
+from distributary.plan.applications.runner_spec import RunnerSpec
+from distributary.plan.edits.write_ahead import rewind_message
+from distributary.plan.pipelines.pipeline import PlanSettings, plan_pipeline
+from distributary.plan.revisions.positions import Offsets, lost_history
+from distributary.plan.revisions.positions import rewind_destinations as targets
 from distributary.reconcile.ports import Services
 
 KEY = "default/big"

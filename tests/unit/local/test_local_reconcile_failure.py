@@ -21,8 +21,8 @@ from distributary.graph import Pipeline
 from distributary.local.revisions import LocalRevisions
 from distributary.local.run import LocalRun, PipelineFiles
 from distributary.local.runtime import PipelineRuntime
-from distributary.plan.pipeline import PlanSettings, plan_pipeline
-from distributary.plan.runner_spec import RunnerSpec
+from distributary.plan.applications.runner_spec import RunnerSpec
+from distributary.plan.pipelines.pipeline import PlanSettings, plan_pipeline
 from distributary.reconcile.ports import Services
 
 

@@ -18,7 +18,7 @@ from distributary.local.status import (
     problem_line,
     render,
 )
-from distributary.plan.conditions import Problem
+from distributary.plan.status.conditions import Problem
 
 LOST = Problem(
     "HistoryIncomplete",

@@ -25,15 +25,15 @@ from distributary.api.view import DerivedView
 from distributary.backends.base import Owner
 from distributary.local import runtime as runtime_module
 from distributary.local.runtime import PipelineRuntime
-from distributary.plan.kafka_connection import KafkaSecurity
-from distributary.plan.progress import progress_key
-from distributary.plan.runner_spec import (
+from distributary.plan.access.kafka_connection import KafkaSecurity
+from distributary.plan.applications.runner_spec import (
     RUNNER_GENERATION,
     FollowedSpecs,
     RunnerSpec,
     applied_file,
     process_settings,
 )
+from distributary.plan.revisions.progress import progress_key
 
 
 class Alive:

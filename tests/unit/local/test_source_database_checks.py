@@ -14,7 +14,14 @@ import pytest
 from distributary.databases.postgres import DatabaseError
 from distributary.graph import load_pipeline
 from distributary.local import sources
-from distributary.plan.source_plan import CaptureRights, Column, TableShape
+from distributary.plan.sources.source_plan import (
+    CaptureRights,
+    Column,
+    TableShape,
+    resolve_table,
+    resolved,
+)
+from distributary.reconcile.source import table_logs
 
 SOURCE = """\
 apiVersion: distributary.dev/v1alpha1
@@ -103,3 +110,74 @@ def test_each_problem_opens_with_the_file_the_source_and_the_field(
         f"{file}: Source/default/shop spec.postgres.passwordSecret: cannot connect: it said no"
     ]
     assert not database.asked_rights
+
+
+def test_a_column_added_while_the_run_goes_on_is_said_once_and_waits_for_the_next_start(
+    folders: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    file, secrets = folders
+    FakeDatabase(monkeypatch, ORDERS)
+    pipeline, problems = sources.resolve_sources(load_pipeline([file]), secrets)
+    assert problems == []
+    said: list[str] = []
+    run = sources.LocalSources(pipeline, tmp_path / "state", secrets, say=said.append)
+    source = next(iter(pipeline.captures.values()))
+    wider = TableShape("public.orders", (*ORDERS.columns, Column("note", "text")), ("id",))
+    now = resolved(source, [resolve_table(source, 0, source.spec.tables[0], wider)])
+    owner = {"apiVersion": "distributary.dev/v1alpha1", "kind": "Source", "name": "shop",
+             "uid": "local:default/shop"}  # fmt: skip
+    run.say_new_columns(table_logs(now, owner))
+    run.say_new_columns(table_logs(now, owner))
+    run.say_new_columns(table_logs(source, owner))  # as it was: nothing to say
+    assert said == [
+        "source shop: table public.orders has new column(s) note: its records carry them from "
+        "the first change on; Log shop-orders's schema gains them when the run starts "
+        "again (views reading it then reprocess)"
+    ]
+
+
+def test_the_run_says_when_a_source_reads_changes_and_once_why_it_is_stalled(
+    folders: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    file, secrets = folders
+    FakeDatabase(monkeypatch, ORDERS)
+    pipeline, _ = sources.resolve_sources(load_pipeline([file]), secrets)
+    said: list[str] = []
+    run = sources.LocalSources(pipeline, tmp_path / "state", secrets, say=said.append)
+    source = next(iter(pipeline.captures.values()))
+
+    def conditions(*found: tuple[str, str, str]) -> None:
+        listed = [{"type": t, "status": "True" if r in ("Capturing", "Paused") or t != "Ready"
+                   else "False", "reason": r, "message": f"{r}."} for t, r, _ in found]  # fmt: skip
+        run.statuses["default/shop"] = {"status": {"conditions": listed}}
+        run.say_state(source)
+
+    conditions(("Ready", "Starting", ""), ("Reconciling", "Starting", ""))
+    conditions(("Ready", "Capturing", ""))
+    conditions(("Ready", "Capturing", ""))
+    conditions(("Ready", "TableProblem", ""), ("Stalled", "TableProblem", ""))
+    conditions(("Ready", "TableProblem", ""), ("Stalled", "TableProblem", ""))
+    conditions(("Ready", "Paused", ""))
+    assert said == [
+        "source shop: reading changes",
+        "source shop: TableProblem: TableProblem.",
+        "source shop: paused",
+    ]
+
+
+def test_the_reconcile_is_given_the_source_as_declared_not_as_the_database_had_it(
+    folders: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Under the operator the reconcile reads the Source as applied and the tables' columns from
+    the database each time; a run's reconcile too, so a column added later is no conflict with a
+    schema the run filled in."""
+    file, secrets = folders
+    FakeDatabase(monkeypatch, ORDERS)
+    pipeline, _ = sources.resolve_sources(load_pipeline([file]), secrets)
+    (source,) = pipeline.captures.values()
+    assert source.spec.tables[0].record_schema  # the columns, as the run started
+    run = sources.LocalSources(pipeline, tmp_path / "state", secrets, say=lambda _: None)
+    body = run.read(source)
+    assert "schema" not in body["spec"]["tables"][0]
+    assert body["metadata"] == {"name": "shop", "namespace": "default",
+                                "uid": "local:default/shop", "generation": 1}  # fmt: skip

@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 
 from distributary.api.source import SecretKey
-from distributary.local.sources import SourceError, password_reference, secret_value
+from distributary.backends.base import SecretMissingError
+from distributary.graph import Pipeline
+from distributary.local.sources import LocalSources, SourceError, secret_value
+from distributary.plan.sources.source_plan import password_reference
 
 
 def test_the_password_is_read_from_the_secrets_folder(tmp_path: Path) -> None:
@@ -33,6 +36,24 @@ def test_a_missing_folder_or_file_names_the_field_and_what_to_write(tmp_path: Pa
     )
 
 
+def run_sources(secrets: Path | None, state: Path) -> LocalSources:
+    return LocalSources(Pipeline(), state, secrets, say=lambda _: None)
+
+
 def test_connect_is_given_a_reference_not_the_password(tmp_path: Path) -> None:
-    reference = password_reference(tmp_path, SecretKey(name="shop-db"))
+    sources = run_sources(tmp_path, tmp_path / "state")
+    reference = password_reference(sources.connect_secrets, "default", SecretKey(name="shop-db"))
     assert reference == f"${{dir:{tmp_path.resolve()}/shop-db:password}}"
+
+
+def test_the_reconcile_reads_the_secret_from_the_folder_or_is_told_it_is_missing(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "shop-db").mkdir()
+    (tmp_path / "shop-db" / "password").write_text("s3cret\n")
+    sources = run_sources(tmp_path, tmp_path / "state")
+    field = "spec.postgres.passwordSecret"
+    assert sources.secret("default", SecretKey(name="shop-db"), field) == "s3cret"
+    with pytest.raises(SecretMissingError) as missing:
+        sources.secret("default", SecretKey(name="other"), field)
+    assert f"{field}: there is no file {tmp_path}/other/password" in str(missing.value)

@@ -5,7 +5,7 @@ unless the publication exists, CREATE on the database and the tables' ownership.
 from __future__ import annotations
 
 from distributary.api.source import Source
-from distributary.plan.source_plan import CaptureRights, capture_problems, database_address
+from distributary.plan.sources.source_plan import CaptureRights, capture_problems, database_address
 
 
 def _source() -> Source:

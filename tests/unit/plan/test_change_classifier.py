@@ -9,7 +9,7 @@ import pytest
 from distributary.api.job import StreamJob
 from distributary.api.log import Log
 from distributary.api.view import DerivedView
-from distributary.plan.classify import (
+from distributary.plan.revisions.classify import (
     Classification,
     change_status,
     classify_job_change,

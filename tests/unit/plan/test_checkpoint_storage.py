@@ -9,21 +9,21 @@ from typing import Any
 import pytest
 
 from distributary.api.common import SparkSettings
-from distributary.plan.checkpoint_storage import (
+from distributary.plan.applications.checkpoint_storage import (
     DEFAULT_MOUNT_PATH,
     NOT_DURABLE,
     CheckpointClaim,
     checkpoint_problem,
     local_path,
 )
-from distributary.plan.pipeline import DEFAULT_CHECKPOINT_ROOT
-from distributary.plan.spark import (
+from distributary.plan.applications.spark import (
     CHECKPOINT_VOLUME,
     SPARK_GROUP,
     Application,
     spark_application_of,
     with_checkpoint_claim,
 )
+from distributary.plan.pipelines.pipeline import DEFAULT_CHECKPOINT_ROOT
 
 CLAIM = CheckpointClaim("distributary-checkpoints", DEFAULT_MOUNT_PATH)
 

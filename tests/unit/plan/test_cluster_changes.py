@@ -13,16 +13,16 @@ import pytest
 from distributary.api import parse_resource
 from distributary.api.job import StreamJob
 from distributary.graph import Declared, Pipeline, Ref
-from distributary.plan.classify import revision_hash, view_definition
-from distributary.plan.cluster_changes import (
+from distributary.plan.edits.cluster_changes import (
     ClusterComparison,
     NamespaceResources,
     cluster_changes,
     cluster_pipeline,
 )
-from distributary.plan.file_changes import PlannedChange
-from distributary.plan.pipeline import job_revision_hash
-from distributary.plan.view_plan import VIEW_LABEL, serving_log
+from distributary.plan.edits.file_changes import PlannedChange
+from distributary.plan.pipelines.pipeline import job_revision_hash
+from distributary.plan.revisions.classify import revision_hash, view_definition
+from distributary.plan.views.view_plan import VIEW_LABEL, serving_log
 
 NS = "shop"
 API = "distributary.dev/v1alpha1"

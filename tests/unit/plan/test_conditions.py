@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from distributary.api.common import Condition
-from distributary.plan.conditions import (
+from distributary.plan.status.conditions import (
     ExtraCondition,
     Observation,
     Problem,

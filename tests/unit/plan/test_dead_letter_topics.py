@@ -18,8 +18,7 @@ from distributary.api.log import Log
 from distributary.api.view import DerivedView
 from distributary.backends.strimzi import StrimziTopics
 from distributary.kube.resources import Kube
-from distributary.plan.classify import Classification, classify_view_change
-from distributary.plan.topics import (
+from distributary.plan.kafka_topics.topics import (
     AlterConfigs,
     CreateTopic,
     DesiredTopic,
@@ -27,7 +26,8 @@ from distributary.plan.topics import (
     kafka_topic_manifest,
     plan_topic,
 )
-from distributary.plan.view_plan import ViewPlan
+from distributary.plan.revisions.classify import Classification, classify_view_change
+from distributary.plan.views.view_plan import ViewPlan
 
 DLQ = "distributary.shop.counts.dlq"
 WEEK_MS = str(7 * 24 * 3600 * 1000)

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from distributary.plan.delivery import Marker, batch_end, carried, read_marker
-from distributary.plan.write_ahead import checked_rewind
+from distributary.plan.edits.write_ahead import checked_rewind
+from distributary.plan.revisions.delivery import Marker, batch_end, carried, read_marker
 
 OFFSET_LOG = """v1
 {"batchWatermarkMs":0,"batchTimestampMs":1795504989101,"conf":{"spark.sql.shuffle.partitions":"2"}}

@@ -23,10 +23,10 @@ from distributary.api.names import (
     is_label_value,
     is_topic_name,
 )
-from distributary.plan.pipeline import revision_topic, view_output_metadata
-from distributary.plan.runner_spec import consumer_group, dead_letter_topic
-from distributary.plan.spark import application_name, driver_pod_name, label_value
-from distributary.plan.topics import kafka_topic_name
+from distributary.plan.applications.runner_spec import consumer_group, dead_letter_topic
+from distributary.plan.applications.spark import application_name, driver_pod_name, label_value
+from distributary.plan.kafka_topics.topics import kafka_topic_name
+from distributary.plan.pipelines.pipeline import revision_topic, view_output_metadata
 
 MIXES = ("a", "ab.", "1-x", "a-b.c9", "0")
 NAMESPACES = ("default", "n" * 63)

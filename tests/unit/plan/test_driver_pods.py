@@ -1,4 +1,5 @@
-"""Why a driver pod never starts, from the pod as the kubelet left it (`plan.driver_pods`)."""
+"""Why a driver pod never starts, from the pod as the kubelet left it
+(`plan.applications.driver_pods`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from distributary.plan.driver_pods import DRIVER_NOT_STARTING, driver_not_starting
+from distributary.plan.applications.driver_pods import DRIVER_NOT_STARTING, driver_not_starting
 
 NS, POD = "shop", "big-r2-driver"
 

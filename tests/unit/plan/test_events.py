@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from distributary.plan.events import MAX_MESSAGE, event_manifest
+from distributary.plan.status.events import MAX_MESSAGE, event_manifest
 
 VIEW = {
     "apiVersion": "distributary.dev/v1alpha1",

@@ -11,11 +11,11 @@ from tests.unit.plan.test_view_plan import log
 
 from distributary.api.job import StreamJob
 from distributary.api.log import Log
-from distributary.plan.job_plan import dead_letter_log
-from distributary.plan.job_status import job_status
-from distributary.plan.log_deletion import deleted_topics
-from distributary.plan.spark_state import AppState
-from distributary.plan.view_status import RunObservation
+from distributary.plan.applications.spark_state import AppState
+from distributary.plan.jobs.job_plan import dead_letter_log
+from distributary.plan.jobs.job_status import job_status
+from distributary.plan.logs.log_deletion import deleted_topics
+from distributary.plan.views.view_status import RunObservation
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 RUNNING = AppState("RUNNING", running=True)

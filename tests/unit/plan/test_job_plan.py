@@ -7,9 +7,9 @@ from typing import Any
 from tests.unit.plan.test_view_plan import child, log, view
 
 from distributary.api.job import StreamJob
-from distributary.plan.job_plan import JobPlan, plan_job
-from distributary.plan.pipeline import job_revision_hash
-from distributary.plan.view_plan import namespace_pipeline
+from distributary.plan.jobs.job_plan import JobPlan, plan_job
+from distributary.plan.pipelines.pipeline import job_revision_hash
+from distributary.plan.views.view_plan import namespace_pipeline
 
 NS = "shop"
 

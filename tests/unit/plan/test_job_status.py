@@ -7,10 +7,10 @@ from typing import Any
 
 from tests.unit.plan.test_job_plan import job, planned, running
 
-from distributary.plan.job_status import job_status
-from distributary.plan.spark_state import AppState
-from distributary.plan.view_status import RunObservation
-from distributary.plan.write_ahead import job_start_record
+from distributary.plan.applications.spark_state import AppState
+from distributary.plan.edits.write_ahead import job_start_record
+from distributary.plan.jobs.job_status import job_status
+from distributary.plan.views.view_status import RunObservation
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 RUNNING = AppState("RUNNING", running=True)

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from distributary.plan.kafka_connection import (
+from distributary.plan.access.kafka_connection import (
     KafkaConfigError,
     KafkaSecurity,
     SecretReference,

@@ -13,16 +13,20 @@ from distributary.api.log import Log
 from distributary.controllers.services import runners_security
 from distributary.controllers.settings import OperatorSettings
 from distributary.graph import load_pipeline
-from distributary.plan.kafka_connection import PASSWORD_VARIABLE, SECURITY_VARIABLE, KafkaSecurity
-from distributary.plan.kafka_secrets import (
+from distributary.plan.access.kafka_connection import (
+    PASSWORD_VARIABLE,
+    SECURITY_VARIABLE,
+    KafkaSecurity,
+)
+from distributary.plan.access.kafka_secrets import (
     KAFKA_CA_MOUNT,
     KAFKA_CLIENT_MOUNT,
     KafkaSecretMounts,
     for_pods,
     with_kafka_secrets,
 )
-from distributary.plan.pipeline import PlanSettings, plan_pipeline
-from distributary.plan.spark import job_application
+from distributary.plan.applications.spark import job_application
+from distributary.plan.pipelines.pipeline import PlanSettings, plan_pipeline
 
 ROOT = Path(__file__).resolve().parents[3]
 PASSWORD = "s3cret-value-that-must-not-leak"

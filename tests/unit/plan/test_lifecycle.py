@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from distributary.api.view import Revision, Upgrade
-from distributary.plan.classify import Classification
-from distributary.plan.lifecycle import (
+from distributary.plan.revisions.classify import Classification
+from distributary.plan.revisions.lifecycle import (
     Lifecycle,
     Rebuild,
     mark_deleted,

@@ -10,9 +10,9 @@ import pytest
 from distributary.api.log import Log
 from distributary.api.names import is_label_value
 from distributary.api.view import DerivedView
-from distributary.plan.log_deletion import deleted_topics, serving_revision
-from distributary.plan.runner_spec import dead_letter_topic
-from distributary.plan.view_plan import (
+from distributary.plan.applications.runner_spec import dead_letter_topic
+from distributary.plan.logs.log_deletion import deleted_topics, serving_revision
+from distributary.plan.views.view_plan import (
     SERVING_ANNOTATION,
     VIEW_LABEL,
     namespace_pipeline,

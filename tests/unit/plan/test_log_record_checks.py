@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from distributary.api.log import Log
-from distributary.plan.log_status import LogReconcile, log_status, record_problems
+from distributary.plan.logs.log_status import LogReconcile, log_status, record_problems
 
 
 def log(schema: str, key: list[str] | None = None) -> Log:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from distributary.plan.log_status import LogReconcile, log_status
-from distributary.plan.topics import CreateTopic, Refusal, TopicPlan
+from distributary.plan.kafka_topics.topics import CreateTopic, Refusal, TopicPlan
+from distributary.plan.logs.log_status import LogReconcile, log_status
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
@@ -82,7 +82,7 @@ def test_a_condition_keeps_its_transition_time_while_its_status_holds() -> None:
 
 
 def test_a_logs_subscribers_are_the_views_reading_it_with_their_positions() -> None:
-    from distributary.plan.log_status import subscribers
+    from distributary.plan.logs.log_status import subscribers
 
     reader = {
         "metadata": {"name": "big"},
@@ -113,7 +113,7 @@ def test_a_logs_subscribers_are_the_views_reading_it_with_their_positions() -> N
 
 
 def test_a_stream_job_reading_a_log_is_a_subscriber_at_its_running_revision() -> None:
-    from distributary.plan.log_status import subscribers
+    from distributary.plan.logs.log_status import subscribers
 
     view = {
         "kind": "DerivedView",
@@ -146,7 +146,7 @@ def test_subscribers_start_empty_and_are_kept_as_the_observer_wrote_them() -> No
 
 
 def test_a_sink_reading_a_log_is_a_subscriber_at_the_position_its_store_holds() -> None:
-    from distributary.plan.log_status import subscribers
+    from distributary.plan.logs.log_status import subscribers
 
     sink = {
         "kind": "Sink",

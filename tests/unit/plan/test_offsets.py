@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from distributary.plan.positions import (
+from distributary.plan.revisions.positions import (
     OffsetsError,
     compacted_history,
     lag_per_topic,
@@ -125,7 +125,7 @@ def test_watermarks_split_into_start_and_end_offsets() -> None:
 
 
 def test_history_is_lost_when_a_partition_no_longer_starts_at_0() -> None:
-    from distributary.plan.positions import lost_history
+    from distributary.plan.revisions.positions import lost_history
 
     assert lost_history({"clicks": {0: 0, 1: 0}}, {"clicks": "clicks"}) is None
     message = lost_history({"clicks": {0: 0, 1: 250}}, {"clicks": "clicks"})
@@ -136,7 +136,7 @@ def test_history_is_lost_when_a_partition_no_longer_starts_at_0() -> None:
 
 
 def test_a_consumer_near_the_oldest_retained_record_is_at_risk() -> None:
-    from distributary.plan.positions import data_loss_risk
+    from distributary.plan.revisions.positions import data_loss_risk
 
     # Retention has deleted up to 100 of 1,100: a consumer at 150 is within 10% of the edge.
     risk = data_loss_risk({0: 150}, {0: 100}, {0: 1100})
@@ -150,7 +150,7 @@ def test_a_consumer_near_the_oldest_retained_record_is_at_risk() -> None:
 
 
 def test_a_rewind_lands_within_what_each_partition_retains() -> None:
-    from distributary.plan.positions import rewind_targets
+    from distributary.plan.revisions.positions import rewind_targets
 
     starts, ends = {0: 10, 1: 0}, {0: 50, 1: 30}
     assert rewind_targets("earliest", starts, ends) == {0: 10, 1: 0}
@@ -163,7 +163,7 @@ def test_a_rewind_lands_within_what_each_partition_retains() -> None:
 
 
 def test_a_rewinds_moves_list_each_partitions_position_before_and_after() -> None:
-    from distributary.plan.positions import rewind_moves
+    from distributary.plan.revisions.positions import rewind_moves
 
     marks = {"clicks": {0: (10, 50), 1: (0, 30)}, "users": {0: (0, 5)}}
     committed = {"clicks": {0: 48}, "users": {0: 5}}
@@ -198,7 +198,7 @@ def test_a_gap_at_the_head_of_a_compacted_partition_is_lost_history() -> None:
 def test_an_input_rate_is_measured_over_ten_seconds_or_more_never_over_a_moment() -> None:
     from datetime import UTC, datetime, timedelta
 
-    from distributary.plan.positions import input_rate
+    from distributary.plan.revisions.positions import input_rate
 
     t0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
     mark, rate = input_rate(None, None, 1000, t0)
@@ -217,7 +217,7 @@ def test_an_input_rate_is_measured_over_ten_seconds_or_more_never_over_a_moment(
 
 
 def test_a_rewind_records_where_the_group_stood_when_it_moved() -> None:
-    from distributary.plan.positions import moved_from
+    from distributary.plan.revisions.positions import moved_from
 
     recorded = [
         {"topic": "clicks", "partition": 0, "fromOffset": 40, "toOffset": 10},

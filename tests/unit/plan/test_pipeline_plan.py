@@ -8,7 +8,7 @@ import pytest
 
 from distributary.api import parse_resource
 from distributary.graph import Pipeline, Ref
-from distributary.plan.pipeline import PlanSettings, job_revision_hash, plan_pipeline
+from distributary.plan.pipelines.pipeline import PlanSettings, job_revision_hash, plan_pipeline
 
 GV = "distributary.dev/v1alpha1"
 

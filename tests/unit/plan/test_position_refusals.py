@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from distributary.plan.position_refusals import instant, refused_position
-from distributary.plan.runner_spec import StartingPosition
+from distributary.plan.applications.position_refusals import instant, refused_position
+from distributary.plan.applications.runner_spec import StartingPosition
 
 FIELD = "spec.rewind.to"
 LOGS = {"clicks": "page-clicks"}

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from distributary.plan.progress import (
+from distributary.plan.revisions.progress import (
     Batch,
     Offsets,
     Step,

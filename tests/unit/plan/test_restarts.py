@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from distributary.plan.restarts import (
+from distributary.plan.applications.restarts import (
     FAILURE_WINDOW,
     FAILURES_BEFORE_STALLED,
     FIRST_DELAY,
@@ -21,8 +21,8 @@ from distributary.plan.restarts import (
     observed,
     stalled,
 )
-from distributary.plan.spark_state import AppState
-from distributary.plan.status_patch import merged
+from distributary.plan.applications.spark_state import AppState
+from distributary.plan.status.status_patch import merged
 
 START = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 RUNNING = AppState("RUNNING", running=True)

@@ -9,7 +9,7 @@ import pytest
 
 from distributary.api.log import Log
 from distributary.api.view import DerivedView
-from distributary.plan.classify import revision_hash, view_definition
+from distributary.plan.revisions.classify import revision_hash, view_definition
 
 SQL = "SELECT v.user, c.country FROM v JOIN c ON v.user = c.user WHERE v.page <> 'home'"
 

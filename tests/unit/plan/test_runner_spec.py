@@ -10,7 +10,7 @@ import pytest
 from distributary.api.common import Position, SparkSettings
 from distributary.api.log import Log, LogStatus
 from distributary.api.view import DerivedView
-from distributary.plan.runner_spec import (
+from distributary.plan.applications.runner_spec import (
     EXACTLY_ONCE_BATCH,
     ROCKSDB_PROVIDER,
     EventTime,
@@ -24,7 +24,7 @@ from distributary.plan.runner_spec import (
     starting_position,
     view_runner_spec,
 )
-from distributary.plan.spark import local_submit
+from distributary.plan.applications.spark import local_submit
 
 
 def make_log(name: str, partitions: int = 3, **spec: Any) -> Log:

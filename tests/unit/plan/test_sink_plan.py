@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from distributary.api.sink import Sink
-from distributary.plan.sink_plan import (
+from distributary.plan.sinks.sink_plan import (
     beside_table,
     create_offsets,
     create_table,

@@ -7,9 +7,9 @@ import json
 from typing import Any
 
 from distributary.backends.sink_workloads import deployment_state
-from distributary.plan.kafka_connection import KafkaSecurity, SecretReference
-from distributary.plan.kafka_secrets import KafkaSecretMounts
-from distributary.plan.sink_plan import SinkRun, sink_manifests, sink_workload_name
+from distributary.plan.access.kafka_connection import KafkaSecurity, SecretReference
+from distributary.plan.access.kafka_secrets import KafkaSecretMounts
+from distributary.plan.sinks.sink_plan import SinkRun, sink_manifests, sink_workload_name
 
 OWNER = {"apiVersion": "distributary.dev/v1alpha1", "kind": "Sink", "name": "revenue-table",
          "uid": "u-1", "controller": True}  # fmt: skip

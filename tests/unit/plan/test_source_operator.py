@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 
 from distributary.api.source import SecretKey, Source
-from distributary.plan.conditions import Problem
-from distributary.plan.source_plan import (
+from distributary.plan.sources.source_plan import (
     ConnectorState,
     SlotReading,
     connector_config,
@@ -17,6 +16,7 @@ from distributary.plan.source_plan import (
     password_reference,
     source_observation,
 )
+from distributary.plan.status.conditions import Problem
 
 
 def _source(**spec: Any) -> Source:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from distributary.api.source import Source
-from distributary.plan.source_plan import (
+from distributary.plan.sources.source_plan import (
     Column,
     SlotReading,
     TableShape,

@@ -10,8 +10,8 @@ import pytest
 
 from distributary.api.log import Log
 from distributary.api.source import Source
-from distributary.plan.source_plan import connector_config, heartbeat_topic
-from distributary.plan.source_revisions import (
+from distributary.plan.sources.source_plan import connector_config, heartbeat_topic
+from distributary.plan.sources.source_revisions import (
     CATCHING_UP,
     RETIRED,
     RETIRING,

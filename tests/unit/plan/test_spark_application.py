@@ -12,8 +12,8 @@ from distributary.api.common import SparkSettings
 from distributary.api.job import StreamJob
 from distributary.api.log import Log
 from distributary.api.view import DerivedView
-from distributary.plan.runner_spec import RunnerSpec, view_runner_spec
-from distributary.plan.spark import (
+from distributary.plan.applications.runner_spec import RunnerSpec, view_runner_spec
+from distributary.plan.applications.spark import (
     RUNNER_FILE,
     application_name,
     env_name,

@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from distributary.plan.log_status import LogReconcile, log_status
-from distributary.plan.strimzi_status import (
+from distributary.plan.kafka_topics.topics import DesiredTopic
+from distributary.plan.logs.log_status import LogReconcile, log_status
+from distributary.plan.logs.strimzi_status import (
     TopicOperatorReport,
     log_reconcile,
     ownership_refusal,
     read_kafka_topic,
     refused_reconcile,
 )
-from distributary.plan.topics import DesiredTopic
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 DESIRED = DesiredTopic("clicks", 6, 3, {"retention.ms": "604800000", "cleanup.policy": "delete"})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from distributary.api.names import internal_topic_problem, reserved_topic
-from distributary.plan.claims import (
+from distributary.plan.kafka_topics.claims import (
     Claimant,
     ClaimRecord,
     Claims,

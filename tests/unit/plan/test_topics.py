@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from distributary.api.log import Log
-from distributary.plan.topics import (
+from distributary.plan.kafka_topics.topics import (
     REFUSED_AGAIN,
     AddPartitions,
     AlterConfigs,

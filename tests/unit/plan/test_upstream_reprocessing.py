@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from distributary.plan.view_plan import reprocessing_outputs
+from distributary.plan.views.view_plan import reprocessing_outputs
 
 
 def view(

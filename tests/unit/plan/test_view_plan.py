@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from distributary.api.view import DerivedView
-from distributary.plan.children import holds
-from distributary.plan.classify import Classification
-from distributary.plan.view_plan import (
+from distributary.plan.applications.children import holds
+from distributary.plan.revisions.classify import Classification
+from distributary.plan.views.view_plan import (
     CATCH_UP_BATCH,
     SERVING_ANNOTATION,
     VIEW_LABEL,

@@ -7,11 +7,11 @@ from typing import Any
 
 from tests.unit.plan.test_view_plan import log, planned, view
 
-from distributary.plan.restarts import RestartHistory, RestartPolicy
-from distributary.plan.spark_state import AppState, spark_application_state
-from distributary.plan.view_plan import ViewPlan
-from distributary.plan.view_status import RunObservation, view_status
-from distributary.plan.write_ahead import start_record
+from distributary.plan.applications.restarts import RestartHistory, RestartPolicy
+from distributary.plan.applications.spark_state import AppState, spark_application_state
+from distributary.plan.edits.write_ahead import start_record
+from distributary.plan.views.view_plan import ViewPlan
+from distributary.plan.views.view_status import RunObservation, view_status
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
@@ -198,7 +198,8 @@ def test_data_loss_risk_names_the_revision_input_and_partition() -> None:
 
 
 def test_each_live_revision_records_how_fast_its_inputs_grow() -> None:
-    """What the cutover of a revision catching up on live input goes by (`plan.lifecycle`)."""
+    """What the cutover of a revision catching up on live input goes by
+    (`plan.revisions.lifecycle`)."""
 
     def observed(previous: Any, at: datetime, committed: int, end: int) -> dict[str, Any]:
         seen = RunObservation(

@@ -14,7 +14,7 @@ import pytest
 
 from distributary.api.log import Log
 from distributary.api.view import DerivedView
-from distributary.plan.classify import (
+from distributary.plan.revisions.classify import (
     Classification,
     classify_view_change,
     revision_hash,

@@ -11,16 +11,27 @@ from typing import Any, cast
 
 from distributary.api.job import StreamJob
 from distributary.api.log import Log, LogStatus
+from distributary.api.sink import Sink
+from distributary.api.source import SecretKey, Source
 from distributary.api.view import DerivedView
-from distributary.backends.base import Owner, RevisionApp
-from distributary.plan.conditions import Problem
-from distributary.plan.log_status import LogReconcile
-from distributary.plan.runner_spec import RunnerSpec
-from distributary.plan.spark import Application
-from distributary.plan.spark_state import AppState
-from distributary.plan.status_patch import changes, merged
-from distributary.plan.topics import DesiredTopic
-from distributary.plan.view_plan import namespace_pipeline, reprocessing_outputs
+from distributary.backends.base import CaptureReading, Owner, RevisionApp, SecretMissingError
+from distributary.databases.postgres import DatabaseError
+from distributary.plan.applications.restarts import RestartPolicy, RoundMemory
+from distributary.plan.applications.runner_spec import RunnerSpec
+from distributary.plan.applications.spark import Application
+from distributary.plan.applications.spark_state import AppState
+from distributary.plan.kafka_topics.topics import DesiredTopic
+from distributary.plan.logs.log_status import LogReconcile
+from distributary.plan.sinks.sink_plan import SinkRun
+from distributary.plan.sources.source_plan import (
+    CaptureRights,
+    ConnectorState,
+    SlotReading,
+    TableShape,
+)
+from distributary.plan.status.conditions import Problem
+from distributary.plan.status.status_patch import changes, merged
+from distributary.plan.views.view_plan import namespace_pipeline, reprocessing_outputs
 from distributary.reconcile.ports import Lineage, Services, StatusConflictError
 
 NS = "shop"
@@ -77,6 +88,7 @@ class FakeWorld:
     served: dict[str, str] = field(default_factory=dict)
     applied: dict[str, Any] = field(default_factory=dict)  # each output Log's spec as applied
     partitions: dict[str, int] = field(default_factory=dict)  # each output topic's, as made
+    adopted: dict[str, Any] = field(default_factory=dict)  # a Source's table Logs, as applied
 
     def lineage(self, resource: Mapping[str, Any]) -> Lineage:
         pipeline, statuses, _ = namespace_pipeline(self.logs, self.writers)
@@ -95,6 +107,20 @@ class FakeWorld:
 
     def read_elsewhere(self, namespace: str, name: str) -> set[str]:
         return set()
+
+    def adopt_logs(self, manifests: Sequence[dict[str, Any]], owner_uid: str) -> list[Problem]:
+        for manifest in manifests:
+            name = manifest["metadata"]["name"]
+            if self.adopted.get(name) != manifest:
+                self.journal.append(("apply", name))
+                self.adopted[name] = manifest
+        return []
+
+    def log(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        found = next((log for log in self.logs if log["metadata"]["name"] == name), None)
+        if found is None or name not in self.served:
+            return found
+        return {**found, "status": {**(found.get("status") or {}), "topicName": self.served[name]}}
 
 
 @dataclass
@@ -131,7 +157,7 @@ class FakeRuntime:
     failing: set[int] = field(default_factory=set)
     specs: list[RunnerSpec] = field(default_factory=list)  # every runner spec asked to run
     ended_as: str = "FAILED"  # the state of an ended application (COMPLETED: exit code 0)
-    # Revisions submitted whose driver cannot start, and why (`plan.driver_pods`).
+    # Revisions submitted whose driver cannot start, and why (`plan.applications.driver_pods`).
     stuck: dict[int, Problem] = field(default_factory=dict)
 
     def _app(self, namespace: str, name: str, revision: int) -> RevisionApp:
@@ -225,8 +251,15 @@ class FakeAdmin:
     def offsets_for_time(self, topics: Sequence[str], ms: int) -> dict[str, dict[int, int]]:
         return {topic: self.by_time.get(topic, {}) for topic in topics}
 
-    def committed_metadata(self, group: str) -> list[str]:
+    def committed_metadata(self, group: str, topic: str | None = None) -> list[str]:
         return [self.metadata.get(group, "")] if group in self.groups else []
+
+    def lag(self, group: str, topics: Sequence[str]) -> dict[str, dict[int, int]]:
+        held = self.groups.get(group, {})
+        return {t: {0: max(self.ends.get(t, 0) - held.get(t, {}).get(0, 0), 0)} for t in topics}
+
+    def list_partitions(self, topics: Collection[str]) -> dict[str, int]:
+        return {t: 1 for t in topics if t in {*self.ends, *self.marks}}
 
     def fence(self, transactional_id: str) -> None:
         self.journal.append(("fence", transactional_id))
@@ -255,6 +288,124 @@ class FakeAdmin:
 
 
 @dataclass
+class FakeSinks:
+    """Sinks' processes by Sink name: each runs once started, until a test ends it (`ended`:
+    its exit, as the runtime says it); `secrets` holds the passwords there are."""
+
+    journal: Journal
+    runs: dict[str, SinkRun] = field(default_factory=dict)  # the spec each was last given
+    running: set[str] = field(default_factory=set)
+    ended: dict[str, str] = field(default_factory=dict)
+    secrets: set[str] | None = None  # None: every Secret exists
+
+    def last_run(self, namespace: str, name: str) -> SinkRun | None:
+        return self.runs.get(name)
+
+    def sink_app(self, sink: Sink, run: SinkRun, owner: Mapping[str, Any]) -> RevisionApp:
+        name = sink.metadata.name
+        store = sink.spec.postgres or sink.spec.redis
+        secret = store.password_secret if store is not None else None
+        if secret is not None and self.secrets is not None and secret.name not in self.secrets:
+            raise SecretMissingError(f"spec.postgres.passwordSecret: no Secret {secret.name!r}")
+
+        def state() -> AppState:
+            if name in self.ended:
+                return AppState("FAILED", ended=True, failed=True, message=self.ended[name])
+            if name in self.running:
+                return AppState("RUNNING", running=True)
+            return AppState("ABSENT")
+
+        def start() -> AppState:
+            if name in self.running and self.runs.get(name) == run:
+                return state()
+            self.journal.append(("start sink", name, run.topic))
+            self.runs[name] = run
+            self.ended.pop(name, None)
+            self.running.add(name)
+            return AppState("SUBMITTED")
+
+        def remove() -> None:
+            self.journal.append(("remove sink", name))
+            self.running.discard(name)
+            self.ended.pop(name, None)
+
+        return RevisionApp(sink.metadata.namespace, f"{name}-sink", state, start, remove)
+
+    def stop(self, namespace: str, name: str) -> None:
+        self.journal.append(("stop sink", name))
+        self.running.discard(name)
+
+    def exit(self, name: str, why: str) -> None:
+        """The process of Sink `name` exits."""
+        self.running.discard(name)
+        self.ended[name] = why
+
+
+@dataclass
+class FakeConnectors:
+    """Connect: connectors by name, each running once applied unless a test fails it; committed
+    offsets as a test gives them (`lists`: whether Connect can list them at all)."""
+
+    journal: Journal
+    lists: bool = True
+    known: dict[str, dict[str, Any]] = field(default_factory=dict)  # offsets by connector
+    applied: dict[str, bool] = field(default_factory=dict)  # connector -> paused
+    failed: set[str] = field(default_factory=set)
+    where: str = "Connect at http://connect:8083"
+
+    @property
+    def lists_offsets(self) -> bool:
+        return self.lists
+
+    def apply(
+        self, name: str, config: Mapping[str, str], paused: bool, owner: Any, namespace: str
+    ) -> None:
+        if self.applied.get(name) != paused:
+            self.journal.append(("connector", name, "paused" if paused else "running"))
+        self.applied[name] = paused
+
+    def state(self, name: str, namespace: str) -> ConnectorState | None:
+        if name not in self.applied:
+            return None
+        if name in self.failed:
+            return ConnectorState("FAILED", ("FAILED",), "it broke")
+        return ConnectorState("PAUSED" if self.applied[name] else "RUNNING", ("RUNNING",))
+
+    def restart(self, name: str, namespace: str) -> None:
+        self.journal.append(("restart connector", name))
+        self.failed.discard(name)
+
+    def delete(self, name: str, namespace: str) -> None:
+        self.journal.append(("delete connector", name))
+        self.applied.pop(name, None)
+
+    def offsets(self, name: str, namespace: str) -> dict[str, Any] | None:
+        return self.known.get(name) if self.lists else None
+
+
+@dataclass
+class FakeCaptures:
+    """A Source's database: its tables' shapes, the rights, a slot per revision."""
+
+    journal: Journal
+    shapes: dict[str, TableShape | None] = field(default_factory=dict)
+    rights: CaptureRights = field(default_factory=lambda: CaptureRights("logical", True, True))
+    confirmed: int = 900
+    down: str | None = None  # why the database does not answer
+
+    def read(self, source: Source, password: str, revisions: Sequence[int]) -> CaptureReading:
+        if self.down is not None:
+            raise DatabaseError(self.down, "spec.postgres.host")
+        reading = (SlotReading(True, True, 100, 0, confirmed=self.confirmed), 0.0)
+        return CaptureReading(self.shapes, self.rights, dict.fromkeys(revisions, reading))
+
+    def drop(self, source: Source, password: str, revision: int) -> list[str]:
+        slot = source.revision_identifier(revision)
+        self.journal.append(("drop", slot))
+        return [f"slot {slot}", f"publication {slot}"]
+
+
+@dataclass
 class FakeProgress:
     """The runners' last progress record per revision, as a test sets them."""
 
@@ -280,6 +431,13 @@ class Parts:
     admin: FakeAdmin
     lost: list[str]  # what the retention guard answers: the first element, if any
     progress: FakeProgress = field(default_factory=FakeProgress)
+    sinks: FakeSinks | None = None
+    connectors: FakeConnectors | None = None
+    captures: FakeCaptures | None = None
+    secrets: set[str] | None = None  # the Secrets there are (None: every one)
+    topics_made: list[str] = field(default_factory=list)
+    memory: RoundMemory = field(default_factory=RoundMemory)  # kept as long as the "operator"
+    policy: RestartPolicy = field(default_factory=RestartPolicy)  # of applications and Sinks
     asked: list[tuple[dict[str, str], set[str]]] = field(default_factory=list)  # of the guard
 
     def services(self) -> Services:
@@ -295,7 +453,19 @@ class Parts:
             topics=self.topics,
             runtime=self.runtime,
             lost_history=lost_history,
+            sinks=self.sinks,
+            restart_policy=self.policy,
+            connectors=self.connectors,
+            captures=self.captures,
+            secret=self._secret,
+            make_topics=lambda wanted: self.topics_made.extend(t.name for t in wanted),
+            memory=self.memory,
         )
+
+    def _secret(self, namespace: str, secret: SecretKey, field: str) -> str:
+        if self.secrets is not None and secret.name not in self.secrets:
+            raise SecretMissingError(f"{field}: Secret {secret.name!r} in namespace {namespace}")
+        return "pw"
 
     def since(self, mark: int) -> Journal:
         """What happened after the journal held `mark` entries."""
@@ -313,4 +483,7 @@ def parts(logs: list[dict[str, Any]], writers: list[dict[str, Any]]) -> Parts:
         FakeRuntime(journal),
         FakeAdmin(journal),
         [],
+        sinks=FakeSinks(journal),
+        connectors=FakeConnectors(journal),
+        captures=FakeCaptures(journal),
     )

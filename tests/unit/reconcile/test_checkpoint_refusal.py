@@ -1,5 +1,5 @@
-"""A checkpoint root the operator refuses (`plan.checkpoint_storage`) stalls every view and job
-before anything is planned or started, and says how to fix it."""
+"""A checkpoint root the operator refuses (`plan.applications.checkpoint_storage`) stalls every view
+and job before anything is planned or started, and says how to fix it."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from tests.unit.reconcile.fakes import Parts, parts
 from tests.unit.reconcile.test_job_reconcile import job
 from tests.unit.reconcile.test_view_reconcile import log, view
 
-from distributary.plan.checkpoint_storage import checkpoint_problem
-from distributary.plan.pipeline import DEFAULT_CHECKPOINT_ROOT
+from distributary.plan.applications.checkpoint_storage import checkpoint_problem
+from distributary.plan.pipelines.pipeline import DEFAULT_CHECKPOINT_ROOT
 from distributary.reconcile.job import reconcile_job
 from distributary.reconcile.view import reconcile_view
 

@@ -17,8 +17,8 @@ from tests.unit.reconcile.test_view_reconcile import log
 
 from distributary.backends import spark_operator
 from distributary.backends.spark_operator import SparkOperatorRuntime
-from distributary.plan.conditions import Problem
-from distributary.plan.driver_pods import DRIVER_NOT_STARTING
+from distributary.plan.applications.driver_pods import DRIVER_NOT_STARTING
+from distributary.plan.status.conditions import Problem
 
 STUCK = Problem(
     DRIVER_NOT_STARTING,

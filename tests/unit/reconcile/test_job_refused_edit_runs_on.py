@@ -17,7 +17,7 @@ from tests.unit.reconcile.test_view_reconcile import log
 
 from distributary.backends.local_spark import LocalRuntime, LocalSparkRuntime
 from distributary.backends.spark_operator import SparkOperatorRuntime
-from distributary.plan.spark_state import AppState
+from distributary.plan.applications.spark_state import AppState
 from distributary.reconcile.ports import TryAgain
 
 

@@ -15,8 +15,8 @@ from distributary.api import parse_resource
 from distributary.controllers import metrics
 from distributary.graph import Pipeline
 from distributary.local.status import observe
-from distributary.plan.pipeline import PlanSettings, plan_pipeline
-from distributary.plan.progress import progress_key
+from distributary.plan.pipelines.pipeline import PlanSettings, plan_pipeline
+from distributary.plan.revisions.progress import progress_key
 
 
 def report(p: Parts, revision: int, dead_letters: int | None, **fields: Any) -> None:

@@ -15,15 +15,15 @@ import pytest
 from tests.unit.reconcile.fakes import NS, FakeProgress, Parts, parts
 from tests.unit.reconcile.test_view_reconcile import log, run, view
 
-from distributary.plan.progress import progress_key
-from distributary.plan.runner_spec import (
+from distributary.plan.applications.runner_spec import (
     RUNNER_SPEC_HASH,
     as_run_by,
     reported_hash,
     runner_spec_hash,
 )
-from distributary.plan.view_plan import ViewPlan
-from distributary.plan.view_status import query_refused
+from distributary.plan.revisions.progress import progress_key
+from distributary.plan.views.view_plan import ViewPlan
+from distributary.plan.views.view_status import query_refused
 from distributary.reconcile import applications
 from distributary.reconcile.ports import TryAgain
 

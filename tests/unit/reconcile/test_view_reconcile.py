@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from tests.unit.reconcile.fakes import NS, FakeStore, Parts, parts
 
-from distributary.plan.pipeline import SOURCE_LABEL
-from distributary.plan.progress import progress_key
+from distributary.plan.pipelines.pipeline import SOURCE_LABEL
+from distributary.plan.revisions.progress import progress_key
 from distributary.reconcile.ports import StatusConflictError, TryAgain
 from distributary.reconcile.view import reconcile_view
 

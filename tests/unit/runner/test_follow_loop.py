@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from distributary.plan.runner_spec import FollowedSpecs, RunnerSpec, applied_file
+from distributary.plan.applications.runner_spec import FollowedSpecs, RunnerSpec, applied_file
 from distributary.runner import main as runner_main
 
 

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from distributary.plan.runner_spec import RunnerInput, RunnerOutput
+from distributary.plan.applications.runner_spec import RunnerInput, RunnerOutput
 from distributary.streamjob import StreamJobContext, StreamJobError
 from distributary.streamjob.tracker import _at_most, scan_spec
 

@@ -1,0 +1,1 @@
+"""One StreamJob: what runs it, and its status."""

@@ -1,0 +1,1 @@
+"""Topics: what to make or refuse for a Log, and who owns each."""

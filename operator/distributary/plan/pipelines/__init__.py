@@ -1,0 +1,1 @@
+"""A whole pipeline's plan: every topic, child Log and Spark application it would create."""

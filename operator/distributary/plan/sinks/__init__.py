@@ -1,0 +1,1 @@
+"""Sinks: a table's statements from its Log's schema."""

@@ -1,0 +1,1 @@
+"""Sources: their tables' Logs, Debezium connectors and revisions."""

@@ -1,0 +1,1 @@
+"""Status as the API server keeps it: conditions, events, merge patches."""

@@ -1,0 +1,1 @@
+"""One DerivedView: what to create for it, and its status."""
