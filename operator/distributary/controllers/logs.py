@@ -30,14 +30,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import kopf
 
-from distributary.api import ResourceError, owner_of, parse_body, parse_resource
+from distributary.api import parse_body
 from distributary.api.job import StreamJob
-from distributary.api.log import Log, LogStatus
+from distributary.api.log import Log
 from distributary.backends.claimed import ClaimedTopicBackend
 from distributary.controllers import metrics
 from distributary.controllers.events import KubeEvents
@@ -47,12 +47,8 @@ from distributary.controllers.services import OperatorServices
 from distributary.controllers.status import StatusRecorder
 from distributary.kafka.admin import KafkaAdminError
 from distributary.kube.resources import KubeError
-from distributary.plan.applications.spark import owner_reference
-from distributary.plan.kafka_topics.topics import DesiredTopic, desired_topic
 from distributary.plan.logs.log_deletion import deleted_topics, view_of
-from distributary.plan.logs.log_status import LogReconcile, log_status, record_problems
-from distributary.plan.pipelines.pipeline import revision_topic
-from distributary.plan.views.view_plan import SERVING_ANNOTATION, VIEW_LABEL, is_child_log
+from distributary.reconcile.log import parse_log, reconcile_log
 from distributary.reconcile.ports import StatusConflictError
 
 PLURAL = "logs"
@@ -60,46 +56,6 @@ RETRY_SECONDS = 15
 DELETE_TIMEOUT = 300  # seconds a Delete-policy Log may wait for Kafka before it is let go
 SWEEP_RETRY_SECONDS = 60  # before a claims sweep that could not finish runs again
 LOGGER = logging.getLogger("distributary.claims")
-
-
-def _log(body: kopf.Body) -> Log | str:
-    """The Log, or the message saying why its spec cannot be used."""
-    document = {k: body.get(k) for k in ("apiVersion", "kind", "metadata", "spec")}
-    document["metadata"] = {
-        "name": body.meta.get("name"),
-        "namespace": body.meta.get("namespace"),
-        "labels": dict(body.meta.get("labels") or {}),
-        "annotations": dict(body.meta.get("annotations") or {}),
-        "generation": int(body.meta.get("generation") or 0),
-        "uid": body.meta.get("uid"),
-    }
-    try:
-        resource = parse_resource(document)
-    except ResourceError as exc:
-        return str(exc)
-    if not isinstance(resource, Log):
-        return "not a Log"
-    # The topic its status names: the Log held it before (a claim it made, or one from before
-    # claims were kept, which counts as made by it: `plan.kafka_topics.claims.claim_created`).
-    held = (body.get("status") or {}).get("topicName")
-    return resource.model_copy(update={"status": LogStatus(topic_name=held)}) if held else resource
-
-
-def _desired(log: Log) -> DesiredTopic:
-    """The topic a Log is served from: its own, or for a view's output its serving revision's."""
-    serving = log.metadata.annotations.get(SERVING_ANNOTATION)
-    if serving and serving.isdigit():
-        return desired_topic(log, topic=revision_topic(log, int(serving)))
-    held = log.status.topic_name if log.status is not None else None
-    if held and log.spec.topic_name is None and VIEW_LABEL not in log.metadata.labels:
-        # A Log's topic never changes: one made before the topic naming changed keeps its own.
-        return desired_topic(log, topic=held)
-    return desired_topic(log)
-
-
-async def _apply(services: OperatorServices, log: Log, managed: Any) -> LogReconcile:
-    owner = owner_reference(owner_of(log))
-    return await services.topics.ensure(log, _desired(log), owner, frozenset(managed or []))
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
@@ -122,34 +78,13 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, retry: int = 0, **_: Any) 
 
 
 async def _reconcile(body: kopf.Body, services: OperatorServices) -> None:
-    """parse -> act (the topic backend plans and carries out the topic's changes) -> record."""
-    generation = int(body.meta.get("generation") or 0)
+    """The Log's one reconcile (`reconcile.log`); what may succeed later is tried again."""
     recorder = StatusRecorder.of(services.kube, body)
-    status = dict(recorder.status)
-    found = _log(body)
-    if isinstance(found, Log) and not is_child_log(body):  # a view's output: the view's problems
-        found = record_problems(found) or found
-    if isinstance(found, str):
-        topic = (body.get("spec") or {}).get("topicName") or body.meta.get("name")
-        result = LogReconcile(generation, str(topic), invalid=found)
-    else:
-        result = await _apply(services, found, status.get("managedConfigs"))
-    await recorder.finish(log_status(result, status, datetime.now(UTC)))
-    events = KubeEvents(services.kube, body)
-    if result.invalid is not None:
-        events.warn("InvalidSpec", result.invalid)
-    if result.plan is not None:
-        for action in result.plan.actions:
-            events.info(type(action).__name__, f"Topic {result.topic}: {action}")
-        for refusal in result.plan.refusals:
-            events.warn(refusal.reason, refusal.message)
+    result = await reconcile_log(body, services, recorder, KubeEvents(services.kube, body))
     if result.taken is not None:
-        events.warn("TopicTaken", result.taken)
         raise kopf.TemporaryError(result.taken, delay=RETRY_SECONDS)  # until it is released
-    if result.refused is not None:
-        events.warn("KafkaRefused", result.refused)
-        if result.refused_again is not None:
-            raise kopf.TemporaryError(result.refused, delay=result.refused_again)
+    if result.refused is not None and result.refused_again is not None:
+        raise kopf.TemporaryError(result.refused, delay=result.refused_again)
     if result.unreachable is not None:
         raise kopf.TemporaryError(result.unreachable, delay=RETRY_SECONDS)
     if result.waiting is not None:  # another controller acts (Strimzi): look again soon
@@ -241,7 +176,7 @@ async def delete_topic(
     services: OperatorServices = memo.services
     events = KubeEvents(services.kube, body)
     spec = body.get("spec") or {}
-    found = _log(body)
+    found = parse_log(body)
     if isinstance(found, Log):
         jobs = _jobs(jobs_by_namespace, found.metadata.namespace)
         topics = deleted_topics(found, status.get("topicName"), jobs)

@@ -54,7 +54,7 @@ from distributary.local.revisions import LocalRevisions, refused, resource_key
 from distributary.local.runtime import PipelineRuntime
 from distributary.local.sinks import LocalSinks, SinkStatuses
 from distributary.local.sources import LocalSources
-from distributary.local.state import RunState, ServedLog, write_run_state
+from distributary.local.state import RunState, ServedLog, StatusFile, write_run_state
 from distributary.local.status import (
     EndRow,
     Snapshot,
@@ -70,6 +70,7 @@ from distributary.plan.applications.restarts import APPLICATION_FAILING, Restart
 from distributary.plan.applications.runner_spec import RunnerSpec
 from distributary.plan.applications.spark_state import QUERY_REFUSED
 from distributary.plan.kafka_topics.topics import DesiredTopic
+from distributary.plan.logs.log_status import LogReconcile
 from distributary.plan.pipelines.pipeline import PipelinePlan, PlanSettings, plan_pipeline
 from distributary.plan.revisions.lifecycle import read_topics
 from distributary.plan.revisions.progress import PROGRESS_TOPIC
@@ -83,6 +84,7 @@ from distributary.reconcile.failures import (
     retry_delay,
 )
 from distributary.reconcile.job import reconcile_job
+from distributary.reconcile.log import reconcile_log
 from distributary.reconcile.ports import Lineage, Services, StatusStore, TryAgain
 from distributary.reconcile.sink import reconcile_sink
 from distributary.reconcile.source import reconcile_source
@@ -91,8 +93,10 @@ from distributary.reconcile.view import reconcile_view
 IDLE_SECONDS = 3.0  # inputs unchanged this long, and no lag: caught up
 WINDOW_SECONDS = 30.0  # the longest a view with a watermark is waited for to write its windows
 POLL_SECONDS = 1.0
+LOGS_FILE = "logs.json"  # the declared Logs' statuses
 LOGGER = logging.getLogger("distributary.run")
 WORDS = {
+    "Log": "log",
     "DerivedView": "view",
     "StreamJob": "job",
     "Source": "source",
@@ -255,8 +259,8 @@ class LocalRun:
         self.plan = plan_pipeline(self.pipeline, settings)
         client = client_settings(self.kafka_security)
         admin = KafkaAdmin(bootstrap, client=client)
-        self._make_topics(DirectTopics(admin))
         direct = DirectTopics(admin)
+        self._make_internal_topics(direct)
         self.sources = LocalSources(
             self.pipeline, self.state_dir, self.secrets_dir, self.say, self.kafka_security
         )
@@ -296,19 +300,40 @@ class LocalRun:
             make_topics=lambda wanted: self._apply_topics(direct, wanted),
             memory=self.sources.memory,
         )
+        self.loop.run_until_complete(self._make_logs())
         self.reconcile()
 
-    def _make_topics(self, topics: DirectTopics) -> None:
-        assert self.plan is not None
-        declared = [t.topic for t in self.plan.topics if not self.pipeline.is_derived(t.log)]
+    def _make_internal_topics(self, topics: DirectTopics) -> None:
+        """The progress topic and each Source's heartbeat topic: no Log's."""
         compacted = {"cleanup.policy": "compact"}
         heartbeats = [
             DesiredTopic(heartbeat_topic(s), 1, None, {"retention.ms": str(HEARTBEAT_RETENTION_MS)})
             for s in self.pipeline.captures.values()
         ]
-        self._apply_topics(
-            topics, [*declared, *heartbeats, DesiredTopic(PROGRESS_TOPIC, 1, None, compacted)]
-        )
+        self._apply_topics(topics, [*heartbeats, DesiredTopic(PROGRESS_TOPIC, 1, None, compacted)])
+
+    async def _make_logs(self) -> None:
+        """Each declared Log's topic through its one reconcile (`reconcile.log`), all at once,
+        their statuses in `<state dir>/logs.json`, before anything reads or writes them. A Kafka
+        that does not answer stops the run; a change Kafka refuses is said, and the topic is
+        used as it is."""
+        assert self.plan is not None
+        statuses = StatusFile.load(self.state_dir / LOGS_FILE)
+        declared = [t.log for t in self.plan.topics if not self.pipeline.is_derived(t.log)]
+        results = await asyncio.gather(*(self._make_log(ref, statuses) for ref in declared))
+        for ref, result in zip(declared, results, strict=True):
+            if result.unreachable is not None:
+                raise RunError(f"log {ref.name}: {result.unreachable}")
+
+    async def _make_log(self, ref: Ref, statuses: StatusFile) -> LogReconcile:
+        assert self.services is not None
+        key = f"{ref.namespace}/{ref.name}"
+        log = self.pipeline.logs[ref]
+        body = log.model_dump(mode="json", by_alias=True, exclude_none=True)
+        body["metadata"] = {**body["metadata"], "uid": f"local:{key}", "generation": 1}
+        body["status"] = statuses.store(key).status
+        events = LocalEvents("Log", ref.name, self.say)
+        return await reconcile_log(body, self.services, statuses.store(key), events)
 
     def _apply_topics(self, topics: DirectTopics, wanted: Sequence[DesiredTopic]) -> None:
         for desired in wanted:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from distributary.errors import DistributaryError
+from distributary.plan.status.status_patch import changes, merged
 
 DEFAULT_STATE_DIR = Path(".distributary")
 RUN_STATE_FILE = "run.json"
@@ -175,3 +176,62 @@ def find_run_state(state_dir: Path) -> RunState | None:
     if not run_state_path(state_dir).exists():
         return None
     return read_run_state(state_dir)
+
+
+@dataclass
+class StatusFile:
+    """The statuses of one kind's resources in a file of the state folder, by
+    `namespace/name`; `store(key)` is one resource's `StatusStore` (`reconcile.ports`). Each
+    write replaces the file whole (`write_json`)."""
+
+    path: Path
+    statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path) -> StatusFile:
+        """The file as a run left it (empty when there is none); RunStateError when it cannot
+        be read."""
+        try:
+            data = json.loads(path.read_text("utf-8"))
+        except FileNotFoundError:
+            return cls(path)
+        except (OSError, ValueError) as exc:
+            raise RunStateError(
+                f"{path} cannot be read ({exc}): move it away, and the statuses are made anew"
+            ) from None
+        return cls(
+            path, {str(k): dict(v) for k, v in data.items()} if isinstance(data, dict) else {}
+        )
+
+    def store(self, key: str) -> FileStatus:
+        """The status store of the resource `key` (`namespace/name`)."""
+        return FileStatus(self, key)
+
+    def write(self, key: str, status: Mapping[str, Any]) -> None:
+        """Replace the resource's status and save the file."""
+        self.statuses[key] = dict(status)
+        write_json(self.path, self.statuses)
+
+
+@dataclass
+class FileStatus:
+    """One resource's status in a `StatusFile`."""
+
+    file: StatusFile
+    key: str
+
+    @property
+    def status(self) -> dict[str, Any]:
+        """The status as recorded."""
+        return dict(self.file.statuses.get(self.key) or {})
+
+    async def record_ahead(self, record: Mapping[str, Any]) -> None:
+        """Record what is about to be done (merged into the status); saved before it is."""
+        self.file.write(self.key, merged(self.status, record))
+
+    async def finish(self, status: Mapping[str, Any]) -> bool:
+        """Record the reconcile's status where it changes something."""
+        if not changes(self.status, status):
+            return False
+        self.file.write(self.key, merged(self.status, status))
+        return True

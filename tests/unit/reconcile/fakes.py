@@ -139,8 +139,13 @@ class FakeTopics:
     ) -> LogReconcile:
         self.journal.append(("topic", desired.name))
         refused = self.taken or self.refused
+        generation = log.metadata.generation
         return LogReconcile(
-            0, desired.name, unreachable=self.unreachable, refused=refused, taken=self.taken
+            generation,
+            desired.name,
+            unreachable=self.unreachable,
+            refused=refused,
+            taken=self.taken,
         )
 
     async def delete(self, log: Log | None, topic: str) -> None:
