@@ -22,7 +22,7 @@ from typing import Any
 from distributary.api import ResourceError, owner_of, parse_resource
 from distributary.api.log import Log, LogStatus
 from distributary.plan.applications.spark import owner_reference
-from distributary.plan.kafka_topics.topics import DesiredTopic, desired_topic
+from distributary.plan.kafka_topics.topics import DesiredTopic, described, desired_topic
 from distributary.plan.logs.log_status import LogReconcile, log_status, record_problems
 from distributary.plan.pipelines.pipeline import revision_topic
 from distributary.plan.views.view_plan import SERVING_ANNOTATION, VIEW_LABEL, is_child_log
@@ -87,7 +87,7 @@ async def reconcile_log(
         events.warn("InvalidSpec", result.invalid)
     if result.plan is not None:
         for action in result.plan.actions:
-            events.info(type(action).__name__, f"Topic {result.topic}: {action}")
+            events.info(type(action).__name__, f"Topic {result.topic}: {described(action)}")
         for refusal in result.plan.refusals:
             events.warn(refusal.reason, refusal.message)
     if result.taken is not None:

@@ -15,6 +15,7 @@ from distributary.plan.kafka_topics.topics import (
     DesiredTopic,
     ObservedTopic,
     ReassignReplicas,
+    described,
     desired_topic,
     kafka_topic_manifest,
     kafka_topic_name,
@@ -347,3 +348,16 @@ def test_a_refusal_message_gives_kafkas_words_the_field_and_when_it_is_tried_aga
     ungranted = refusal_message(REFUSED, "TOPIC_AUTHORIZATION_FAILED", "")
     assert "TOPIC_AUTHORIZATION_FAILED" in ungranted
     assert f"every {REFUSED_AGAIN // 60} minutes" in ungranted
+
+
+def test_each_action_is_described_for_people() -> None:
+    created = CreateTopic("clicks", 3, None, {"retention.ms": "60000", "cleanup.policy": "delete"})
+    assert described(created) == (
+        "created with 3 partitions (cleanup.policy=delete, retention.ms=60000)"
+    )
+    assert described(CreateTopic("clicks", 1, 3, {})) == "created with 1 partition, 3 replicas"
+    assert described(AddPartitions(6)) == "grown to 6 partitions"
+    changed = AlterConfigs({"retention.ms": "1000"}, ("max.message.bytes",))
+    assert described(changed) == (
+        "configs changed: retention.ms=1000, max.message.bytes back to the broker's default"
+    )

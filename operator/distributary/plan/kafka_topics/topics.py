@@ -89,6 +89,22 @@ class ReassignReplicas:
 TopicAction = CreateTopic | AddPartitions | AlterConfigs | ReassignReplicas
 
 
+def described(action: TopicAction) -> str:
+    """What an action did, for people (events, `distributary run`'s lines)."""
+    if isinstance(action, CreateTopic):
+        replicas = f", {action.replicas} replicas" if action.replicas is not None else ""
+        configs = ", ".join(f"{k}={v}" for k, v in sorted(action.configs.items()))
+        count = f"{action.partitions} partition{'s' if action.partitions != 1 else ''}"
+        return f"created with {count}{replicas}" + (f" ({configs})" if configs else "")
+    if isinstance(action, AddPartitions):
+        return f"grown to {action.total} partitions"
+    if isinstance(action, AlterConfigs):
+        parts = [f"{k}={v}" for k, v in sorted(action.set.items())]
+        parts += [f"{k} back to the broker's default" for k in action.delete]
+        return "configs changed: " + ", ".join(parts)
+    return f"{action.replicas} replicas for each partition"
+
+
 @dataclass(frozen=True)
 class Refusal:
     """A change the spec asks for that will not be made: the field, a CamelCase reason, and a
