@@ -39,7 +39,7 @@ unit: $(STAMP)
 # What the test beds build once per machine (Go programs, jars) is built in the background
 # meanwhile (DISTRIBUTARY_BUILD_AHEAD), while the tests that need none of it run first.
 integration: $(STAMP) system-packages
-	DISTRIBUTARY_BUILD_AHEAD=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile tests/integration
+	DISTRIBUTARY_BUILD_AHEAD=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup tests/integration
 
 lint: $(STAMP)
 	@echo "== lint: ruff, mypy, import contracts"

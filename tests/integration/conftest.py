@@ -28,13 +28,28 @@ from distributary.devtools.postgres import PostgresServer
 from distributary.devtools.redis import RedisServer
 from distributary.local.broker import EmbeddedBroker
 
+# Modules that kill their runners and brokers again and again and time what follows: on two test
+# workers they run one after another on one worker (`--dist loadgroup`), never beside each other.
+KILLING = frozenset({
+    "tests/integration/test_runner_recovery.py",
+    "tests/integration/kube/test_chaos.py",
+    "tests/integration/test_local_sink.py",
+    "tests/integration/test_local_checkpoint_lost.py",
+})  # fmt: skip
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark the integration tests, and run the Kubernetes tests last: on a fresh machine their
-    programs are built meanwhile (`pytest_sessionstart`)."""
+    programs are built meanwhile (`pytest_sessionstart`). Each module is one group of
+    `--dist loadgroup` (its module fixtures set up once), but the killing ones share one."""
+    root = config.rootpath
     for item in items:
-        if "tests/integration" in str(item.path):
-            item.add_marker(pytest.mark.integration)
+        if "tests/integration" not in str(item.path):
+            continue
+        item.add_marker(pytest.mark.integration)
+        module = item.path.relative_to(root).as_posix()
+        item.add_marker(pytest.mark.xdist_group("killing" if module in KILLING else module))
     items.sort(key=lambda item: "tests/integration/kube/" in str(item.path))
 
 

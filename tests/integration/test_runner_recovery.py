@@ -94,6 +94,10 @@ KILLS = int(os.environ.get("DISTRIBUTARY_TEST_KILLS", "3"))
 CRASHES_AFTER_TRANSACTION = 1
 SEED = int(os.environ.get("DISTRIBUTARY_TEST_SEED", "1313"))
 BACKLOG = 200
+# How long a restarted runner is given to move again, and the last one to catch up: a runner that
+# starts a JVM beside another test's (two test workers) takes minutes, and what is checked here is
+# what the output holds, not how soon.
+PATIENCE = 480
 RATE = 5.0  # records/s while the runner works, is killed and restarts
 BAD_EVERY = 20
 # Spark 4.1.1 (SPARK-55271): a query restarted on a checkpoint whose last batch was planned but
@@ -192,7 +196,7 @@ def moving_again(run: PipelineRun, before: dict[str, tuple[Offsets, Offsets]]) -
     """Wait until every view reading the events has committed more than in `before`. If the
     runner exits instead, say why and start it once more."""
     failure = None
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + PATIENCE
     while True:
         now = run.positions(READERS)
         if all(committed_total(now[v][0]) > committed_total(before[v][0]) for v in READERS):
@@ -216,7 +220,7 @@ def crash_after_a_transaction(run: PipelineRun, rng: random.Random) -> None:
         del os.environ[CRASH_AFTER]
     process = run.local.runner
     assert process is not None
-    process.wait(240)
+    process.wait(PATIENCE)
     run.local.runner = None
 
 
@@ -234,7 +238,7 @@ def recovery(
     try:
         stream.append(BACKLOG)
         run.start()
-        run.wait_until(lambda c, _: committed_total(c) > 0, "committing", READERS, timeout=240)
+        run.wait_until(lambda c, _: committed_total(c) > 0, "committing", READERS, timeout=PATIENCE)
         stream.start()
         for step in plan:
             before = run.positions(VIEWS)
@@ -250,7 +254,7 @@ def recovery(
             if failure is not None:
                 failures.append(failure)
         stream.finish()
-        run.wait_caught_up(VIEWS, timeout=240)
+        run.wait_caught_up(VIEWS, timeout=PATIENCE)
         exit_code = run.stop()
         specs = {name: run.view(name) for name in VIEWS}
         log = run.local.runner_log.read_text(errors="replace")
