@@ -32,10 +32,10 @@ from distributary.api.sink import Sink
 from distributary.backends.base import RevisionApp, SecretMissingError
 from distributary.graph import Pipeline
 from distributary.local.sources import SourceError, secret_file
-from distributary.local.state import write_json
+from distributary.local.state import MergedStatus, write_json
 from distributary.plan.applications.spark_state import AppState
 from distributary.plan.sinks.sink_plan import SinkRun
-from distributary.plan.status.status_patch import changes, merged
+from distributary.plan.status.status_patch import merged
 
 SINKS_FILE = "sinks.json"
 
@@ -220,7 +220,7 @@ class SinkStatuses:
 
 
 @dataclass
-class SinkStatus:
+class SinkStatus(MergedStatus):
     """One Sink's status in `sinks.json` (the `StatusStore` of `reconcile.ports`)."""
 
     statuses: SinkStatuses
@@ -232,13 +232,6 @@ class SinkStatus:
         meta = self.sink.metadata
         return dict(self.statuses.statuses.get(f"{meta.namespace}/{meta.name}") or {})
 
-    async def record_ahead(self, record: Mapping[str, Any]) -> None:
-        """Record what is about to be done; saved before it is."""
-        self.statuses.write(self.sink, record)
-
-    async def finish(self, status: Mapping[str, Any]) -> bool:
-        """Record the reconcile's status where it changes something."""
-        if not changes(self.status, status):
-            return False
-        self.statuses.write(self.sink, status)
-        return True
+    def write(self, update: Mapping[str, Any]) -> None:
+        """Merge `update` into the Sink's status and save the file."""
+        self.statuses.write(self.sink, update)

@@ -42,7 +42,7 @@ from distributary.databases.postgres import DatabaseError, capture_rights, conne
 from distributary.errors import DistributaryError
 from distributary.graph import Pipeline, Ref
 from distributary.local.connect import ConnectWorker
-from distributary.local.state import write_json
+from distributary.local.state import MergedStatus, write_json
 from distributary.plan.access.kafka_connection import KafkaSecurity
 from distributary.plan.applications.restarts import RoundMemory
 from distributary.plan.pipelines.pipeline import SOURCE_LABEL
@@ -59,7 +59,7 @@ from distributary.plan.sources.source_plan import (
 )
 from distributary.plan.sources.source_revisions import RETIRED, serving_topics
 from distributary.plan.sources.source_revisions import catching_up as revision_catching_up
-from distributary.plan.status.status_patch import changes, merged
+from distributary.plan.status.status_patch import merged
 from distributary.sql import parse_ddl
 
 SOURCES_FILE = "sources.json"
@@ -437,7 +437,7 @@ class LocalSources:
 
 
 @dataclass
-class SourceStatus:
+class SourceStatus(MergedStatus):
     """One Source's status in `sources.json` (the `StatusStore` of `reconcile.ports`)."""
 
     sources: LocalSources
@@ -449,16 +449,9 @@ class SourceStatus:
         meta = self.source.metadata
         return self.sources.status(f"{meta.namespace}/{meta.name}")
 
-    async def record_ahead(self, record: Mapping[str, Any]) -> None:
-        """Record what is about to be done; saved before it is."""
-        self.sources.write(self.source, record)
-
-    async def finish(self, status: Mapping[str, Any]) -> bool:
-        """Record the reconcile's status where it changes something."""
-        if not changes(self.status, status):
-            return False
-        self.sources.write(self.source, status)
-        return True
+    def write(self, update: Mapping[str, Any]) -> None:
+        """Merge `update` into the Source's status and save the file."""
+        self.sources.write(self.source, update)
 
 
 def _recorded_source(entry: Mapping[str, Any]) -> Source | None:

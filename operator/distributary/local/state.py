@@ -213,8 +213,34 @@ class StatusFile:
         write_json(self.path, self.statuses)
 
 
+class MergedStatus:
+    """A `StatusStore` (`reconcile.ports`) over a status kept in the state folder: `status` as
+    recorded, `write` merges an update into it and saves it. A run is the only writer of its
+    state folder, so nothing is refused as changed since it was read."""
+
+    @property
+    def status(self) -> dict[str, Any]:
+        """The status as recorded."""
+        raise NotImplementedError
+
+    def write(self, update: Mapping[str, Any]) -> None:
+        """Merge `update` into the status and save it."""
+        raise NotImplementedError
+
+    async def record_ahead(self, record: Mapping[str, Any]) -> None:
+        """Record what is about to be done; saved before it is."""
+        self.write(record)
+
+    async def finish(self, status: Mapping[str, Any]) -> bool:
+        """Record the reconcile's status where it changes something."""
+        if not changes(self.status, status):
+            return False
+        self.write(status)
+        return True
+
+
 @dataclass
-class FileStatus:
+class FileStatus(MergedStatus):
     """One resource's status in a `StatusFile`."""
 
     file: StatusFile
@@ -225,13 +251,6 @@ class FileStatus:
         """The status as recorded."""
         return dict(self.file.statuses.get(self.key) or {})
 
-    async def record_ahead(self, record: Mapping[str, Any]) -> None:
-        """Record what is about to be done (merged into the status); saved before it is."""
-        self.file.write(self.key, merged(self.status, record))
-
-    async def finish(self, status: Mapping[str, Any]) -> bool:
-        """Record the reconcile's status where it changes something."""
-        if not changes(self.status, status):
-            return False
-        self.file.write(self.key, merged(self.status, status))
-        return True
+    def write(self, update: Mapping[str, Any]) -> None:
+        """Merge `update` into the status and save the file."""
+        self.file.write(self.key, merged(self.status, update))
