@@ -44,7 +44,7 @@ LOGS = [
         "metadata": {"name": name},
         "spec": {"partitions": partitions, "schema": SCHEMA},
     }
-    for name, partitions in (("jc-clicks", 2), ("jc-shouts", 1))
+    for name, partitions in (("lj-clicks", 2), ("lj-shouts", 1))
 ]
 CLICKS = [{"user": f"u{i % 3}", "url": f"/page/{i}"} for i in range(12)]
 
@@ -57,8 +57,8 @@ def job_manifest(**spec: Any) -> dict[str, Any]:
         "spec": {
             "image": "not-used-by-the-local-runtime",
             "mainApplicationFile": f"local://{SCRIPT}",
-            "inputs": [{"log": "jc-clicks"}],
-            "outputs": [{"log": "jc-shouts"}],
+            "inputs": [{"log": "lj-clicks"}],
+            "outputs": [{"log": "lj-shouts"}],
             **spec,
         },
     }
@@ -70,7 +70,7 @@ def job(cluster: Cluster) -> dict[str, Any]:
 
 def shouts(broker: EmbeddedBroker) -> list[dict[str, Any]]:
     return [
-        json.loads(r.value or b"null") for r in read_topic(broker.bootstrap_servers, "jc-shouts")
+        json.loads(r.value or b"null") for r in read_topic(broker.bootstrap_servers, "lj-shouts")
     ]
 
 
@@ -98,12 +98,12 @@ def caught_up_at(cluster: Cluster, broker: EmbeddedBroker, revision: int) -> boo
 def running(cluster: Cluster, operator: Operator, broker: EmbeddedBroker) -> None:
     """The Logs, the clicks, and the job's revision 1 caught up."""
     cluster.apply(*LOGS)
-    for log in ("jc-clicks", "jc-shouts"):
+    for log in ("lj-clicks", "lj-shouts"):
         waiting(
             operator, f"Log {log} Ready", lambda log=log: is_true(cluster.get("dlog", log), "Ready")
         )
     schema = RecordSchema.parse(SCHEMA, [])
-    produce(broker.bootstrap_servers, "jc-clicks", [schema.encode(r) for r in CLICKS])
+    produce(broker.bootstrap_servers, "lj-clicks", [schema.encode(r) for r in CLICKS])
     cluster.apply(job_manifest())
     waiting(operator, "revision 1 caught up", lambda: caught_up_at(cluster, broker, 1), timeout=240)
 
@@ -123,18 +123,18 @@ def test_the_position_is_the_consumer_groups_and_the_log_lists_the_job(
     status = job(cluster)["status"]
     group = f"distributary.{NAMESPACE}.{JOB}.r1"
     assert status["consumerGroup"] == group
-    committed = KafkaAdmin(broker.bootstrap_servers).committed(group)["jc-clicks"]
+    committed = KafkaAdmin(broker.bootstrap_servers).committed(group)["lj-clicks"]
     assert sum(committed.values()) == len(CLICKS)
     (row,) = status["inputs"]
     assert row["position"] == {str(p): o for p, o in committed.items()}
     assert row["lag"] == 0
 
     def subscriber() -> dict[str, Any] | None:
-        found = ((cluster.get("dlog", "jc-clicks") or {}).get("status") or {}).get("subscribers")
+        found = ((cluster.get("dlog", "lj-clicks") or {}).get("status") or {}).get("subscribers")
         # The Log lists what the job's status said at its last observation: lag 0 soon.
         return next((s for s in found or [] if s["kind"] == "StreamJob" and s["lag"] == 0), None)
 
-    listed = waiting(operator, "the job among jc-clicks' subscribers", subscriber)
+    listed = waiting(operator, "the job among lj-clicks' subscribers", subscriber)
     assert (listed["name"], listed["consumerGroup"], listed["revision"]) == (JOB, group, 1)
 
 
@@ -152,7 +152,7 @@ def test_a_reprocess_edit_runs_revision_2_from_the_start_and_stops_revision_1(
         c["url"].upper() + "!" for c in CLICKS
     )
     group = KafkaAdmin(broker.bootstrap_servers).committed(f"distributary.{NAMESPACE}.{JOB}.r2")
-    assert sum(group["jc-clicks"].values()) == len(CLICKS)
+    assert sum(group["lj-clicks"].values()) == len(CLICKS)
     assert job(cluster)["status"]["lastChange"]["classification"] == "Reprocess"
 
 
