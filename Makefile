@@ -4,12 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Integration test modules run on this many workers (pytest-xdist; a module's tests stay
-# together on one worker, each worker starts its own broker and control plane); 0 runs them in
-# pytest's own process, one module after another. Two workers took 36 minutes in one whole run
-# and 59 in another (with other work on the machine), against about 60 for one worker; at that
-# load the runner's recovery test (SIGKILLs under live input) misses its 240 s windows, so 0
-# stays the default until it does not.
-TEST_WORKERS ?= 0
+# together on one worker, and the modules that kill runners and brokers share one worker:
+# tests/integration/conftest.py `pytest_xdist_make_scheduler`; each worker starts its own broker
+# and control plane); 0 runs them in pytest's own process, one module after another.
+TEST_WORKERS ?= 2
 
 .PHONY: install system-packages check test unit integration lint demo shop crds docs clean helm chart-lint devcluster e2e-local e2e-kind locks
 
@@ -39,7 +37,7 @@ unit: $(STAMP)
 # What the test beds build once per machine (Go programs, jars) is built in the background
 # meanwhile (DISTRIBUTARY_BUILD_AHEAD), while the tests that need none of it run first.
 integration: $(STAMP) system-packages
-	DISTRIBUTARY_BUILD_AHEAD=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup tests/integration
+	DISTRIBUTARY_BUILD_AHEAD=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) tests/integration
 
 lint: $(STAMP)
 	@echo "== lint: ruff, mypy, import contracts"

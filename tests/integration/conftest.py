@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,7 @@ from distributary.devtools.redis import RedisServer
 from distributary.local.broker import EmbeddedBroker
 
 # Modules that kill their runners and brokers again and again and time what follows: on two test
-# workers they run one after another on one worker (`--dist loadgroup`), never beside each other.
+# workers they run one after another on one worker, never beside each other.
 KILLING = frozenset({
     "tests/integration/test_runner_recovery.py",
     "tests/integration/kube/test_chaos.py",
@@ -38,19 +39,26 @@ KILLING = frozenset({
 })  # fmt: skip
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark the integration tests, and run the Kubernetes tests last: on a fresh machine their
-    programs are built meanwhile (`pytest_sessionstart`). Each module is one group of
-    `--dist loadgroup` (its module fixtures set up once), but the killing ones share one."""
-    root = config.rootpath
+    programs are built meanwhile (`pytest_sessionstart`)."""
     for item in items:
-        if "tests/integration" not in str(item.path):
-            continue
-        item.add_marker(pytest.mark.integration)
-        module = item.path.relative_to(root).as_posix()
-        item.add_marker(pytest.mark.xdist_group("killing" if module in KILLING else module))
+        if "tests/integration" in str(item.path):
+            item.add_marker(pytest.mark.integration)
     items.sort(key=lambda item: "tests/integration/kube/" in str(item.path))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """On test workers, a module's tests run together on one worker (its module fixtures set up
+    once, as `--dist loadfile`), and the `KILLING` modules together on one."""
+    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
+
+    class ModuleScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "killing" if module in KILLING else module
+
+    return ModuleScheduling(config, log)
 
 
 _BUILDS: list[processes.Supervised] = []
