@@ -23,7 +23,14 @@ from itertools import count
 from typing import Any
 
 import pytest
-from tests.integration.kube.operator_harness import Cluster, Operator, condition, is_true, waiting
+from tests.integration.kube.operator_harness import (
+    Cluster,
+    Operator,
+    condition,
+    is_true,
+    wait_for,
+    waiting,
+)
 from tests.integration.kube.test_job_spark_operator import SPARK_APPLICATION, SPARK_CRD
 
 from distributary.kafka.records import produce
@@ -210,4 +217,12 @@ def test_a_corrected_starting_position_starts_revision_2(
 
 
 def test_records_arrived_all_along(arriving: list[int]) -> None:
-    assert arriving[0] >= 50
+    """The appender ran through every test above and still appends: the tests before may take
+    less than the 10 s that 50 records take (two test workers finish them sooner), so it is
+    given the time."""
+    before = arriving[0]
+    wait_for(
+        "50 records appended, and more after the tests",
+        lambda: arriving[0] >= max(50, before + 5),
+        60,
+    )
