@@ -117,8 +117,9 @@ def test_a_raised_epoch_starts_revision_2_beside_and_its_cutover_is_written_ahea
     assert ("event", "CutOver") in after
 
 
-def test_a_revision_recorded_retiring_is_retired_by_the_next_reconcile() -> None:
-    rows = [
+def cut_over_rows() -> list[dict[str, Any]]:
+    """The rows a cutover writes: revision 2 serves (its snapshot whole), revision 1 retires."""
+    return [
         {"revision": 1, "phase": RETIRING, "epoch": 0},
         {
             "revision": 2,
@@ -128,7 +129,10 @@ def test_a_revision_recorded_retiring_is_retired_by_the_next_reconcile() -> None
             "topics": {"public.orders": "shop-orders.r2"},
         },
     ]
-    p = setup(revisions=rows)
+
+
+def test_a_revision_recorded_retiring_is_retired_by_the_next_reconcile() -> None:
+    p = setup(revisions=cut_over_rows())
     p.store.saved["servingRevision"] = 2
     assert p.connectors is not None
     p.connectors.known[R2] = offsets(950)
@@ -141,17 +145,7 @@ def test_a_revision_recorded_retiring_is_retired_by_the_next_reconcile() -> None
 def test_rows_written_but_not_acted_on_are_acted_on_by_the_next_reconcile() -> None:
     """A crash after the cutover's rows were written, before the table Log moved: the rows say
     revision 2 serves, so the next reconcile points the Log at its topic."""
-    rows = [
-        {"revision": 1, "phase": RETIRING, "epoch": 0},
-        {
-            "revision": 2,
-            "phase": SERVING,
-            "epoch": 1,
-            "snapshotDone": True,
-            "topics": {"public.orders": "shop-orders.r2"},
-        },
-    ]
-    p = setup(revisions=rows)
+    p = setup(revisions=cut_over_rows())
     p.store.saved["servingRevision"] = 2
     status = run(p, source(1))
     assert p.world.served["shop-orders"] == status["tables"][0]["topic"]
