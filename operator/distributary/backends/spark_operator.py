@@ -45,11 +45,59 @@ from distributary.plan.applications.spark_state import (
 )
 
 KIND = "SparkApplication"
+API_VERSION = SPARK_APPLICATION_API_VERSION
 # Seconds an application applied afresh waits for the driver pod its deleted predecessor left
 # (the garbage collector removes it): a pod of that name makes the Spark operator's submission
 # fail, which would count as one more failure. After that, it is applied anyway.
 DRIVER_GONE_WAIT = 15.0
 DRIVER_GONE_POLL = 0.5
+KEPT = ("apiVersion", "kind", "spec", "status")  # of an application the watch saw
+KEPT_METADATA = ("name", "namespace", "labels", "annotations", "ownerReferences", "resourceVersion")
+
+
+def _older(meta: Mapping[str, Any], than: Mapping[str, Any]) -> bool:
+    """Whether the object version `meta` names came before `than`'s (versions the API server
+    gives as numbers are compared as numbers; others are taken as they come)."""
+    mine, theirs = str(meta.get("resourceVersion") or ""), str(than.get("resourceVersion") or "")
+    return mine.isdigit() and theirs.isdigit() and int(mine) < int(theirs)
+
+
+class WatchedApplications:
+    """The SparkApplications as the operator's watch last saw them, by (namespace, name): what a
+    reconcile reads instead of asking the API server again. Only what was seen is trusted: an
+    application it does not hold (not seen yet, or deleted) is read from the API server, so a
+    watch that lags can cost a read, never a wrong answer for long (every change of state is
+    seen, and reconciles its owner again)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The application as last seen, or None when it is not held."""
+        return self._seen.get((namespace, name))
+
+    def state(self, namespace: str, name: str) -> str | None:
+        """The state of the application as last seen (None: not held)."""
+        app = self._seen.get((namespace, name))
+        return None if app is None else spark_application_state(app).state
+
+    def saw(self, app: Mapping[str, Any]) -> str | None:
+        """Hold `app` (as a watch event or a write's answer has it); the state it had before,
+        or None when it was not held."""
+        meta = app.get("metadata") or {}
+        key = (str(meta.get("namespace")), str(meta.get("name")))
+        before = self.state(*key)
+        held = self._seen.get(key)
+        if held is not None and _older(meta, held["metadata"]):
+            return before  # an event from before a write whose answer is held already
+        kept: dict[str, Any] = {k: app[k] for k in KEPT if k in app}
+        kept["metadata"] = {k: meta[k] for k in KEPT_METADATA if k in meta}
+        self._seen[key] = kept
+        return before
+
+    def gone(self, namespace: str, name: str) -> None:
+        """The application was deleted."""
+        self._seen.pop((namespace, name), None)
 
 
 def as_applied(app: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -79,8 +127,10 @@ class SparkOperatorRuntime:
         claim: CheckpointClaim | None = None,
         service_account: str = DEFAULT_SERVICE_ACCOUNT,
         kafka_secrets: KafkaSecretMounts | None = None,
+        watched: WatchedApplications | None = None,
     ) -> None:
         self.kube = kube
+        self.watched = watched  # the operator's watch of the applications, when it has one
         self.image = image
         self.claim = claim
         self.service_account = service_account
@@ -123,7 +173,8 @@ class SparkOperatorRuntime:
         read: dict[str, Any] = {}
 
         def state() -> AppState:
-            read["app"] = self.kube.get(SPARK_APPLICATION_API_VERSION, KIND, namespace, name)
+            held = self.watched.get(namespace, name) if self.watched is not None else None
+            read["app"] = held or self.kube.get(API_VERSION, KIND, namespace, name)
             seen = self._driver(namespace, name, revision, spark_application_state(read["app"]))
             read["state"] = seen
             return seen
@@ -145,15 +196,17 @@ class SparkOperatorRuntime:
             if current is None:
                 self._await_driver_gone(namespace, name)
             # The applied object carries the Spark operator's status: no second read needed.
-            applied = spark_application_state(self.kube.apply(wanted))
-            return self._driver(namespace, name, revision, applied)
+            answer = self.kube.apply(wanted)
+            if self.watched is not None:  # the watch sees it next: no news to act on then
+                self.watched.saw(answer)
+            return self._driver(namespace, name, revision, spark_application_state(answer))
 
         def remove() -> None:
             removed = read.pop("app", None)
             read.pop("state", None)
             if removed is not None:
                 read["removed"] = removed
-            self.kube.delete(SPARK_APPLICATION_API_VERSION, KIND, namespace, name)
+            self._delete(namespace, name)
 
         return RevisionApp(namespace, name, state, start, remove)
 
@@ -174,13 +227,14 @@ class SparkOperatorRuntime:
         return [
             revision
             for revision in revisions
-            if self.kube.delete(
-                SPARK_APPLICATION_API_VERSION,
-                KIND,
-                owner.namespace,
-                application_name(owner.name, revision, owner.kind),
-            )
+            if self._delete(owner.namespace, application_name(owner.name, revision, owner.kind))
         ]
+
+    def _delete(self, namespace: str, name: str) -> bool:
+        """Delete the SparkApplication; whether it existed."""
+        if self.watched is not None:
+            self.watched.gone(namespace, name)
+        return bool(self.kube.delete(SPARK_APPLICATION_API_VERSION, KIND, namespace, name))
 
     def stopped(self, owner: Owner, revision: int) -> bool:
         """The SparkApplication is gone and so is its driver pod (deleted with the application
@@ -198,7 +252,7 @@ class SparkOperatorRuntime:
         for item in self.kube.list(SPARK_APPLICATION_API_VERSION, KIND, owner.namespace, selector):
             meta = item["metadata"]
             if (meta.get("labels") or {}).get("distributary.dev/revision") != str(keep):
-                self.kube.delete(SPARK_APPLICATION_API_VERSION, KIND, owner.namespace, meta["name"])
+                self._delete(owner.namespace, meta["name"])
                 stopped.append(str(meta["name"]))
         return stopped
 

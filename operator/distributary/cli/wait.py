@@ -34,7 +34,6 @@ from distributary.plan.access.kafka_connection import KafkaSecurity
 from distributary.plan.pipelines.pipeline import PlanSettings, plan_pipeline
 from distributary.plan.revisions.positions import parse_cover, uncovered
 from distributary.plan.sinks.sink_plan import SinkRun
-from distributary.sinks.main import StoreReadError, held_positions
 
 API = "distributary.dev/v1alpha1"
 Positions = dict[str, dict[int, int]]
@@ -127,6 +126,10 @@ def _sink_probe(
     admin = KafkaAdmin(servers, client=client)
 
     def probe() -> tuple[Positions, bool, str]:
+        # Here, not at the top: every command's module is loaded with the CLI, and the Sinks'
+        # database drivers (15 MB) are no business of the others (the operator among them).
+        from distributary.sinks.main import StoreReadError, held_positions
+
         if not spec.exists():
             return {log: {}}, False, "the Sink has not started yet"
         run = SinkRun.model_validate_json(spec.read_text("utf-8"))

@@ -22,6 +22,7 @@ from typing import Any
 
 import kopf
 
+from distributary.api.log import Log
 from distributary.controllers import metrics
 from distributary.controllers.events import KubeEvents
 from distributary.controllers.indexes import (
@@ -46,6 +47,7 @@ from distributary.reconcile.failures import (
     retry_delay,
 )
 from distributary.reconcile.job import reconcile_job
+from distributary.reconcile.log import parse_log, served_topic
 from distributary.reconcile.ports import Lineage, StatusConflictError, TryAgain
 from distributary.reconcile.sink import reconcile_sink
 from distributary.reconcile.source import reconcile_source
@@ -124,7 +126,8 @@ class Namespace:
         if child is None or not holds(child, output):  # else an apply changes nothing
             child = await asyncio.to_thread(self.services.kube.apply, output)
         assert child is not None
-        if (child.get("status") or {}).get("topicName") != topic:
+        held = (child.get("status") or {}).get("topicName")
+        if held != topic and not (held is None and _will_serve(child, topic)):
             await StatusRecorder.of(self.services.kube, child).record_ahead({"topicName": topic})
 
     def read_elsewhere(self, namespace: str, name: str) -> set[str]:
@@ -156,6 +159,15 @@ class Namespace:
         """The Log `name` as the index holds it (its status names the topic it serves)."""
         logs = self._items("logs", namespace)
         return next((log for log in logs if log["metadata"]["name"] == name), None)
+
+
+def _will_serve(log: Mapping[str, Any], topic: str) -> bool:
+    """Whether the Log's own reconcile, which has not written its status yet (it was just
+    made), will name `topic` (the serving revision's, from its annotation). Its status is then
+    left to it: a write here would change the Log under its first reconcile, which would fail
+    on it and run again."""
+    found = parse_log(log)
+    return isinstance(found, Log) and served_topic(found).name == topic
 
 
 async def reconcile_resource(

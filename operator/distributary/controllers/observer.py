@@ -125,12 +125,16 @@ async def _observe_log(
         await StatusRecorder.of(services.kube, log).finish(update)
 
 
-async def _observe(services: OperatorServices, item: dict[str, Any], indexes: Any) -> bool:
+async def _observe(
+    services: OperatorServices, item: dict[str, Any], indexes: Any, wait: bool = False
+) -> bool:
     """Reconcile a view, job or Sink as on a change, and write its status if it changed; False when
-    the status had changed since `item` was read (nothing was written)."""
+    the status had changed since `item` was read (nothing was written). A round leaves alone what
+    a handler reconciles at that moment; with `wait` (something changed that the handler may have
+    read before the change), the reconcile waits for the handler's and runs after it."""
     kind, namespace, name = item["kind"], item["metadata"]["namespace"], item["metadata"]["name"]
     lock = one_at_a_time(kind, namespace, name)
-    if lock.locked():
+    if lock.locked() and not wait:
         return True  # its handler reconciles it now: this round leaves it alone
     try:
         async with lock:
@@ -168,13 +172,11 @@ async def application_changed(
     services: OperatorServices = memo.services
     meta = body.meta
     key = (str(meta.get("namespace")), str(meta.get("name")))
-    state = str(((body.get("status") or {}).get("applicationState") or {}).get("state") or "")
-    before = services.application_states.get(key)
     if type == "DELETED":
-        services.application_states.pop(key, None)
+        services.applications.gone(*key)
         return
-    services.application_states[key] = state
-    if type is None or before == state:
+    before = services.applications.saw(body)
+    if type is None or before == services.applications.state(*key):
         return
     indexes = indexes_of(found)
     for owner in meta.get("ownerReferences") or []:
@@ -191,6 +193,6 @@ async def application_changed(
                 ),
                 None,
             )
-            if item is None or await _observe(services, item, indexes):
+            if item is None or await _observe(services, item, indexes, wait=True):
                 break
             await asyncio.sleep(NUDGE_PAUSE)

@@ -21,7 +21,7 @@ from distributary.backends.local_sinks import LocalSinkProcesses
 from distributary.backends.local_spark import LocalRuntime, LocalSparkRuntime
 from distributary.backends.secrets import api_secret
 from distributary.backends.sink_workloads import SinkDeployments
-from distributary.backends.spark_operator import SparkOperatorRuntime
+from distributary.backends.spark_operator import SparkOperatorRuntime, WatchedApplications
 from distributary.backends.strimzi import StrimziTopicBackend, StrimziTopics
 from distributary.backends.topic_batches import DirectTopicBackend
 from distributary.controllers.settings import OperatorSettings
@@ -47,8 +47,9 @@ class OperatorServices(Services):
 
     settings: OperatorSettings
     kube: Kube
-    application_states: dict[tuple[str, str], str] = field(default_factory=dict, repr=False)
-    """The last state seen of each SparkApplication (namespace, name), to act on changes."""
+    applications: WatchedApplications = field(default_factory=WatchedApplications, repr=False)
+    """Each SparkApplication as last seen, to act on changes of state and to read it without
+    asking the API server (the spark-operator runtime reads it)."""
 
 
 def runners_security(settings: OperatorSettings) -> KafkaSecurity | None:
@@ -100,6 +101,7 @@ def build(settings: OperatorSettings) -> OperatorServices:
     topics = ClaimedTopicBackend(topics, claims, admin)
     runtime: SparkRuntime
     sinks: SinkRuntime
+    watched = WatchedApplications()  # fed by the operator's watch of SparkApplications
     if settings.spark_runtime == "local":
         local = LocalRuntime(settings.state_dir)
         runtime = LocalSparkRuntime(local)
@@ -112,6 +114,7 @@ def build(settings: OperatorSettings) -> OperatorServices:
             settings.checkpoint_claim,
             settings.spark_service_account,
             kafka_secrets=settings.kafka_secrets,
+            watched=watched,
         )
 
     connectors: Connectors | None = None
@@ -147,4 +150,5 @@ def build(settings: OperatorSettings) -> OperatorServices:
         captures=PostgresCaptures(),
         make_topics=lambda wanted: _make_topics(admin, wanted),
         sinks=sinks,
+        applications=watched,
     )

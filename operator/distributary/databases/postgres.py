@@ -12,13 +12,14 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
-
-import psycopg
+from typing import TYPE_CHECKING, Any
 
 from distributary.api.source import PostgresConnection
 from distributary.errors import DistributaryError
 from distributary.plan.sources.source_plan import CaptureRights, Column, SlotReading, TableShape
+
+if TYPE_CHECKING:  # imported where a connection is made: the operator without Sources never
+    import psycopg  # loads the driver (9 MB of its memory)
 
 CONNECT_TIMEOUT = 10  # seconds
 
@@ -34,6 +35,8 @@ class DatabaseError(DistributaryError, RuntimeError):
 
 def connect(connection: PostgresConnection, password: str) -> psycopg.Connection[Any]:
     """A connection as the Source's user, in autocommit (every read sees the latest catalog)."""
+    import psycopg  # here, as the module's imports say
+
     try:
         return psycopg.connect(
             host=connection.host,
@@ -182,6 +185,8 @@ def slot_reading(db: psycopg.Connection[Any], slot: str) -> tuple[SlotReading, f
 def drop_capture(db: psycopg.Connection[Any], slot: str, publication: str) -> list[str]:
     """Drop the Source's slot (ending the connection reading it, if any) and its publication;
     what was dropped, for people."""
+    import psycopg  # here, as the module's imports say
+
     dropped = []
     with db.cursor() as cursor:
         cursor.execute(

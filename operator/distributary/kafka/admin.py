@@ -19,6 +19,7 @@ like drift.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
@@ -29,6 +30,7 @@ from confluent_kafka import (
     IsolationLevel,
     KafkaError,
     KafkaException,
+    TopicCollection,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
@@ -128,6 +130,8 @@ class KafkaAdmin:
         self.timeout = timeout
         self.client = dict(client or {})
         self._client = AdminClient(client_config(bootstrap_servers, **self.client))
+        self._listings: dict[str, tuple[float, set[str]]] = {}  # (when asked, names)
+        self._listing_locks: dict[str, threading.Lock] = {}
 
     def describe_topic(self, topic: str) -> ObservedTopic | None:
         """The topic as Kafka reports it (configs: its own overrides only), None if absent."""
@@ -253,21 +257,30 @@ class KafkaAdmin:
         }
 
     def _listed(self, topics: Iterable[str]) -> dict[str, dict[int, Any] | None]:
-        """Each of `topics`' partition metadata (None: absent), from one metadata request; a
-        topic whose metadata carries another error is left out."""
-        listed = self._call(
-            f"listing the topics of Kafka at {self.bootstrap_servers}",
-            lambda t: self._client.list_topics(timeout=t).topics,
-        )
-        found: dict[str, dict[int, Any] | None] = {}
-        for name in set(topics):
-            metadata = listed.get(name)
-            error = None if metadata is None else metadata.error
-            if metadata is None or (error is not None and error.code() == _E.UNKNOWN_TOPIC_OR_PART):
-                found[name] = None
-            elif error is None:
-                found[name] = dict(metadata.partitions)
-        return found
+        """Each of `topics`' partition metadata (None: absent), from one metadata request that
+        names them (never the whole cluster's: with thousands of topics that cost more than the
+        work it served); a topic Kafka answers with another error is left out."""
+        names = sorted(set(topics))
+        if not names:
+            return {}
+
+        def attempt(timeout: float) -> dict[str, dict[int, Any] | None]:
+            futures = self._client.describe_topics(TopicCollection(names), request_timeout=timeout)
+            found: dict[str, dict[int, Any] | None] = {}
+            for name, future in futures.items():
+                try:
+                    described = result_within(future, timeout)
+                except KafkaException as exc:
+                    code = kafka_error(exc).code()
+                    if code in _UNREACHABLE:
+                        raise  # the request, not the topic: Kafka did not answer
+                    if code == _E.UNKNOWN_TOPIC_OR_PART:
+                        found[name] = None
+                    continue
+                found[name] = {p.id: p for p in described.partitions}
+            return found
+
+        return self._call(f"describing topics on Kafka at {self.bootstrap_servers}", attempt)
 
     def describe_topics(self, topics: Iterable[str]) -> dict[str, ObservedTopic | None]:
         """`describe_topic` of many topics in two requests; a topic Kafka answered with an error
@@ -456,14 +469,20 @@ class KafkaAdmin:
         before can commit nothing more."""
         fence(self.bootstrap_servers, transactional_id, self.timeout, self.client)
 
-    def topic_names(self) -> set[str]:
-        """The names of every topic in the cluster."""
-        return self._call(
-            "listing the topics", lambda t: set(self._client.list_topics(timeout=t).topics)
+    def topic_names(self, max_age: float = 0.0) -> set[str]:
+        """The names of every topic in the cluster; a listing asked for at most `max_age`
+        seconds ago may answer (`_shared`)."""
+        return self._shared(
+            "topics",
+            max_age,
+            lambda: self._call(
+                "listing the topics", lambda t: set(self._client.list_topics(timeout=t).topics)
+            ),
         )
 
-    def group_names(self) -> set[str]:
-        """The ids of every consumer group the cluster knows."""
+    def group_names(self, max_age: float = 0.0) -> set[str]:
+        """The ids of every consumer group the cluster knows; a listing asked for at most
+        `max_age` seconds ago may answer (`_shared`)."""
 
         def attempt(timeout: float) -> set[str]:
             listed = result_within(
@@ -471,7 +490,25 @@ class KafkaAdmin:
             )
             return {str(g.group_id) for g in listed.valid}
 
-        return self._call("listing the consumer groups", attempt)
+        return self._shared("groups", max_age, lambda: self._call("listing the groups", attempt))
+
+    def _shared(self, what: str, max_age: float, listing: Callable[[], set[str]]) -> set[str]:
+        """`listing()`, or one asked for at most `max_age` seconds ago (0: none). Callers asking
+        at once share one listing: the first lists while the others wait for it, so that many
+        reconciles starting together ask Kafka once, not once each. A listing of every topic of
+        a cluster of thousands costs the broker and this process more than most requests."""
+        if max_age <= 0:
+            return listing()
+        asked = time.monotonic()
+        lock = self._listing_locks.setdefault(what, threading.Lock())
+        with lock:
+            held = self._listings.get(what)
+            if held is not None and held[0] >= asked - max_age:
+                return set(held[1])
+            started = time.monotonic()
+            names = listing()
+            self._listings[what] = (started, names)
+            return set(names)
 
     def broker_config(self, name: str) -> str | None:
         """The value of broker setting `name` (e.g. `offsets.retention.minutes`) on a broker of

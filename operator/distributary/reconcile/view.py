@@ -69,6 +69,7 @@ from distributary.reconcile.failures import announce
 from distributary.reconcile.ports import Events, Services, StatusStore, TryAgain, World
 
 RETRY_SECONDS = 15.0  # before a view that waits on Kafka (its topics, its history) runs again
+LISTING_AGE = 10.0  # seconds a listing of every topic or group may serve a new view's plan
 
 
 def _plan(
@@ -87,7 +88,10 @@ def _plan(
     if output is not None and not status.get("revisions"):
         try:  # a view created again goes on past what the one before it left in Kafka
             admin = services.admin
-            first = first_revision(view, output, admin.topic_names(), admin.group_names())
+            # Listings shared by the views created together: their earlier topics and groups,
+            # if any, are older than that.
+            topics, groups = admin.topic_names(LISTING_AGE), admin.group_names(LISTING_AGE)
+            first = first_revision(view, output, topics, groups)
         except KafkaAdminError as exc:
             raise TryAgain(f"looking for an earlier view's topics: {exc}", RETRY_SECONDS) from exc
     planned = functools.partial(

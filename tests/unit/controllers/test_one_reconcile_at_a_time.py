@@ -18,6 +18,7 @@ from typing import Any
 import kopf
 import pytest
 
+from distributary.backends.spark_operator import WatchedApplications
 from distributary.controllers import handling, logs, observer
 
 NS, NAME = "team", "big"
@@ -85,6 +86,40 @@ def test_the_observer_leaves_alone_a_view_its_handler_reconciles(
 
     asyncio.run(both())
     assert timeline == [("start", "handler", "7"), ("end", "handler", "7")]
+
+
+def test_an_application_change_seen_during_the_handlers_reconcile_reconciles_after_it(
+    timeline: list[tuple[str, str, str]],
+) -> None:
+    """The handler may have read the application before it changed (its driver now runs): a
+    change seen meanwhile is reconciled once the handler's reconcile ends, not left to the next
+    round (which made 300 views wait up to a whole observe interval to turn Ready)."""
+
+    async def both() -> None:
+        svc = services("8")  # the handler's own status write moved the view on: version 8
+        svc.applications = WatchedApplications()
+        first = asyncio.create_task(handler("7", svc))
+        await asyncio.sleep(0.01)  # the handler's reconcile has begun
+        app = {
+            "metadata": {
+                "namespace": NS,
+                "name": "big-r1",
+                "ownerReferences": [{"kind": "DerivedView", "name": NAME, "controller": True}],
+            },
+            "status": {"applicationState": {"state": "RUNNING"}},
+        }
+        views = {"views_by_namespace": {NS: [item("7")]}}
+        memo = SimpleNamespace(services=svc)
+        await observer.application_changed(kopf.Body(app), "MODIFIED", memo, **views)  # type: ignore[arg-type]
+        await first
+
+    asyncio.run(both())
+    assert timeline == [
+        ("start", "handler", "7"),
+        ("end", "handler", "7"),
+        ("start", "observer", "8"),
+        ("end", "observer", "8"),
+    ]
 
 
 def test_a_handler_waits_for_the_observers_reconcile_and_it_acts_on_a_fresh_read(

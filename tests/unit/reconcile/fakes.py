@@ -285,10 +285,10 @@ class FakeAdmin:
     def describe_group(self, group: str) -> Any:
         return None
 
-    def topic_names(self) -> set[str]:
+    def topic_names(self, max_age: float = 0.0) -> set[str]:
         return {*self.ends, *self.marks, *self.left}
 
-    def group_names(self) -> set[str]:
+    def group_names(self, max_age: float = 0.0) -> set[str]:
         return set(self.groups)
 
 
