@@ -2,8 +2,10 @@
 
 The Spark operator makes the driver and executors; Distributary applies the SparkApplication
 (owned by its view or job, so the garbage collector removes it with its owner), reads its state
-from `status.applicationState`, and deletes it to stop a revision. An observe round over many
-running views reads each application once and writes nothing: starting one applies the manifest
+from `status.applicationState`, and deletes it to stop a revision. Under the operator, an
+application is read from what its watch saw last (`WatchedApplications`), and from the API
+server only when the watch does not hold it. An observe round over many running views reads
+each application once and writes nothing: starting one applies the manifest
 only when the application last read lacks part of it. Of an application submitted whose driver
 does not run, the driver pod is read too, to say why it cannot start
 (`plan.applications.driver_pods`): the Spark operator reports only SUBMITTED meanwhile, and the

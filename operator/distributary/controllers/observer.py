@@ -167,7 +167,8 @@ async def application_changed(
 ) -> None:
     """A SparkApplication changed: when its state did, reconcile the view or job that owns it
     now rather than at the next round, so that a view turns Ready when its application runs
-    (and an ended one is restarted) within moments. Registered for the spark-operator runtime.
+    (and an ended one is restarted) within moments; a reconcile of it at work, which may have read
+    the application before the change, is waited for. Registered for the spark-operator runtime.
     kopf's first listing only records the states: the first round looks at everything."""
     services: OperatorServices = memo.services
     meta = body.meta
