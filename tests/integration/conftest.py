@@ -7,6 +7,7 @@ with its data in pytest's temporary folder; nothing here stands in for Kafka.
 
 from __future__ import annotations
 
+import collections
 import os
 import subprocess
 import sys
@@ -78,6 +79,29 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     """A build still running when the tests end is stopped (it is taken up again next time)."""
     for build in _BUILDS:
         build.stop(10)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """After the slowest tests, the slowest modules (their tests' setup, call and teardown
+    summed) and each test worker's busy time: where the suite's minutes go, and how evenly the
+    workers share them."""
+    modules: collections.defaultdict[str, float] = collections.defaultdict(float)
+    workers: collections.defaultdict[str, float] = collections.defaultdict(float)
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            duration, nodeid = getattr(report, "duration", None), getattr(report, "nodeid", "")
+            if not isinstance(duration, int | float) or not nodeid:
+                continue
+            modules[nodeid.split("::")[0]] += duration
+            gateway = getattr(getattr(report, "node", None), "gateway", None)
+            workers[str(getattr(gateway, "id", "main"))] += duration
+    if not modules:
+        return
+    terminalreporter.write_sep("=", "slowest modules (setup, call and teardown summed)")
+    for module, seconds in sorted(modules.items(), key=lambda item: -item[1])[:15]:
+        terminalreporter.write_line(f"{seconds:8.1f}s {module}")
+    busy = ", ".join(f"{name} {seconds / 60:.1f} min" for name, seconds in sorted(workers.items()))
+    terminalreporter.write_line(f"busy per test worker: {busy}")
 
 
 @pytest.fixture(scope="session", autouse=True)
