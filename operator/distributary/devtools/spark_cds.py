@@ -21,7 +21,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from importlib.metadata import version
+from importlib.metadata import distribution, version
 from pathlib import Path
 
 from distributary.artifacts import SPARK_KAFKA_CONNECTOR, cache_root, jars
@@ -63,10 +63,29 @@ def _java_version() -> str:
     ).strip()
 
 
+def class_path_fingerprint(folder: Path) -> str:
+    """What the JVM checks of the jars in `folder` before it maps an archive: where they are,
+    their sizes and their modification times. Each install of pyspark (a new checkout's
+    environment) has jars of its own, and the JVM refuses an archive made with others."""
+    entries = sorted(folder.glob("*.jar")) if folder.is_dir() else []
+    lines = [str(folder.resolve())]
+    for jar in entries:
+        found = jar.stat()
+        lines.append(f"{jar.name} {found.st_size} {found.st_mtime_ns}")
+    return "\n".join(lines)
+
+
+def _pyspark_jars() -> Path:
+    """The folder of Spark's jars in this environment's pyspark (found without importing it)."""
+    return Path(str(distribution("pyspark").locate_file("pyspark/jars")))
+
+
 def archive_path() -> Path:
-    """Where the archive for this Spark and this Java lives in the cache."""
+    """Where the archive for this Spark, this Java and this install of Spark's jars lives in
+    the cache."""
     spark = version("pyspark")
-    digest = hashlib.sha256(f"{spark}\n{_java_version()}".encode()).hexdigest()[:12]
+    key = f"{spark}\n{_java_version()}\n{class_path_fingerprint(_pyspark_jars())}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return cache_root() / "cds" / f"spark-{spark}-{digest}.jsa"
 
 
@@ -98,6 +117,9 @@ def archive(timeout: float = 300) -> Path | None:
         if not made.exists() or made.stat().st_size == 0:
             return None
         made.replace(target)  # whole or not at all: other sessions may read it at once
+    for other in target.parent.glob("spark-*.jsa"):  # 150 MB each; a JVM that maps one keeps
+        if other != target:  # it until it exits
+            other.unlink(missing_ok=True)
     return target
 
 
