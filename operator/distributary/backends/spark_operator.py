@@ -47,7 +47,6 @@ from distributary.plan.applications.spark_state import (
 )
 
 KIND = "SparkApplication"
-API_VERSION = SPARK_APPLICATION_API_VERSION
 # Seconds an application applied afresh waits for the driver pod its deleted predecessor left
 # (the garbage collector removes it): a pod of that name makes the Spark operator's submission
 # fail, which would count as one more failure. After that, it is applied anyway.
@@ -176,7 +175,9 @@ class SparkOperatorRuntime:
 
         def state() -> AppState:
             held = self.watched.get(namespace, name) if self.watched is not None else None
-            read["app"] = held or self.kube.get(API_VERSION, KIND, namespace, name)
+            if held is None:
+                held = self.kube.get(SPARK_APPLICATION_API_VERSION, KIND, namespace, name)
+            read["app"] = held
             seen = self._driver(namespace, name, revision, spark_application_state(read["app"]))
             read["state"] = seen
             return seen
