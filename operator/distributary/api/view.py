@@ -218,7 +218,8 @@ class Upgrade(ApiModel):
     cutover_max_lag: Annotated[int, Field(ge=0)] = Field(
         default=0,
         description="A new revision has caught up when it is behind by at most this many "
-        "records more than its inputs receive in one cutoverWindow (on idle inputs: this many).",
+        "records more than its inputs receive in one cutoverWindow, or in two of its own "
+        "micro-batches when those take longer (on idle inputs: this many).",
     )
     cutover_window: Duration = Field(
         default="10s", description="...and has stayed so for this long."
@@ -411,6 +412,11 @@ class Revision(StatusModel):
     )
     input_mark: InputMark | None = Field(
         default=None, description="Where the input rate is measured from."
+    )
+    batch_seconds: float | None = Field(
+        default=None,
+        description="How long its last micro-batch took, as its runner reported it: a reader "
+        "that keeps up is behind by up to two batches' worth of input.",
     )
     dead_letters: int | None = Field(
         default=None,

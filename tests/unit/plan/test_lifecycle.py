@@ -217,6 +217,25 @@ def test_on_live_input_a_revision_within_one_window_of_arrivals_cuts_over() -> N
     assert revision(idle, 2).caught_up_since is None
 
 
+def test_a_revision_whose_batches_outlast_the_window_cuts_over_once_it_keeps_up() -> None:
+    """On a busy machine each micro-batch takes 6 s (inputs grow 10 records/s, 3 s window): a
+    revision that keeps up is a batch behind, and another before that batch commits (60 to 120
+    records), never within the window's 30. It cuts over all the same, and one that falls
+    further behind than two batches does not."""
+    upgrade = Upgrade.model_validate({"cutoverWindow": "3s", "retireAfter": "1h"})
+    rows = list(run(list(run([], "h1").rows), "h2", change=REPROCESS, upgrade=upgrade).rows)
+    live = [
+        r.model_copy(update={"input_rate": 10.0, "batch_seconds": 6.0}) if r.revision == 2 else r
+        for r in rows
+    ]
+    behind = run(live, "h2", upgrade=upgrade, lags={2: 121})
+    assert (behind.cut_over, revision(behind, 2).caught_up_since) == (None, None)
+    near = run(live, "h2", upgrade=upgrade, lags={2: 72})
+    assert revision(near, 2).caught_up_since == "2026-11-22T12:00:00Z"
+    due = run(list(near.rows), "h2", upgrade=upgrade, lags={2: 110}, now=T0 + timedelta(seconds=3))
+    assert (due.serving, due.cut_over) == (2, 2)
+
+
 def lost(rows: tuple[Revision, ...], number: int) -> list[Revision]:
     """`rows` with revision `number`'s checkpoint reported lost."""
     update = {"checkpoint_lost": "2026-11-22T12:00:00Z"}

@@ -237,3 +237,31 @@ def test_each_live_revision_records_how_fast_its_inputs_grow() -> None:
     assert kinds(settled)["CaughtUp"] == ("False", "Lag")
     done = observed(settled, NOW.replace(second=53), 1700, 1700)
     assert kinds(done)["CaughtUp"] == ("True", "NoLag")
+
+
+def test_a_reader_whose_batches_outlast_the_window_keeps_up_within_two_batches() -> None:
+    """Each batch takes 10 s (two outlast the 10 s window) while the inputs grow by 5
+    records/s: a reader that keeps up is up to two batches, 100 records, behind; the batch's
+    length is recorded on the row, and the cutover goes by it too
+    (`plan.revisions.lifecycle.keeping_up_seconds`)."""
+
+    def observed(previous: Any, at: datetime, committed: int, end: int, ms: int) -> Any:
+        seen = RunObservation(
+            "big-r1",
+            AppState("RUNNING", running=True),
+            committed={"clicks": {0: committed}},
+            ends={"clicks": {0: end}},
+            progress={"batchId": 3, "batchDurationMs": ms},
+        )
+        views = [view("big", "clicks", "SELECT user, n FROM src")]
+        planned_now: ViewPlan = planned([log("clicks")], views, "big", previous, generation=1)
+        return view_status(planned_now, seen, previous, 1, at)
+
+    first = observed(None, NOW, 900, 1000, 10_000)
+    later = observed(first, NOW.replace(second=12), 960, 1060, 10_000)
+    row = later["revisions"][0]
+    assert (row["inputRate"], row["batchSeconds"], later["lag"]) == (5.0, 10.0, 100)
+    assert kinds(later)["CaughtUp"] == ("True", "KeepingUp")
+    # With short batches the window alone counts: 100 behind is more than 10 s of input.
+    quick = observed(first, NOW.replace(second=12), 960, 1060, 400)
+    assert kinds(quick)["CaughtUp"] == ("False", "Lag")

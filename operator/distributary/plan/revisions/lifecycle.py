@@ -19,7 +19,9 @@ running revisions, stop the others, delete due topics), so a crash at any point 
 the next reconcile.
 
 Cutover happens when the catching-up revision keeps up (behind by no more than `cutoverMaxLag`
-plus what its inputs receive in `cutoverWindow`) for `cutoverWindow`: one status write makes it
+plus what its inputs receive in `cutoverWindow`, or in two of its own micro-batches when those take
+longer: a micro-batch reader that keeps up is a batch behind, and another one before that batch
+commits) for `cutoverWindow`: one status write makes it
 Serving and the old one Retiring. Readers follow the serving topic, so they see the old revision's
 complete output until then and the new one's after.
 
@@ -133,6 +135,14 @@ def keeping_up(lag: int | None, rate: float | None, seconds: float, margin: int 
     return lag is not None and lag <= margin + round(max(rate or 0.0, 0.0) * seconds)
 
 
+def keeping_up_seconds(upgrade: Upgrade, batch_seconds: float | None) -> float:
+    """How many seconds of input a reader that keeps up may be behind by: one `cutoverWindow`,
+    or two of its micro-batches when those take longer (it is a batch behind, and another one
+    before that batch commits)."""
+    window = duration_ms(upgrade.cutover_window) / 1000.0
+    return max(window, 2 * (batch_seconds or 0.0))
+
+
 def _cutover_due(
     row: Revision, lag: int | None, upgrade: Upgrade, now: datetime
 ) -> tuple[Revision, bool]:
@@ -140,7 +150,7 @@ def _cutover_due(
     serving revision does: read what arrives, no more than one window behind) long enough to
     serve."""
     window = timedelta(milliseconds=duration_ms(upgrade.cutover_window))
-    seconds = window.total_seconds()
+    seconds = keeping_up_seconds(upgrade, row.batch_seconds)
     if not keeping_up(lag, row.input_rate, seconds, upgrade.cutover_max_lag):
         return row.model_copy(update={"lag": lag, "caught_up_since": None}), False
     since = parse_time(row.caught_up_since) or now

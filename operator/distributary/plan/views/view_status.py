@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from distributary.api.common import Condition, duration_ms
+from distributary.api.common import Condition
 from distributary.plan.applications.restarts import (
     APPLICATION_FAILING,
     RestartHistory,
@@ -43,6 +43,7 @@ from distributary.plan.revisions.lifecycle import (
     LIVE,
     SERVING,
     keeping_up,
+    keeping_up_seconds,
     progress_message,
     reprocess_progress,
     rows_json,
@@ -114,13 +115,14 @@ def _observation(
     catching_up: Mapping[str, Any] | None,
     now: datetime,
     rate: float | None = None,
+    batch: float | None = None,
 ) -> Observation:
     problems, work = application_findings(seen, now)
     upgrade = plan.upgrade
     if upgrade is None:
         extras = list(caught_up(lag))
     else:
-        window = duration_ms(upgrade.cutover_window) / 1000.0
+        window = keeping_up_seconds(upgrade, batch)
         extras = list(caught_up(lag, rate, window, upgrade.cutover_max_lag))
     if plan.lifecycle is not None:
         extras.append(
@@ -237,21 +239,39 @@ def _observed_row(
     return row, positions, lag
 
 
+def _report_of(
+    row: Mapping[str, Any], seen: RunObservation, running: int | None
+) -> Mapping[str, Any] | None:
+    """Revision `row`'s last progress record, if its runner published one."""
+    revision = int(row["revision"])
+    record = seen.reports.get(revision)
+    return seen.progress if record is None and revision == running else record
+
+
 def dead_letters_of(
     row: Mapping[str, Any], seen: RunObservation, running: int | None
 ) -> int | None:
     """Revision `row`'s dead letters as its runner last reported them (a count over the
     revision's whole run, which the runner reads back from Kafka when it starts); what the row
     says already while its runner reports nothing."""
-    revision = int(row["revision"])
-    record = seen.reports.get(revision)
-    if record is None and revision == running:
-        record = seen.progress
+    record = _report_of(row, seen, running)
     count = (record or {}).get("deadLetters")
     if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
         return count
     known = row.get("deadLetters")
     return int(known) if isinstance(known, int) else None
+
+
+def batch_seconds_of(
+    row: Mapping[str, Any], seen: RunObservation, running: int | None
+) -> float | None:
+    """How long revision `row`'s last micro-batch took, in seconds, as its runner last reported
+    it; None while it reports no batch."""
+    record = _report_of(row, seen, running)
+    millis = (record or {}).get("batchDurationMs")
+    if isinstance(millis, int) and not isinstance(millis, bool) and millis >= 0:
+        return round(millis / 1000.0, 3)
+    return None
 
 
 def _lost_work(lost: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]) -> Work:
@@ -353,6 +373,7 @@ def view_status(
     lag: int | None = None
     catching_up: dict[str, Any] | None = None
     rate: float | None = None
+    batch: float | None = None
     risks: list[str] = []
     for index, row in enumerate(rows):
         if row["revision"] == running:
@@ -362,6 +383,9 @@ def view_status(
         letters = dead_letters_of(row, seen, running)
         if letters is not None:
             row["deadLetters"] = letters
+        batch = batch_seconds_of(row, seen, running)
+        if batch is not None:
+            row["batchSeconds"] = batch
         if row["phase"] not in LIVE:
             continue
         group = groups.get(int(row["revision"]))
@@ -372,9 +396,10 @@ def view_status(
         risks += _risks(row, group, seen)
         if row["phase"] == SERVING:
             inputs, lag, rate = positions, row_lag, rows[index].get("inputRate")
+            batch = rows[index].get("batchSeconds")
         else:
             catching_up = rows[index]
-    observation = _observation(plan, seen, generation, lag, catching_up, now, rate)
+    observation = _observation(plan, seen, generation, lag, catching_up, now, rate, batch)
     lost = [r for r in rows if r["phase"] in LIVE and r.get("checkpointLost")]
     if lost:
         observation = replace(observation, work=(*observation.work, _lost_work(lost, rows)))
