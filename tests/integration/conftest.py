@@ -20,8 +20,8 @@ import pytest
 # Every JVM the tests start (the brokers, Connect, Spark's drivers, Kafka's tools) lives seconds
 # to minutes, where C2's compiling costs more than its faster code wins back: compiled with C1
 # alone, the local-tier modules ran about 10% faster side by side (test_local_reprocess 93 s
-# against 103 s; test_local_live_cutover with test_local_cascade 177 s against 198 s). What the
-# JVMs compute is the same; people's runs keep the JVM's defaults.
+# against 103 s; two live cutover modules 177 s against 198 s). What the JVMs compute is the
+# same; people's runs keep the JVM's defaults.
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
 
 from distributary import processes

@@ -8,7 +8,8 @@ reader's definition changed at the edit, but its revision 2 must start only afte
 reads serves revision 2 (until then it waits, reason `WaitingForUpstream`), and read that
 revision's topic: a reader that started early would read a topic without `twice`. When the
 producer stops and every level has read the rest, each revision 2 must hold exactly what its
-query makes of every record appended.
+query makes of every record appended. A reader follows `cc-big` throughout, as `distributary tail
+--follow` does: it switches to revision 2's topic once, at the cutover, and sees it whole.
 """
 
 from __future__ import annotations
@@ -175,6 +176,7 @@ class Cascade:
     watched: Watched
     said: str
     runner_log: str
+    folder: Path
 
 
 @pytest.fixture(scope="module")
@@ -196,6 +198,15 @@ def cascade(tmp_path_factory: pytest.TempPathFactory, broker: EmbeddedBroker) ->
     producer = SteadyProducer(bootstrap, "cc-events", first=FIRST_RECORDS).start()
     said = folder / "run.stderr"
     watched = Watched()
+    # A reader follows the first level's output from here, as `distributary tail --follow` does.
+    following = ("tail", "cc-big", "-f", "-n", "0", *common[1:])
+    with open(folder / "tail.stdout", "wb") as out, open(folder / "tail.stderr", "wb") as err:
+        follower = subprocess.Popen(
+            [sys.executable, "-m", "distributary.cli", *following],
+            cwd=ROOT,
+            stdout=out,
+            stderr=err,
+        )
     with open(said, "wb") as err:
         run = subprocess.Popen(
             [sys.executable, "-m", "distributary.cli", "run", *common, "--cores", "2"],
@@ -229,10 +240,14 @@ def cascade(tmp_path_factory: pytest.TempPathFactory, broker: EmbeddedBroker) ->
                 timeout=240,
             )
     finally:
-        run.send_signal(signal.SIGTERM)
-        run.wait(120)
+        follower.send_signal(signal.SIGINT)
+        try:
+            follower.wait(60)
+        finally:
+            run.send_signal(signal.SIGTERM)
+            run.wait(120)
     runner_log = (state / "runner.log").read_text(errors="replace")
-    return Cascade(records, watched, said.read_text(), runner_log)
+    return Cascade(records, watched, said.read_text(), runner_log, folder)
 
 
 def test_every_level_serves_revision_2_reading_the_new_topic_of_the_level_above(
@@ -308,3 +323,31 @@ def test_the_running_spark_took_each_revision_without_starting_again(cascade: Ca
         assert f"Spark (running): starting {reader} r2" in cascade.said
     # cc-big's revision 2 started once: the later changes did not touch its query.
     assert cascade.runner_log.count("default/cc-big r2: started") == 1
+
+
+def tailed(line: str) -> tuple[int, int, str]:
+    """(partition, offset, value) of a line `distributary tail` printed."""
+    place, _key, value = line.split(" ", 2)
+    partition, offset = place.split("/")
+    return int(partition), int(offset), value
+
+
+def test_a_follower_switches_at_the_cutover_and_sees_revision_2_whole(
+    cascade: Cascade, broker: EmbeddedBroker
+) -> None:
+    said = (cascade.folder / "tail.stderr").read_text()
+    assert said.count("a new revision serves from topic cc-big.r2 (was cc-big.r1)") == 1, said
+    lines = [tailed(line) for line in (cascade.folder / "tail.stdout").read_text().splitlines()]
+
+    def written(topic: str) -> list[tuple[int, int, str]]:
+        records = read_topic(broker.bootstrap_servers, topic)
+        return [(r.partition, r.offset, r.value.decode()) for r in records if r.value]
+
+    revision_2 = written("cc-big.r2")
+    before, after = lines[: len(lines) - len(revision_2)], lines[len(lines) - len(revision_2) :]
+    # After the switch: revision 2 whole, from its first record, each once.
+    assert Counter(after) == Counter(revision_2)
+    # Before it: records revision 1 wrote while it served, each once, none of revision 2's.
+    assert before, "the follower saw nothing of revision 1 before the cutover"
+    assert set(before) <= set(written("cc-big.r1"))
+    assert len(set(before)) == len(before)
