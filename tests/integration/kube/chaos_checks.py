@@ -11,7 +11,9 @@ checks, each with a name, whether it holds and what was found:
   stream, rewound records included);
 - `cutover`: every edit took effect: each view's status has seen its last spec, every revision
   but the serving one is Retired (none catches up), its output Log names the serving revision's
-  topic, and `views-per-country` reads the enriched view's serving topic;
+  topic, and `views-per-country` reads the enriched view's serving topic; `views-per-user`, whose
+  definition and input never changed, still serves revision 1, its only one (no kill, edit or
+  rewind of another view made it reprocess);
 - `applications`: the runner processes of the namespace are exactly one per view, its serving
   revision's;
 - `groups`, `topics`: the namespace's consumer groups are exactly the serving revisions', and its
@@ -238,6 +240,9 @@ def _cutover(chaos: Chaos, settled: Settled) -> list[str] | str:
         topic = ((log or {}).get("status") or {}).get("topicName")
         if topic != settled.topic(view):
             problems.append(f"Log {output_log(view)} names {topic}, not {settled.topic(view)}")
+    untouched = [row["revision"] for row in settled.statuses[PER_USER]["revisions"]]
+    if untouched != [1]:
+        problems.append(f"{PER_USER}, never edited, has revisions {untouched}, not [1]")
     reading = [i.get("topic") for i in settled.statuses[PER_COUNTRY].get("inputs") or []]
     if reading != [settled.topic(ENRICHED)]:
         problems.append(f"{PER_COUNTRY} reads {reading}, not {settled.topic(ENRICHED)}")
