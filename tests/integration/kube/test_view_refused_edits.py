@@ -41,8 +41,8 @@ EVENTS = {
     "spec": {"partitions": 2, "schema": SteadyProducer.SCHEMA},
 }
 # What measures time, lag or progress in a revision's row: it moves while nothing changes.
-MOVING = {"lag", "inputs", "inputRate", "inputMark", "caughtUpSince", "progressPercent",
-          "progressMessage", "recordsRead", "recordsTotal"}  # fmt: skip
+MOVING = {"lag", "inputs", "inputRate", "inputMark", "batchSeconds", "caughtUpSince",
+          "progressPercent", "progressMessage", "recordsRead", "recordsTotal"}  # fmt: skip
 
 
 def derived(threshold: int = 10, **spec: Any) -> dict[str, Any]:
