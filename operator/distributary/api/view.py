@@ -415,8 +415,9 @@ class Revision(StatusModel):
     )
     batch_seconds: float | None = Field(
         default=None,
-        description="How long its last micro-batch took, as its runner reported it: a reader "
-        "that keeps up is behind by up to two batches' worth of input.",
+        description="How long its last micro-batch that read everything its inputs held took, "
+        "as its runner reported it: a reader that keeps up is behind by up to two such "
+        "batches' worth of input.",
     )
     dead_letters: int | None = Field(
         default=None,

@@ -240,18 +240,20 @@ def test_each_live_revision_records_how_fast_its_inputs_grow() -> None:
 
 
 def test_a_reader_whose_batches_outlast_the_window_keeps_up_within_two_batches() -> None:
-    """Each batch takes 10 s (two outlast the 10 s window) while the inputs grow by 5
-    records/s: a reader that keeps up is up to two batches, 100 records, behind; the batch's
-    length is recorded on the row, and the cutover goes by it too
-    (`plan.revisions.lifecycle.keeping_up_seconds`)."""
+    """Each batch reads everything its input held when it was planned and takes 10 s (two
+    outlast the 10 s window) while the inputs grow by 5 records/s: a reader that keeps up is up
+    to two batches, 100 records, behind; the batch's length is recorded on the row, and the
+    cutover goes by it too (`plan.revisions.lifecycle.keeping_up_seconds`)."""
 
-    def observed(previous: Any, at: datetime, committed: int, end: int, ms: int) -> Any:
+    def observed(
+        previous: Any, at: datetime, committed: int, end: int, ms: int, behind: int = 0
+    ) -> Any:
         seen = RunObservation(
             "big-r1",
             AppState("RUNNING", running=True),
             committed={"clicks": {0: committed}},
             ends={"clicks": {0: end}},
-            progress={"batchId": 3, "batchDurationMs": ms},
+            progress={"batchId": 3, "batchDurationMs": ms, "lag": behind},
         )
         views = [view("big", "clicks", "SELECT user, n FROM src")]
         planned_now: ViewPlan = planned([log("clicks")], views, "big", previous, generation=1)
@@ -265,3 +267,9 @@ def test_a_reader_whose_batches_outlast_the_window_keeps_up_within_two_batches()
     # With short batches the window alone counts: 100 behind is more than 10 s of input.
     quick = observed(first, NOW.replace(second=12), 960, 1060, 400)
     assert kinds(quick)["CaughtUp"] == ("False", "Lag")
+    # A batch that left records behind when it was planned read a backlog: its length says how
+    # long the backlog takes, not how far behind a reader that keeps up is. It is not taken.
+    reading = observed(None, NOW, 900, 1000, 10_000, behind=5_000)
+    backlog = observed(reading, NOW.replace(second=12), 960, 1060, 10_000, behind=5_000)
+    assert "batchSeconds" not in backlog["revisions"][0]
+    assert kinds(backlog)["CaughtUp"] == ("False", "Lag")

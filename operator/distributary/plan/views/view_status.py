@@ -266,12 +266,14 @@ def batch_seconds_of(
     row: Mapping[str, Any], seen: RunObservation, running: int | None
 ) -> float | None:
     """How long revision `row`'s last micro-batch took, in seconds, as its runner last reported
-    it; None while it reports no batch."""
-    record = _report_of(row, seen, running)
-    millis = (record or {}).get("batchDurationMs")
-    if isinstance(millis, int) and not isinstance(millis, bool) and millis >= 0:
-        return round(millis / 1000.0, 3)
-    return None
+    it, if that batch read everything its inputs held when it was planned (the pace of a reader
+    that keeps up); None otherwise: a batch that left records behind (a backlog read in capped
+    batches) says how long the backlog takes, not how far behind a reader that keeps up is."""
+    record = _report_of(row, seen, running) or {}
+    millis = record.get("batchDurationMs")
+    if record.get("lag") != 0 or not isinstance(millis, int) or isinstance(millis, bool):
+        return None
+    return round(millis / 1000.0, 3) if millis >= 0 else None
 
 
 def _lost_work(lost: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]) -> Work:
