@@ -147,8 +147,8 @@ def _cutover_due(
     row: Revision, lag: int | None, upgrade: Upgrade, now: datetime
 ) -> tuple[Revision, bool]:
     """The catching-up row with its lag recorded, and whether it has kept up (done what the
-    serving revision does: read what arrives, no more than one window behind) long enough to
-    serve."""
+    serving revision does: read what arrives, no more behind than `keeping_up_seconds` allows)
+    long enough to serve."""
     window = timedelta(milliseconds=duration_ms(upgrade.cutover_window))
     seconds = keeping_up_seconds(upgrade, row.batch_seconds)
     if not keeping_up(lag, row.input_rate, seconds, upgrade.cutover_max_lag):
