@@ -39,7 +39,15 @@ build() {
 }
 
 if [[ ! -x "$helm" ]]; then
-  build
+  # One build at a time (the test fixture and the suite's background builds may both ask): the
+  # second waits for the first and takes its binary.
+  mkdir -p "$bin_dir"
+  exec 9>"$bin_dir/.helm-$HELM_VERSION.lock"
+  flock 9
+  if [[ ! -x "$helm" ]]; then
+    build
+  fi
+  exec 9>&-
 fi
 
 if [[ $# -eq 0 ]]; then

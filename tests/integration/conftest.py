@@ -40,18 +40,49 @@ KILLING = frozenset({
 })  # fmt: skip
 
 
+# What a test needs of `devtools.builds` (built in the background on a fresh machine, in this
+# order) decides when it runs: what needs none of it first, the Spark operator's tests last.
+_NEEDS_PLANE = frozenset({"control_plane", "helm"})  # etcd, the API server, helm
+_NEEDS_SPARK_OPERATOR = "spark_operator"  # and kwok: the last parts built
+
+
+def _needs(item: pytest.Item) -> int:
+    """0: a `KILLING` module (the longest work: first); 1: nothing built; 2: the control plane
+    or helm; 3: the Spark operator and kwok as well."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if _NEEDS_SPARK_OPERATOR in fixtures:
+        return 3
+    if fixtures & _NEEDS_PLANE or "tests/integration/kube/" in str(item.path):
+        return 2
+    return 0 if _module(item) in KILLING else 1
+
+
+def _module(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the integration tests, and run the Kubernetes tests last: on a fresh machine their
-    programs are built meanwhile (`pytest_sessionstart`)."""
+    """Mark the integration tests, and order them by what they need built (`_needs`, a module
+    taking its most needing test's rank), so that on a fresh machine the tests that need nothing
+    built run while the programs are built (`pytest_sessionstart`). The test workers keep this
+    order (`pytest_xdist_make_scheduler`)."""
+    rank: dict[str, int] = {}
     for item in items:
         if "tests/integration" in str(item.path):
             item.add_marker(pytest.mark.integration)
-    items.sort(key=lambda item: "tests/integration/kube/" in str(item.path))
+        module = _module(item)
+        rank[module] = max(rank.get(module, 0), _needs(item))
+    for module in KILLING & rank.keys():
+        rank[module] = 0  # one scope: its Kubernetes module last within it (below)
+    kube = "tests/integration/kube/"
+    items.sort(key=lambda item: (rank[_module(item)], kube in str(item.path)))
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """On test workers, a module's tests run together on one worker (its module fixtures set up
-    once, as `--dist loadfile`), and the `KILLING` modules together on one."""
+    once, as `--dist loadfile`), and the `KILLING` modules together on one, in the order
+    `pytest_collection_modifyitems` gives (xdist would otherwise put the modules with the most
+    tests first)."""
     from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
 
     class ModuleScheduling(LoadScopeScheduling):  # type: ignore[misc]
@@ -59,6 +90,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             module = nodeid.split("::", 1)[0]
             return "killing" if module in KILLING else module
 
+    config.option.loadscopereorder = False
     return ModuleScheduling(config, log)
 
 
