@@ -151,6 +151,32 @@ def test_a_refused_edit_then_reprocess_compares_with_what_runs() -> None:
     assert [(i.log, i.topic) for i in plan.inputs] == [("visits", "visits")]
 
 
+def test_a_retried_update_keeps_the_classification_its_generation_was_carried_out_with() -> None:
+    """The update from a refused edit started revision 2 (Reprocess); its reconcile runs again
+    with the same previous spec (a status conflict under load). That spec, refused before, now
+    hashes like what runs, but the change was carried out: it is not classified again (it
+    would be Ignore: only upgrade.strategy differs from the refused spec)."""
+    first = job()
+    refused = job(inputs=[{"log": "visits"}])
+    allowed = job(inputs=[{"log": "visits"}], upgrade={"strategy": "Reprocess"})
+    allowed["metadata"]["generation"] = 3
+    plan = planned(allowed, running(first), old=refused)
+    assert plan.change is not None
+    assert plan.change.kind == "Reprocess"
+    recorded = {
+        **running(allowed, 2),
+        "lastChange": {"generation": 3, "classification": "Reprocess", "reasons": ["inputs"]},
+    }
+    again = planned(allowed, recorded, old=refused)
+    assert (again.revision, again.starts, again.change) == (2, False, None)
+    # A later edit (another generation) is classified as ever.
+    edited = job(inputs=[{"log": "visits"}], upgrade={"strategy": "Reprocess"}, arguments=["-v"])
+    edited["metadata"]["generation"] = 4
+    later = planned(edited, recorded, old=allowed)
+    assert later.change is not None
+    assert (later.change.kind, later.revision, later.starts) == ("Reprocess", 3, True)
+
+
 def test_only_resources_changing_under_reprocess_keep_the_revision() -> None:
     before = job(upgrade={"strategy": "Reprocess"})
     after = job(upgrade={"strategy": "Reprocess"}, spark={"driver": {"memory": "2g"}})

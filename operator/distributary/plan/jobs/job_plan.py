@@ -130,8 +130,13 @@ def _change(
     job: StreamJob, old: StreamJob | None, before: Mapping[str, Any], spec_hash: str
 ) -> Classification | None:
     """How the change from the running spec is carried out: classified field by field when the
-    previous spec is known (an update), else from the hash and the inputs status lists."""
+    previous spec is known (an update), else from the hash and the inputs status lists. None
+    once this generation's change is carried out: a retry of the update's reconcile, whose
+    previous spec is then no longer what ran before it, keeps the recorded classification."""
     known = before.get("specHash")
+    recorded = before.get("lastChange") or {}
+    if known == spec_hash and recorded.get("generation") == job.metadata.generation:
+        return None
     # The previous spec tells what changed only if it is what runs (not a refused edit).
     if old is not None and old.spec != job.spec and job_revision_hash(old.spec) == known:
         found = classify_job_change(old, job)
