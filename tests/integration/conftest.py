@@ -47,14 +47,17 @@ _NEEDS_SPARK_OPERATOR = "spark_operator"  # and kwok: the last parts built
 
 
 def _needs(item: pytest.Item) -> int:
-    """0: a `KILLING` module (the longest work: first); 1: nothing built; 2: the control plane
-    or helm; 3: the Spark operator and kwok as well."""
+    """0: nothing built; 1: the `KILLING` modules (one of them needs the control plane; the
+    longest work, so the first of what follows); 2: the control plane or helm; 3: the Spark
+    operator and kwok as well."""
     fixtures = set(getattr(item, "fixturenames", ()))
+    if _module(item) in KILLING:
+        return 1
     if _NEEDS_SPARK_OPERATOR in fixtures:
         return 3
     if fixtures & _NEEDS_PLANE or "tests/integration/kube/" in str(item.path):
         return 2
-    return 0 if _module(item) in KILLING else 1
+    return 0
 
 
 def _module(item: pytest.Item) -> str:
@@ -72,9 +75,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
         module = _module(item)
         rank[module] = max(rank.get(module, 0), _needs(item))
-    for module in KILLING & rank.keys():
-        rank[module] = 0  # one scope: its Kubernetes module last within it (below)
-    kube = "tests/integration/kube/"
+    kube = "tests/integration/kube/"  # last within the KILLING modules too
     items.sort(key=lambda item: (rank[_module(item)], kube in str(item.path)))
 
 
