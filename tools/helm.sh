@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
 # Helm for the chart's tests and for people, built from the project's own files.
 #
-# Helm is built once from its Go module (through the Go module proxy, the only network this needs)
-# into the same cache the jars use, `distributary.local.jars.cache_root()`:
-# $DISTRIBUTARY_CACHE, else ${XDG_CACHE_HOME:-~/.cache}/distributary, then bin/helm-<version>.
-# The binary is moved into place only when the build succeeded, so an interrupted build is redone
-# and a finished one is reused offline.
+# Helm is built once, at the release `testbed/go.mod` requires, from that module (the one kwok is
+# built from, so the Kubernetes packages both use are compiled once for both), through the Go
+# module proxy (the only network this needs), into the same cache the jars use,
+# `distributary.local.jars.cache_root()`: $DISTRIBUTARY_CACHE, else
+# ${XDG_CACHE_HOME:-~/.cache}/distributary, then bin/helm-<version>. The binary is moved into place
+# only when the build succeeded, so an interrupted build is redone and a finished one is reused
+# offline.
 #
 #   tools/helm.sh              print the path of the cached helm (building it first if needed)
 #   tools/helm.sh ARGS...      run that helm with ARGS (e.g. tools/helm.sh lint charts/distributary)
 set -euo pipefail
 
-HELM_VERSION="${DISTRIBUTARY_HELM_VERSION:-v3.21.4}"
+module="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/testbed"
+HELM_VERSION="$(awk '$1 == "helm.sh/helm/v3" { print $2 }' "$module/go.mod")"
+if [[ -z "$HELM_VERSION" ]]; then
+  echo "tools/helm.sh: $module/go.mod requires no helm.sh/helm/v3: run from a Distributary checkout" >&2
+  exit 1
+fi
 
 cache="${DISTRIBUTARY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/distributary}"
 bin_dir="$cache/bin"
@@ -30,10 +37,13 @@ build() {
   trap 'rm -rf "$work"' EXIT
   echo "Building helm $HELM_VERSION from the Go module proxy into $helm (once; a few minutes) ..." >&2
   local started=$SECONDS
-  # Static and reproducible; helm reports its version from these variables (its Makefile sets them).
-  CGO_ENABLED=0 GOBIN="$work" go install -trimpath \
+  # A copy of the module: -mod=mod may complete go.sum without touching the checkout. Static and
+  # reproducible, with kwok's flags (so that they share compiled packages); helm reports its
+  # version from the variable its Makefile sets.
+  cp "$module/go.mod" "$module/go.sum" "$work/"
+  (cd "$work" && CGO_ENABLED=0 GOFLAGS=-mod=mod GOWORK=off go build -trimpath \
     -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
-    "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >&2
+    -o "$work/helm" helm.sh/helm/v3/cmd/helm >&2)
   mv -f "$work/helm" "$helm"
   echo "Built helm $HELM_VERSION in $((SECONDS - started)) s: $helm" >&2
 }

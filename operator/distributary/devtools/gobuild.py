@@ -2,7 +2,7 @@
 
 The test beds run real upstream programs (kube-apiserver, the Spark operator's controller, kwok)
 that publish no binaries for every machine, so each is built from a small Go module at the root
-of the checkout (`controlplane/`, `sparkoperator/`, `kwok/`) that pins one exact release and
+of the checkout (`controlplane/`, `sparkoperator/`, `testbed/`) that pins one exact release and
 commits its go.sum. A build is cached under a key of the release, the machine and a digest of the
 module's sources and the build flags: editing them builds afresh, nothing else ever does. It is
 built in a copy outside the checkout and published only when complete, and two sessions starting

@@ -2,7 +2,7 @@
 
 Tests of the `spark-operator` runtime need the real state machine (spark-submit, SUBMITTED,
 RUNNING, FAILED), not statuses written by hand, and no Docker. Both programs are
-built from Go modules of the project pinned to exact releases (`sparkoperator/`, `kwok/`; see
+built from Go modules of the project pinned to exact releases (`sparkoperator/`, `testbed/`; see
 `gobuild`), and what they ship as data is read from the Go module cache, never copied: the
 SparkApplication CRDs from the operator's module, kwok's default ("fast") node and pod stages from
 kwok's. kwok makes a fake Node Ready and moves pods bound to it to Running; it runs no container,
@@ -61,7 +61,7 @@ from distributary.processes import free_port
 SPARK_OPERATOR_MODULE = "github.com/kubeflow/spark-operator/v2"
 SPARK_OPERATOR_VERSION = "v2.3.0"  # equal to the requirement in sparkoperator/go.mod
 KWOK_MODULE = "sigs.k8s.io/kwok"
-KWOK_VERSION = "v0.8.0"  # equal to the requirement in kwok/go.mod
+KWOK_VERSION = "v0.8.0"  # equal to the requirement in testbed/go.mod
 NODE = "kwok-node-0"
 NODE_ANNOTATION = "kwok.x-k8s.io/node"
 _ACCOUNT = "distributary-spark-operator"  # the controller's ServiceAccount, in kube-system
@@ -95,11 +95,11 @@ def spark_operator_programs() -> GoPrograms:
 
 
 def kwok_programs() -> GoPrograms:
-    """The `kwok` command, as built from `kwok/`."""
+    """The `kwok` command, as built from `testbed/` (helm is built from it too: `tools/helm.sh`)."""
     return GoPrograms(
         part="kwok",
         cache="kwok",
-        src=checkout_module("kwok"),
+        src=checkout_module("testbed"),
         release=KWOK_VERSION,
         binaries=("kwok",),
         go_build=_GO_BUILD,

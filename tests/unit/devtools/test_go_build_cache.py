@@ -70,10 +70,20 @@ def test_each_program_is_pinned_to_the_release_its_go_mod_requires() -> None:
     so = sparkoperator
     pins = {
         "sparkoperator": f"{so.SPARK_OPERATOR_MODULE} {so.SPARK_OPERATOR_VERSION}",
-        "kwok": f"{so.KWOK_MODULE} {so.KWOK_VERSION}",
+        "testbed": f"{so.KWOK_MODULE} {so.KWOK_VERSION}",
         "controlplane": f"k8s.io/kubernetes {controlplane.KUBERNETES_VERSION}",
     }
     for name, requirement in pins.items():
         go_mod = (checkout_module(name) / "go.mod").read_text()
         assert f"\t{requirement}\n" in go_mod or f"require {requirement}\n" in go_mod, name
         assert (checkout_module(name) / "go.sum").stat().st_size > 0, name
+
+
+def test_helm_is_built_from_the_module_kwok_is_built_from() -> None:
+    """tools/helm.sh builds the helm that testbed/go.mod requires, as a tool of that module, so
+    that the packages helm and kwok share are compiled once for both."""
+    go_mod = (checkout_module("testbed") / "go.mod").read_text()
+    assert "\ntool helm.sh/helm/v3/cmd/helm\n" in go_mod
+    script = (checkout_module("testbed").parent / "tools" / "helm.sh").read_text()
+    assert '"$module/go.mod"' in script
+    assert "helm.sh/helm/v3/cmd/helm@" not in script  # not helm's own go.mod: another resolution
