@@ -2,9 +2,9 @@
 
 kopf's own posting works only inside its handlers (the observer's reconciles run outside them)
 and only at the level its settings allow; the operator's events are posted here instead, by
-`SENDERS` threads of their own: a reconcile never waits for its events,
-and events never take the threads reconciles wait on the API server and Kafka with (on 1,300 new
-objects at once, about 1,600 events would otherwise queue before the reconciles' own requests).
+`SENDERS` threads of their own: a reconcile never waits for its events, and events never take the
+threads reconciles wait on the API server and Kafka with (on 1,300 new objects at once, about
+1,600 events would otherwise queue before the reconciles' own requests).
 At most `QUEUED` wait to be posted; beyond that an event is dropped, as Kubernetes' own event
 recorders drop them, and the drop is logged. An event that cannot be posted is logged at debug
 level: it is worth no failure of its own.
