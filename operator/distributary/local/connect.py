@@ -34,7 +34,7 @@ from distributary import processes
 from distributary.artifacts import KAFKA_CONNECT, jars
 from distributary.backends.connect import ConnectError
 from distributary.kafka.connection import password
-from distributary.local.broker import java_binary
+from distributary.local.broker import java_binary, jvm_performance_options
 from distributary.plan.access.kafka_connection import KafkaSecurity
 from distributary.processes import free_port
 
@@ -222,7 +222,7 @@ class ConnectWorker:
         command = [
             java,
             f"-Xmx{self.heap}",
-            "-XX:+UseG1GC",
+            *jvm_performance_options(),
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.folder / 'log4j2.properties'}",
             "-cp",
