@@ -26,11 +26,10 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
 from distributary.errors import DistributaryError
-from distributary.kube.resources import Kube
 from distributary.plan.sources.source_plan import (
     OFFSETS_ANNOTATION,
     OFFSETS_KEY,
@@ -39,6 +38,9 @@ from distributary.plan.sources.source_plan import (
     lists_offsets,
     offsets_config_map,
 )
+
+if TYPE_CHECKING:  # the Kubernetes client is loaded by who makes a Kube, not by `run`
+    from distributary.kube.resources import Kube
 
 STRIMZI_API_VERSIONS = ("kafka.strimzi.io/v1", "kafka.strimzi.io/v1beta2")
 

@@ -33,7 +33,8 @@ from typing import Any
 
 from distributary.api.log import Log
 from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
-from distributary.kube.resources import Kube, KubeError
+from distributary.kube.errors import KubeError
+from distributary.kube.resources import Kube
 from distributary.plan.kafka_topics.topics import (
     STRIMZI_API_VERSIONS,
     DesiredTopic,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -27,13 +27,15 @@ from distributary.cli.pipeline_files import load_checked
 from distributary.graph import Ref
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.connection import client_settings
-from distributary.kube.resources import Kube
 from distributary.local.revisions import LocalRevisions
 from distributary.local.state import RunState, read_run_state
 from distributary.plan.access.kafka_connection import KafkaSecurity
 from distributary.plan.pipelines.pipeline import PlanSettings, plan_pipeline
 from distributary.plan.revisions.positions import parse_cover, uncovered
 from distributary.plan.sinks.sink_plan import SinkRun
+
+if TYPE_CHECKING:
+    from distributary.kube.resources import Kube
 
 API = "distributary.dev/v1alpha1"
 Positions = dict[str, dict[int, int]]
@@ -232,6 +234,8 @@ def wait(
             "too (against a cluster, the view's status is read from the API server)"
         )
     if state_dir is None:
+        from distributary.kube.resources import Kube  # the Kubernetes client: a cluster's only
+
         probe = _cluster_probe(Kube(kubeconfig), namespace, view)
         detail = wait_for_view(probe, parsed, caught_up, timeout, _say)
     else:

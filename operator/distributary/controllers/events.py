@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from distributary.kube.resources import Kube, KubeError
+from distributary.kube.errors import KubeError
+from distributary.kube.resources import Kube
 from distributary.plan.status.events import event_manifest
 
 LOGGER = logging.getLogger(__name__)

@@ -46,7 +46,7 @@ from distributary.controllers.indexes import GROUP, VERSION
 from distributary.controllers.services import OperatorServices
 from distributary.controllers.status import StatusRecorder
 from distributary.kafka.admin import KafkaAdminError
-from distributary.kube.resources import KubeError
+from distributary.kube.errors import KubeError
 from distributary.plan.logs.log_deletion import deleted_topics, view_of
 from distributary.reconcile.log import parse_log, reconcile_log
 from distributary.reconcile.ports import StatusConflictError

@@ -24,7 +24,7 @@ from distributary.controllers.indexes import indexes_of
 from distributary.controllers.services import OperatorServices
 from distributary.controllers.status import StatusRecorder
 from distributary.kafka.admin import KafkaAdminError
-from distributary.kube.resources import KubeError
+from distributary.kube.errors import KubeError
 from distributary.plan.logs.log_status import offsets_status, subscribers
 from distributary.plan.revisions.positions import Watermarks
 from distributary.reconcile.failures import ReconcileFailedError

@@ -30,7 +30,8 @@ from distributary.kafka.claims import ClaimsLog
 from distributary.kafka.connection import client_settings
 from distributary.kafka.history import lost_input_history
 from distributary.kafka.progress import ProgressReader
-from distributary.kube.resources import Kube, KubeError
+from distributary.kube.errors import KubeError
+from distributary.kube.resources import Kube
 from distributary.plan.access.kafka_connection import KafkaSecurity
 from distributary.plan.access.kafka_secrets import for_pods
 from distributary.plan.applications.checkpoint_storage import checkpoint_problem

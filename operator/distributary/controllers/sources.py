@@ -30,7 +30,7 @@ from distributary.controllers.indexes import GROUP, VERSION
 from distributary.controllers.secrets import SecretMissingError, secret_value
 from distributary.controllers.services import OperatorServices
 from distributary.databases.postgres import DatabaseError
-from distributary.kube.resources import KubeError
+from distributary.kube.errors import KubeError
 from distributary.plan.sources.source_plan import connector_name
 from distributary.plan.sources.source_revisions import RETIRED
 

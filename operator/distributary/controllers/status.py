@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from distributary.controllers import metrics
-from distributary.kube.resources import Kube, KubeError
+from distributary.kube.errors import KubeError
+from distributary.kube.resources import Kube
 from distributary.plan.status.status_patch import changes, merged
 from distributary.reconcile.ports import StatusConflictError
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import yaml
 from kubernetes import config
 
-from distributary.kube.resources import Kube, KubeError
+from distributary.kube.errors import KubeError
+from distributary.kube.resources import Kube
 from distributary.plan.edits.cluster_changes import NamespaceResources
 
 API = "distributary.dev/v1alpha1"

@@ -39,21 +39,12 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.discovery import LazyDiscoverer
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
-from distributary.errors import DistributaryError
+from distributary.kube.errors import KubeError
 
 REQUEST_TIMEOUT = 30.0  # seconds for any one call to the API server
 FIELD_MANAGER = "distributary"
 CONNECTIONS = 32  # kept open to the API server, at most
 LIST_PAGE = 500  # objects per list request
-
-
-class KubeError(DistributaryError, RuntimeError):
-    """A call to the API server failed; the message names the object and what to do. `status`
-    is the HTTP status when the server answered (None when it could not be reached)."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class _MemoryDiscoverer(LazyDiscoverer):

@@ -42,7 +42,7 @@ from distributary.backends.connect import ConnectError
 from distributary.databases.postgres import DatabaseError
 from distributary.graph import table_log
 from distributary.kafka.admin import KafkaAdminError
-from distributary.kube.resources import KubeError
+from distributary.kube.errors import KubeError
 from distributary.plan.applications.spark import owner_reference
 from distributary.plan.pipelines.pipeline import SOURCE_LABEL
 from distributary.plan.sources.source_plan import (

@@ -34,7 +34,7 @@ from distributary.graph import Ref
 from distributary.kafka.admin import KafkaAdminError
 from distributary.kafka.records import RecordsError
 from distributary.kafka.rewinds import refused_start
-from distributary.kube.resources import KubeError
+from distributary.kube.errors import KubeError
 from distributary.plan.applications.children import rewind_folder, with_checkpoint
 from distributary.plan.applications.position_refusals import PositionRefusedError
 from distributary.plan.applications.restarts import history_of

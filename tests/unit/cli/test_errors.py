@@ -14,7 +14,7 @@ from distributary.devtools.controlplane import ControlPlaneError
 from distributary.errors import DistributaryError
 from distributary.kafka.admin import KafkaAdminError
 from distributary.kafka.records import RecordsError
-from distributary.kube.resources import KubeError
+from distributary.kube.errors import KubeError
 from distributary.local.broker import BrokerError
 from distributary.local.run import RunError
 from distributary.local.state import RunStateError

@@ -17,7 +17,7 @@ from distributary.controllers.logs import sweep_claims
 from distributary.controllers.services import OperatorServices
 from distributary.controllers.settings import OperatorSettings
 from distributary.kafka.claims import SweepStart
-from distributary.kube.resources import KubeError
+from distributary.kube.errors import KubeError
 from distributary.plan.kafka_topics.claims import Claimant
 
 GONE = Claimant("team-a", "gone")

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from distributary.kube.resources import Kube, KubeError, _api_version
+from distributary.kube.errors import KubeError
+from distributary.kube.resources import Kube, _api_version
 
 KUBECONFIG = """\
 apiVersion: v1
