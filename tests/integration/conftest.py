@@ -29,7 +29,7 @@ os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSeri
 os.environ.setdefault("KAFKA_JVM_PERFORMANCE_OPTS", "-XX:+UseSerialGC")
 
 from distributary import processes
-from distributary.devtools import spark_cds
+from distributary.devtools import kafka_cds, spark_cds
 from distributary.devtools.postgres import PostgresServer
 from distributary.devtools.redis import RedisServer
 from distributary.local.broker import EmbeddedBroker
@@ -151,6 +151,18 @@ def spark_class_archive() -> Path | None:
     path = spark_cds.archive()
     os.environ["SPARK_SUBMIT_OPTS"] = spark_cds.submit_opts(
         path, os.environ.get("SPARK_SUBMIT_OPTS", "")
+    )
+    return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def kafka_class_archive() -> Path | None:
+    """The embedded brokers map a class-data archive of Kafka's classes (`devtools.kafka_cds`,
+    made once and cached, about 10 s): a broker starts on about 3 CPU-s instead of 5, and serves
+    about 2 s sooner. What they do is the same."""
+    path = kafka_cds.archive()
+    os.environ[kafka_cds.VARIABLE] = kafka_cds.jvm_options(
+        path, os.environ.get(kafka_cds.VARIABLE, "")
     )
     return path
 

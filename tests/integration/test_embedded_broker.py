@@ -90,3 +90,14 @@ def test_the_broker_stops_when_its_parent_is_killed(tmp_path: Path) -> None:
         time.sleep(0.5)
     stat = Path(f"/proc/{broker_pid}/stat")
     assert not stat.exists() or stat.read_text().split()[2] == "Z", "the broker outlived its parent"
+
+
+def test_the_suites_brokers_map_the_class_archive_of_kafkas_classes(
+    broker: EmbeddedBroker, kafka_class_archive: Path | None
+) -> None:
+    """The archive the suite makes (`devtools.kafka_cds`) fits the brokers it starts: a JVM
+    that finds it does not fit goes on without it, silently, and only slower."""
+    assert kafka_class_archive is not None, "the archive of Kafka's classes could not be made"
+    pid = int((broker.state_dir / "broker.pid").read_text())
+    maps = Path(f"/proc/{pid}/maps").read_text()
+    assert str(kafka_class_archive) in maps

@@ -51,7 +51,7 @@ spark.stop()
 """
 
 
-def _java_version() -> str:
+def java_version() -> str:
     java = Path(os.environ["JAVA_HOME"]) / "bin" / "java" if os.environ.get("JAVA_HOME") else "java"
     done = subprocess.run(
         [str(java), "-version"], capture_output=True, text=True, check=False, timeout=60
@@ -84,7 +84,7 @@ def archive_path() -> Path:
     """Where the archive for this Spark, this Java and this install of Spark's jars lives in
     the cache."""
     spark = version("pyspark")
-    key = f"{spark}\n{_java_version()}\n{class_path_fingerprint(_pyspark_jars())}"
+    key = f"{spark}\n{java_version()}\n{class_path_fingerprint(_pyspark_jars())}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return cache_root() / "cds" / f"spark-{spark}-{digest}.jsa"
 
