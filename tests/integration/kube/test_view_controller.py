@@ -85,10 +85,10 @@ def runners(operator: Operator) -> list[int]:
     """Pids of runner processes started for this test's views."""
     found = []
     for pid_file in (operator.folder / "local").rglob("runner.pid"):
-        pid = int(pid_file.read_text().strip())
-        try:
+        try:  # a runner that stops removes its file, maybe between the listing and the read
+            pid = int(pid_file.read_text().strip())
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
+        except (OSError, ValueError):
             continue
         if b"distributary.runner" in cmdline:
             found.append(pid)
