@@ -23,7 +23,13 @@ import tempfile
 from pathlib import Path
 
 from distributary.artifacts import KAFKA_BROKER, cache_root, jars
-from distributary.devtools.spark_cds import QUIET, class_path_fingerprint, java_version
+from distributary.devtools.spark_cds import (
+    QUIET,
+    class_path_fingerprint,
+    java_version,
+    keep,
+    mapping_options,
+)
 from distributary.errors import DistributaryError
 
 VARIABLE = "KAFKA_JVM_PERFORMANCE_OPTS"
@@ -85,17 +91,9 @@ def archive() -> Path | None:
         except (DistributaryError, OSError) as exc:  # only slower: the brokers start anyway
             print(f"kafka_cds: no class-data archive of Kafka's classes: {exc}", file=sys.stderr)
             return None
-        if not made.exists() or made.stat().st_size == 0:
-            return None
-        made.replace(target)  # whole or not at all: other sessions may read it at once
-    for other in target.parent.glob("kafka-*.jsa"):  # a JVM that maps one keeps it until it exits
-        if other != target:
-            other.unlink(missing_ok=True)
-    return target
+        return keep(made, target)
 
 
 def jvm_options(path: Path | None, existing: str = "") -> str:
     """`KAFKA_JVM_PERFORMANCE_OPTS` that map the archive at `path` (with what was set before)."""
-    if path is None:
-        return existing
-    return " ".join(part for part in (existing, f"-XX:SharedArchiveFile={path}", QUIET) if part)
+    return mapping_options(path, existing)

@@ -114,17 +114,30 @@ def archive(timeout: float = 300) -> Path | None:
             )
         except subprocess.TimeoutExpired:
             return None
-        if not made.exists() or made.stat().st_size == 0:
-            return None
-        made.replace(target)  # whole or not at all: other sessions may read it at once
-    for other in target.parent.glob("spark-*.jsa"):  # 150 MB each; a JVM that maps one keeps
-        if other != target:  # it until it exits
+        return keep(made, target)
+
+
+def keep(made: Path, target: Path) -> Path | None:
+    """The archive a JVM wrote at `made` (None when it wrote none), moved to `target`, and the
+    other archives of its family (the name before the first '-') removed: they are 50 to 150 MB
+    each, and a JVM that maps one keeps it until it exits."""
+    if not made.exists() or made.stat().st_size == 0:
+        return None
+    made.replace(target)  # whole or not at all: other sessions may read it at once
+    family = target.name.split("-", 1)[0]
+    for other in target.parent.glob(f"{family}-*.jsa"):
+        if other != target:
             other.unlink(missing_ok=True)
     return target
 
 
-def submit_opts(path: Path | None, existing: str = "") -> str:
-    """`SPARK_SUBMIT_OPTS` that map the archive at `path` (with what was set before)."""
+def mapping_options(path: Path | None, existing: str = "") -> str:
+    """JVM options that map the archive at `path` quietly, after `existing` ones."""
     if path is None:
         return existing
     return " ".join(part for part in (existing, f"-XX:SharedArchiveFile={path}", QUIET) if part)
+
+
+def submit_opts(path: Path | None, existing: str = "") -> str:
+    """`SPARK_SUBMIT_OPTS` that map the archive at `path` (with what was set before)."""
+    return mapping_options(path, existing)

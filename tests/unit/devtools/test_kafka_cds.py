@@ -48,3 +48,17 @@ def test_the_options_map_the_archive_quietly_after_what_was_set() -> None:
     assert options.split()[:2] == ["-XX:+UseSerialGC", "-XX:SharedArchiveFile=/cache/kafka-1.jsa"]
     assert "-Xlog:cds=off" in options
     assert kafka_cds.jvm_options(None, "-XX:+UseSerialGC") == "-XX:+UseSerialGC"
+
+
+def test_a_new_archive_replaces_its_familys_older_ones_only(tmp_path: Path) -> None:
+    from distributary.devtools.spark_cds import keep
+
+    cache = tmp_path / "cds"
+    cache.mkdir()
+    for name in ("kafka-old.jsa", "spark-4.1.1-old.jsa"):
+        (cache / name).write_bytes(b"archive")
+    made = tmp_path / "made.jsa"
+    assert keep(made, cache / "kafka-new.jsa") is None  # the JVM wrote none: nothing changes
+    made.write_bytes(b"archive")
+    assert keep(made, cache / "kafka-new.jsa") == cache / "kafka-new.jsa"
+    assert sorted(p.name for p in cache.iterdir()) == ["kafka-new.jsa", "spark-4.1.1-old.jsa"]
