@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 from distributary.artifacts import KAFKA_BROKER, cache_root, jars
@@ -27,7 +26,7 @@ from distributary.devtools.spark_cds import (
     QUIET,
     class_path_fingerprint,
     java_version,
-    keep,
+    made_once,
     mapping_options,
 )
 from distributary.errors import DistributaryError
@@ -80,18 +79,16 @@ def _train(made: Path, state: Path) -> None:
 def archive() -> Path | None:
     """The archive, made first when it is not in the cache (about 10 s); None when it could not
     be made (the brokers then start as they always did)."""
-    target = archive_path()
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
-        made = Path(scratch) / target.name
+
+    def train(made: Path, scratch: Path) -> bool:
         try:
-            _train(made, Path(scratch) / "broker")
+            _train(made, scratch / "broker")
         except (DistributaryError, OSError) as exc:  # only slower: the brokers start anyway
             print(f"kafka_cds: no class-data archive of Kafka's classes: {exc}", file=sys.stderr)
-            return None
-        return keep(made, target)
+            return False
+        return True
+
+    return made_once(archive_path(), train)
 
 
 def jvm_options(path: Path | None, existing: str = "") -> str:

@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from importlib.metadata import distribution, version
 from pathlib import Path
 
@@ -92,16 +93,9 @@ def archive_path() -> Path:
 def archive(timeout: float = 300) -> Path | None:
     """The archive, made first when it is not in the cache (about 15 s); None when it could not
     be made (the drivers then start as they always did)."""
-    target = archive_path()
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
-        made = Path(scratch) / target.name
-        env = {
-            **os.environ,
-            "SPARK_SUBMIT_OPTS": f"-XX:ArchiveClassesAtExit={made} {QUIET}",
-        }
+
+    def train(made: Path, scratch: Path) -> bool:
+        env = {**os.environ, "SPARK_SUBMIT_OPTS": f"-XX:ArchiveClassesAtExit={made} {QUIET}"}
         connector = ",".join(str(j) for j in jars(SPARK_KAFKA_CONNECTOR, quiet=True))
         try:
             subprocess.run(
@@ -113,8 +107,22 @@ def archive(timeout: float = 300) -> Path | None:
                 timeout=timeout,
             )
         except subprocess.TimeoutExpired:
-            return None
-        return keep(made, target)
+            return False
+        return True
+
+    return made_once(archive_path(), train)
+
+
+def made_once(target: Path, train: Callable[[Path, Path], bool]) -> Path | None:
+    """The archive at `target`, made first when the cache has none: `train(made, scratch)` runs
+    a JVM that writes one at `made` when it exits, in the folder `scratch`, and says whether it
+    finished. None when it did not, or wrote nothing."""
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+        made = Path(scratch) / target.name
+        return keep(made, target) if train(made, Path(scratch)) else None
 
 
 def keep(made: Path, target: Path) -> Path | None:
