@@ -38,10 +38,10 @@ build() {
   echo "Building helm $HELM_VERSION from the Go module proxy into $helm (once; a few minutes) ..." >&2
   local started=$SECONDS
   # A copy of the module: -mod=mod may complete go.sum without touching the checkout. Static and
-  # reproducible, with kwok's flags (so that they share compiled packages); helm reports its
+  # reproducible, with kwok's flags (GO_BUILD in devtools/gobuild.py) (so that they share compiled packages); helm reports its
   # version from the variable its Makefile sets.
   cp "$module/go.mod" "$module/go.sum" "$work/"
-  (cd "$work" && CGO_ENABLED=0 GOFLAGS=-mod=mod GOWORK=off go build -trimpath \
+  (cd "$work" && CGO_ENABLED=0 GOFLAGS=-mod=mod GOWORK=off go build -trimpath -gcflags=all=-dwarf=false \
     -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
     -o "$work/helm" helm.sh/helm/v3/cmd/helm >&2)
   mv -f "$work/helm" "$helm"

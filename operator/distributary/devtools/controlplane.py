@@ -35,6 +35,9 @@ import yaml
 
 from distributary import processes
 from distributary.devtools.gobuild import (
+    GO_BUILD as GO_BUILD_FLAGS,
+)
+from distributary.devtools.gobuild import (
     PROGRESS_EVERY,
     GoBuildError,
     GoPrograms,
@@ -62,7 +65,7 @@ def _ldflags() -> str:
     return " ".join(["-s", "-w", *(f"-X {p}.{k}={v}" for p in packages for k, v in stamps.items())])
 
 
-GO_BUILD = ["build", "-v", "-trimpath", f"-ldflags={_ldflags()}"]
+GO_BUILD = [*GO_BUILD_FLAGS, f"-ldflags={_ldflags()}"]
 
 
 class ControlPlaneError(DistributaryError, RuntimeError):
@@ -106,7 +109,7 @@ def etcd_programs() -> GoPrograms:
         src=src,
         release=ETCD_VERSION,
         binaries=("etcd",),
-        go_build=("build", "-v", "-trimpath", "-ldflags=-s -w"),
+        go_build=(*GO_BUILD_FLAGS, "-ldflags=-s -w"),
         needs="Go 1.24 or newer",
     )
 

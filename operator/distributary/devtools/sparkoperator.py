@@ -50,6 +50,7 @@ import yaml
 from distributary import processes
 from distributary.devtools.controlplane import ControlPlane, ControlPlaneError
 from distributary.devtools.gobuild import (
+    GO_BUILD,
     GoBuildError,
     GoPrograms,
     checkout_module,
@@ -65,7 +66,7 @@ KWOK_VERSION = "v0.8.0"  # equal to the requirement in testbed/go.mod
 NODE = "kwok-node-0"
 NODE_ANNOTATION = "kwok.x-k8s.io/node"
 _ACCOUNT = "distributary-spark-operator"  # the controller's ServiceAccount, in kube-system
-_GO_BUILD = ("build", "-v", "-trimpath", "-ldflags=-s -w")
+_GO_BUILD = (*GO_BUILD, "-ldflags=-s -w")
 _KWOK_STAGES = ("kustomize/stage/node/fast", "kustomize/stage/pod/fast")
 _CHART = "charts/spark-operator-chart"  # in the Spark operator's module
 _WEBHOOK_TEMPLATES = (

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from distributary.devtools import controlplane, sparkoperator
-from distributary.devtools.gobuild import GoBuildError, GoPrograms, checkout_module
+from distributary.devtools.gobuild import GO_BUILD, GoBuildError, GoPrograms, checkout_module
 
 
 def programs(src: Path, release: str = "v1.0.0", flags: tuple[str, ...] = ("build",)) -> GoPrograms:
@@ -87,3 +87,20 @@ def test_helm_is_built_from_the_module_kwok_is_built_from() -> None:
     script = (checkout_module("testbed").parent / "tools" / "helm.sh").read_text()
     assert '"$module/go.mod"' in script
     assert "helm.sh/helm/v3/cmd/helm@" not in script  # not helm's own go.mod: another resolution
+
+
+def test_every_program_and_helm_compile_with_the_same_flags() -> None:
+    """kwok and helm share one module and their compiled packages only if both compile with the
+    same flags; the others use them too (no debugging information, which the binaries strip)."""
+    compile_flags = [flag for flag in GO_BUILD if flag != "-v" and flag != "build"]
+    assert "-gcflags=all=-dwarf=false" in compile_flags
+    for built in (
+        controlplane.GO_BUILD,
+        controlplane.etcd_programs().go_build,
+        sparkoperator.kwok_programs().go_build,
+        sparkoperator.spark_operator_programs().go_build,
+    ):
+        assert list(built[: len(GO_BUILD)]) == list(GO_BUILD)
+    helm = (Path(__file__).resolve().parents[3] / "tools" / "helm.sh").read_text()
+    line = next(line for line in helm.splitlines() if "go build" in line)
+    assert all(flag in line for flag in compile_flags), line

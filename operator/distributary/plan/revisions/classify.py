@@ -11,6 +11,7 @@ where they are applied. The stateful-part analysis reads the sqlglot AST of `sql
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
@@ -225,6 +226,7 @@ def _normalized(sql: str) -> exp.Expr:
     return query
 
 
+@functools.lru_cache(maxsize=512)
 def stateful_parts(sql: str) -> StatefulParts:
     """The stateful operations of a Spark SQL query (raises `SqlError` when it does not parse).
 
@@ -232,6 +234,9 @@ def stateful_parts(sql: str) -> StatefulParts:
     aggregation (aggregates, GROUP BY keys, time windows), streaming deduplication (DISTINCT, set
     operations without ALL), stream-stream joins; plus window functions and LIMIT, which Spark
     also runs with state.
+
+    A pure function of the text, kept for the last 512 queries: every round of a reconcile asks
+    it again for each view (`distributary run` reconciles every second).
     """
     query = _normalized(sql)
     grouping, time_windows = _grouping(query)
