@@ -34,9 +34,7 @@ from types import FrameType, TracebackType
 import yaml
 
 from distributary import processes
-from distributary.devtools.gobuild import (
-    GO_BUILD as GO_BUILD_FLAGS,
-)
+from distributary.devtools import gobuild
 from distributary.devtools.gobuild import (
     PROGRESS_EVERY,
     GoBuildError,
@@ -65,7 +63,7 @@ def _ldflags() -> str:
     return " ".join(["-s", "-w", *(f"-X {p}.{k}={v}" for p in packages for k, v in stamps.items())])
 
 
-GO_BUILD = [*GO_BUILD_FLAGS, f"-ldflags={_ldflags()}"]
+GO_BUILD = [*gobuild.GO_BUILD, f"-ldflags={_ldflags()}"]
 
 
 class ControlPlaneError(DistributaryError, RuntimeError):
@@ -109,7 +107,7 @@ def etcd_programs() -> GoPrograms:
         src=src,
         release=ETCD_VERSION,
         binaries=("etcd",),
-        go_build=(*GO_BUILD_FLAGS, "-ldflags=-s -w"),
+        go_build=(*gobuild.GO_BUILD, "-ldflags=-s -w"),
         needs="Go 1.24 or newer",
     )
 
