@@ -295,8 +295,14 @@ def test_an_edit_runs_revision_2_through_the_controller_and_cuts_over_to_it(
         lambda: (view(cluster).get("status") or {}).get("servingRevision") == 2,
         timeout=120,
     )
-    output = cluster.get("dlog", VIEW) or {}
-    assert output["status"]["topicName"] == f"{VIEW}.r2"
+    # The output Log follows the view's cutover in its own reconcile, moments later.
+    waiting(
+        operator,
+        f"the output Log {VIEW} naming revision 2's topic",
+        lambda: ((cluster.get("dlog", VIEW) or {}).get("status") or {}).get("topicName")
+        == f"{VIEW}.r2",
+        timeout=60,
+    )
     waiting(
         operator,
         f"{APPLICATION} and its driver gone",
