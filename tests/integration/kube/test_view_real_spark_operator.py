@@ -299,8 +299,9 @@ def test_an_edit_runs_revision_2_through_the_controller_and_cuts_over_to_it(
     waiting(
         operator,
         f"the output Log {VIEW} naming revision 2's topic",
-        lambda: ((cluster.get("dlog", VIEW) or {}).get("status") or {}).get("topicName")
-        == f"{VIEW}.r2",
+        lambda: (
+            ((cluster.get("dlog", VIEW) or {}).get("status") or {}).get("topicName") == f"{VIEW}.r2"
+        ),
         timeout=60,
     )
     waiting(
