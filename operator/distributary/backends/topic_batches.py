@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from distributary.api.log import Log
+from distributary.backends.base import TopicBackend
 from distributary.backends.direct import DirectTopics, TopicOutcome
 from distributary.kafka.admin import KafkaAdmin, KafkaAdminError
 from distributary.plan.kafka_topics.topics import (
@@ -161,3 +163,63 @@ def _spec_of(log: Log) -> str:
     """Where the topic settings of `log` are written: its spec, or for a view's output Log (which
     the view writes) the view's `spec.output`."""
     return "spec.output" if VIEW_LABEL in log.metadata.labels else "spec"
+
+
+@dataclass
+class EnsuredRecently:
+    """A topic backend that answers an ensure asked again, with the same desired topic, within
+    `fresh_for` seconds of a clean outcome from that outcome, without asking Kafka.
+
+    For `distributary run`, which reconciles every view and job every second: each reconcile
+    ensures the revision's output and dead-letter topics, and asking Kafka each time was a
+    description, the configs and the watermarks of each topic every second, for nothing. An
+    outcome that was not clean (refused, unreachable, taken, waiting) is never kept, a topic
+    this backend deletes is forgotten, and a changed spec asks again at once: only a topic changed
+    or deleted behind the run's back is seen up to `fresh_for` seconds later. The watermarks of an
+    answer kept are the ones read then (a view's or job's reconcile does not use them)."""
+
+    backend: TopicBackend
+    fresh_for: float = 30.0
+    clock: Callable[[], float] = time.monotonic
+    _kept: dict[tuple[Any, ...], tuple[float, LogReconcile]] = field(default_factory=dict)
+
+    async def ensure(
+        self,
+        log: Log,
+        desired: DesiredTopic,
+        owner: Mapping[str, Any],
+        managed: frozenset[str] = frozenset(),
+    ) -> LogReconcile:
+        """The backend's outcome, or the last clean one of the same ask within `fresh_for`."""
+        configs = tuple(sorted(desired.configs.items()))
+        key = (desired.name, desired.partitions, desired.replicas, configs, managed)
+        kept = self._kept.get(key)
+        generation = log.metadata.generation
+        if kept is not None and self.clock() - kept[0] < self.fresh_for:
+            return replace(kept[1], generation=generation)
+        outcome = await self.backend.ensure(log, desired, owner, managed)
+        clean = outcome.plan is not None and not any(
+            (outcome.refused, outcome.unreachable, outcome.taken, outcome.waiting, outcome.invalid)
+        )
+        if clean:
+            self._kept[key] = (self.clock(), outcome)
+        else:
+            self._kept.pop(key, None)
+        return outcome
+
+    async def delete(self, log: Log | None, topic: str) -> str | None:
+        """The backend's delete, the topic's kept outcomes forgotten first."""
+        self.forget(topic)
+        return await self.backend.delete(log, topic)
+
+    async def release(self, namespace: str, name: str) -> list[str]:
+        """The backend's release, the released topics' kept outcomes forgotten."""
+        released = await self.backend.release(namespace, name)
+        for topic in released:
+            self.forget(topic)
+        return released
+
+    def forget(self, topic: str) -> None:
+        """Ask Kafka about `topic` again next time."""
+        for key in [k for k in self._kept if k[0] == topic]:
+            del self._kept[key]

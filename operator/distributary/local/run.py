@@ -42,13 +42,13 @@ from distributary.artifacts import SPARK_KAFKA_CONNECTOR, jars
 from distributary.backends.captures import PostgresCaptures
 from distributary.backends.direct import DirectTopics
 from distributary.backends.local_spark import LocalRuntime, LocalSparkRuntime
-from distributary.backends.topic_batches import DirectTopicBackend
+from distributary.backends.topic_batches import DirectTopicBackend, EnsuredRecently
 from distributary.errors import DistributaryError
 from distributary.graph import Pipeline, Ref
-from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.connection import check_connection, client_settings
 from distributary.kafka.history import lost_input_history
 from distributary.kafka.progress import ProgressReader
+from distributary.kafka.rounds import RoundAdmin
 from distributary.local.broker import EmbeddedBroker
 from distributary.local.revisions import LocalRevisions, refused, resource_key
 from distributary.local.runtime import PipelineRuntime
@@ -203,6 +203,7 @@ class LocalRun:
     bootstrap: str | None = None
     revisions: LocalRevisions | None = None
     services: Services | None = None
+    admin: RoundAdmin | None = None  # the services' admin: its answers are kept for one round
     runtime: PipelineRuntime | None = None
     files: PipelineFiles | None = None
     said: set[str] = field(default_factory=set)  # problems told already (reconciled every second)
@@ -258,7 +259,7 @@ class LocalRun:
         )
         self.plan = plan_pipeline(self.pipeline, settings)
         client = client_settings(self.kafka_security)
-        admin = KafkaAdmin(bootstrap, client=client)
+        admin = self.admin = RoundAdmin(bootstrap, client=client)
         direct = DirectTopics(admin)
         self._make_internal_topics(direct)
         self.sources = LocalSources(
@@ -285,7 +286,8 @@ class LocalRun:
             bootstrap_servers=bootstrap,
             admin=admin,
             progress=progress,
-            topics=DirectTopicBackend(admin),
+            # Reconciled every second: a topic ensured cleanly is not asked about for 30 s.
+            topics=EnsuredRecently(DirectTopicBackend(admin)),
             runtime=self.runtime,
             lost_history=lambda topics, tables: lost_input_history(
                 admin, topics, client, tables=tables
@@ -357,7 +359,10 @@ class LocalRun:
 
     def reconcile(self) -> None:
         """One round: every Source, every view, job and Sink in the pipeline's order, then
-        run.json."""
+        run.json. Kafka is asked each question once in a round (`kafka.rounds`), the snapshot
+        after it included."""
+        if self.admin is not None:
+            self.admin.new_round()
         self.loop.run_until_complete(self._round())
         self._write_state()
 
