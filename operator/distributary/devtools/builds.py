@@ -19,8 +19,8 @@ Two test workers while the Go programs are still to be built: the builds run in 
 two workers leave (a fifth of two cores), and a third worker would take it from them, so that
 the Kubernetes tests wait longer for their control plane. Once everything is built, three: the
 tests themselves wait on triggers and back-offs for about a quarter of the time, and a third
-worker fills it (integration 31 min 0 s instead of 33 min 39 s, measured side by side, at least
-16.8 GB of memory free).
+worker fills it (integration 31 min 6 s instead of 37 min 46 s on the same machine, at least
+16.3 GB of memory free; docs/performance.md).
 """
 
 from __future__ import annotations
