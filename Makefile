@@ -6,10 +6,8 @@ STAMP := $(VENV)/.installed
 # Integration test modules run on this many workers (pytest-xdist; a module's tests stay
 # together on one worker, and the modules that kill runners and brokers share one worker:
 # tests/integration/conftest.py `pytest_xdist_make_scheduler`; each worker starts its own broker
-# and control plane); 0 runs them in pytest's own process, one module after another. Two while
-# the test beds' Go programs are still to be built beside the tests, three once they are
-# (`python -m distributary.devtools.builds --test-workers` says why).
-TEST_WORKERS ?= $(shell $(BIN)/python -m distributary.devtools.builds --test-workers 2>/dev/null || echo 2)
+# and control plane); 0 runs them in pytest's own process, one module after another.
+TEST_WORKERS ?= 2
 
 .PHONY: install system-packages check test unit integration lint demo shop crds docs clean helm chart-lint devcluster e2e-local e2e-kind locks
 

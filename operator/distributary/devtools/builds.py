@@ -10,36 +10,20 @@ tests that need none of it run first (the Kubernetes tests are scheduled last,
 by its own builder, so a test that needs a part before it is ready waits for the one build, and
 a machine that has them all pays nothing.
 
-    python -m distributary.devtools.builds                 build whatever is missing, one part
-                                                           after another
-    python -m distributary.devtools.builds --test-workers  how many integration test workers
-                                                           `make test` runs on this machine
-
-Two test workers while the Go programs are still to be built: the builds run in the idle time
-two workers leave (a fifth of two cores), and a third worker would take it from them, so that
-the Kubernetes tests wait longer for their control plane. Once everything is built, three: the
-tests themselves wait on triggers and back-offs for about a quarter of the time, and a third
-worker fills it (integration 31 min 6 s instead of 37 min 46 s on the same machine, at least
-16.3 GB of memory free; docs/performance.md).
+    python -m distributary.devtools.builds      build whatever is missing, one part after another
 """
 
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-from distributary.artifacts import KAFKA_CONNECT, cache_root, jars
+from distributary.artifacts import KAFKA_CONNECT, jars
 from distributary.devtools import controlplane, sparkoperator
-from distributary.devtools.gobuild import checkout_module
 from distributary.errors import DistributaryError
-
-WORKERS_WHILE_BUILDING = 2
-WORKERS_WHEN_BUILT = 3
 
 
 def _helm() -> None:
@@ -63,35 +47,6 @@ PARTS: list[tuple[str, Callable[[], object]]] = [
 ]
 
 
-def helm_binary() -> Path:
-    """Where `tools/helm.sh` keeps the helm it builds (the version `testbed/go.mod` requires)."""
-    go_mod = (checkout_module("testbed") / "go.mod").read_text()
-    found = re.search(r"^\s*helm\.sh/helm/v3\s+(\S+)", go_mod, re.MULTILINE)
-    return cache_root() / "bin" / f"helm-{found.group(1) if found else 'unknown'}"
-
-
-def unbuilt() -> list[str]:
-    """The Go programs this machine has not built yet (nothing is built to answer)."""
-    programs = {
-        "etcd": controlplane.etcd_programs(),
-        "kube-apiserver and kube-controller-manager": controlplane.programs(
-            controlplane.go_sources()
-        ),
-        "the Spark operator": sparkoperator.spark_operator_programs(),
-        "kwok": sparkoperator.kwok_programs(),
-    }
-    missing = [name for name, p in programs.items() if not (p.target() / ".complete").exists()]
-    return missing if helm_binary().is_file() else [*missing, "helm"]
-
-
-def test_workers() -> int:
-    """How many integration test workers suit this machine now (the module's docstring)."""
-    try:
-        return WORKERS_WHILE_BUILDING if unbuilt() else WORKERS_WHEN_BUILT
-    except (DistributaryError, OSError):
-        return WORKERS_WHILE_BUILDING
-
-
 def main() -> int:
     """Build every part that is missing; a part that fails is reported and the rest go on (the
     test that needs it builds it again and shows why it fails)."""
@@ -111,8 +66,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--test-workers"]:
-        print(test_workers())
-        sys.exit(0)
     os.nice(10)  # the tests running meanwhile come first
     sys.exit(main())
