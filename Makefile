@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # together on one worker, and the modules that kill runners and brokers share one worker:
 # tests/integration/conftest.py `pytest_xdist_make_scheduler`; each worker starts its own broker
 # and control plane); 0 runs them in pytest's own process, one module after another.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 
 .PHONY: install system-packages check test unit integration lint demo shop crds docs clean helm chart-lint devcluster e2e-local e2e-kind locks
 

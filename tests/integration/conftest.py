@@ -106,7 +106,7 @@ _BUILDS: list[processes.Supervised] = []
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """With DISTRIBUTARY_BUILD_AHEAD=1 (`make test`), build what the test beds need once per
-    machine (`distributary.devtools.builds`) in the background, at a lower priority, while the
+    machine (`distributary.devtools.builds`) in the background while the
     first tests run; once, in the process that runs or schedules the tests."""
     if os.environ.get("DISTRIBUTARY_BUILD_AHEAD") != "1" or "PYTEST_XDIST_WORKER" in os.environ:
         return

@@ -4,8 +4,8 @@ On a fresh machine the integration tests need five programs built from Go module
 kube-apiserver with kube-controller-manager, helm, the Spark operator, kwok), about a quarter of
 an hour of compiling on two cores, and Kafka Connect's jars. Built lazily, the first test that
 needs each one waits for it while the other test worker waits for the same lock. `make test`
-starts this instead as soon as the integration tests start, at a lower priority, while the
-tests that need none of it run first (the Kubernetes tests are scheduled last,
+starts this instead as soon as the integration tests start, while the tests that need none of
+it run first (the Kubernetes tests are scheduled last,
 `tests/integration/conftest.py`). Each part is cached and locked
 by its own builder, so a test that needs a part before it is ready waits for the one build, and
 a machine that has them all pays nothing.
@@ -15,7 +15,6 @@ a machine that has them all pays nothing.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -66,5 +65,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    os.nice(10)  # the tests running meanwhile come first
+    # At the tests' own priority: with three test workers the machine has little idle time, and
+    # builds niced below the tests got a tenth of the CPU, so the Kubernetes tests waited for them.
     sys.exit(main())
