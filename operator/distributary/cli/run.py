@@ -9,6 +9,7 @@ state folder is read before the broker starts, so a corrupt file in it is report
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import signal
@@ -82,6 +83,24 @@ def _display(console: Console) -> tuple[Callable[[Snapshot], None], Live | None]
             shown[line] = time.monotonic()
 
     return show, None
+
+
+# Once its children are stopped the run has nothing left to wait for, yet leaving can block: a
+# Kafka client's teardown against the broker just stopped, a thread that never ends. If the process
+# has not left EXIT_GRACE seconds after its children stopped, every thread's stack goes to stderr
+# (what a bug report needs) and it exits 1, rather than hanging on a machine with nothing running.
+EXIT_GRACE = 60.0
+
+
+def leave_within(seconds: float) -> None:
+    """From now on, exit within `seconds`: past them, dump every thread's stack and exit 1.
+    Not when stderr is no file (the command run inside another program, as by click's test
+    runner): there is nowhere to write the stacks, and the other program must not be ended."""
+    try:
+        stderr = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return
+    faulthandler.dump_traceback_later(seconds, exit=True, file=stderr)
 
 
 def _run(run: LocalRun, produce: list[tuple[str, Path]], until_caught_up: bool) -> Snapshot:
@@ -193,6 +212,7 @@ def run(
         snapshot = _run(local, pairs, until_caught_up)
     finally:
         local.stop()
+        leave_within(EXIT_GRACE)
     if until_caught_up:
         summary = snapshot.to_json()
         if local.sources is not None and local.sources.statuses:
