@@ -34,7 +34,7 @@ from distributary.devtools.postgres import PostgresServer
 from distributary.devtools.redis import RedisServer
 from distributary.local.broker import EmbeddedBroker
 
-# Modules that kill their runners and brokers again and again and time what follows: on two test
+# Modules that kill their runners and brokers again and again and time what follows: on the test
 # workers they run one after another on one worker, never beside each other.
 KILLING = frozenset({
     "tests/integration/test_runner_recovery.py",
