@@ -56,7 +56,8 @@ crds: $(STAMP)
 	$(BIN)/distributary crds --out crds
 	cp crds/*.yaml charts/distributary/crds/
 
-# A local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager) on loopback;
+# A local Kubernetes control plane (etcd, kube-apiserver, the garbage collector and the
+# namespace controller) on loopback;
 # the first run builds the Kubernetes binaries from Go modules (minutes), later runs reuse them.
 devcluster: $(STAMP)
 	$(BIN)/python -m distributary.devtools.controlplane

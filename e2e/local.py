@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """`make e2e-local`: the clickstream example through the operator on a real API server.
 
-Everything is real and local: a control plane (etcd, kube-apiserver, kube-controller-manager),
-the embedded Kafka broker, and `distributary operator` with the `direct` topic backend and the
-`local` Spark runtime. The example is applied with kubectl as a person would, its demo data is
-appended, and the script waits until every Log and view is Ready and every view has caught up,
-then prints `kubectl get dlog,dview,sjob` and, as its last line, a one-line JSON summary. It
-tears everything down on the way out, also on failure or Ctrl-C. Exit status 0 means the
-pipeline converged.
+Everything is real and local: a control plane (etcd, kube-apiserver, its garbage collector and
+namespace controller), the embedded Kafka broker, and `distributary operator` with the `direct`
+topic backend and the `local` Spark runtime. The example is applied with kubectl as a person would,
+its demo data is appended, and the script waits until every Log and view is Ready and every view has
+caught up, then prints `kubectl get dlog,dview,sjob` and, as its last line, a one-line JSON summary.
+It tears everything down on the way out, also on failure or Ctrl-C. Exit status 0 means the pipeline
+converged.
 
 With `--secured` the broker serves clients only over SASL_SSL (SCRAM-SHA-512), with certificates
 made for the run, and the operator gets its credentials from its environment as the chart gives

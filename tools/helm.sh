@@ -41,7 +41,9 @@ build() {
   # reproducible, with kwok's flags (GO_BUILD in devtools/gobuild.py) (so that they share compiled packages); helm reports its
   # version from the variable its Makefile sets.
   cp "$module/go.mod" "$module/go.sum" "$work/"
-  (cd "$work" && CGO_ENABLED=0 GOFLAGS=-mod=mod GOWORK=off go build -trimpath -gcflags=all=-dwarf=false \
+  # The compiler's garbage collector off below 2 GiB a process, as GO_MEMORY in devtools/gobuild.py.
+  (cd "$work" && GOGC="${GOGC:-off}" GOMEMLIMIT="${GOMEMLIMIT:-2GiB}" \
+    CGO_ENABLED=0 GOFLAGS=-mod=mod GOWORK=off go build -trimpath -gcflags=all=-dwarf=false \
     -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
     -o "$work/helm" helm.sh/helm/v3/cmd/helm >&2)
   mv -f "$work/helm" "$helm"

@@ -2,7 +2,7 @@
 """Control-plane benchmark: how fast the operator makes many Logs and DerivedViews Ready, how many
 API requests that takes, and how much memory the operator holds meanwhile.
 
-One run on loopback: a real control plane (etcd, kube-apiserver, kube-controller-manager from
+One run on loopback: a real control plane (etcd, kube-apiserver, kube-controllers from
 `distributary.devtools.controlplane`), a real embedded Kafka broker, and `distributary operator` as
 a process of its own (`direct` topic backend, `spark-operator` runtime), as the integration tests
 start them. N Logs and M DerivedViews (view i reads Log i) are created at once by a few threads,

@@ -276,7 +276,7 @@ def report(
         "api_requests": {
             "counted": "every request apiserver_request_total counted from the first create until "
             "all were Ready: the benchmark's (creates, the Spark stand-in's status writes, "
-            "/metrics reads), the operator's and the controller manager's (a few, garbage "
+            "/metrics reads), the operator's and kube-controllers' (a few, garbage "
             "collection); operator_api_requests_per_object leaves the benchmark's out",
             "total": total,
             "benchmark": mine,

@@ -3,7 +3,7 @@
 the operator, and how fast the new revision reads its input again against the serving one.
 
 One run on loopback, with the parts the integration tests use: a real control plane (etcd,
-kube-apiserver, kube-controller-manager from `distributary.devtools.controlplane`), an embedded
+kube-apiserver, kube-controllers from `distributary.devtools.controlplane`), an embedded
 Kafka broker, and `distributary operator` as a process of its own (`direct` topics, `local` Spark:
 one runner process per revision, `local[2]`). One input Log of N records (bench/dataplane's records,
 about 200 bytes, 4 partitions) and one view over it (a filter and projection, append, trigger 500ms,

@@ -1,14 +1,13 @@
 """Everything the test beds build or fetch once per machine, built ahead in one go.
 
 On a fresh machine the integration tests need five programs built from Go modules (etcd,
-kube-apiserver with kube-controller-manager, helm, the Spark operator, kwok), about a quarter of
-an hour of compiling on two cores, and Kafka Connect's jars. Built lazily, the first test that
-needs each one waits for it while the other test worker waits for the same lock. `make test`
-starts this instead as soon as the integration tests start, while the tests that need none of
-it run first (the Kubernetes tests are scheduled last,
-`tests/integration/conftest.py`). Each part is cached and locked
-by its own builder, so a test that needs a part before it is ready waits for the one build, and
-a machine that has them all pays nothing.
+kube-apiserver with its garbage collector and namespace controller, helm, the Spark operator, kwok),
+about eight CPU-minutes of compiling, and Kafka Connect's jars. Built lazily, the first test that
+needs each one waits for it while the other test worker waits for the same lock. `make test` starts
+this instead as soon as the integration tests start, while the tests that need none of it run first
+(the Kubernetes tests are scheduled last, `tests/integration/conftest.py`). Each part is cached and
+locked by its own builder, so a test that needs a part before it is ready waits for the one build,
+and a machine that has them all pays nothing.
 
     python -m distributary.devtools.builds      build whatever is missing, one part after another
 """
@@ -39,7 +38,7 @@ def _helm() -> None:
 PARTS: list[tuple[str, Callable[[], object]]] = [
     ("Kafka Connect jars", lambda: jars(KAFKA_CONNECT, quiet=True)),
     ("etcd", lambda: controlplane.etcd_binary(quiet=True)),
-    ("kube-apiserver and kube-controller-manager", lambda: controlplane.build(quiet=True)),
+    ("kube-apiserver and kube-controllers", lambda: controlplane.build(quiet=True)),
     ("helm", _helm),
     ("the Spark operator", lambda: sparkoperator.spark_operator_programs().build(quiet=True)),
     ("kwok", lambda: sparkoperator.kwok_programs().build(quiet=True)),

@@ -1,7 +1,7 @@
-"""A local Kubernetes control plane: etcd, kube-apiserver and kube-controller-manager on loopback.
+"""A local Kubernetes control plane: etcd, kube-apiserver and two upstream controllers on loopback.
 
 Tests and `make devcluster` need the real API server, since schema and CEL validation, server-side
-apply and garbage collection are its own behaviour, and no Docker. The two Kubernetes binaries are
+apply and garbage collection are its own behaviour, and no Docker. The Kubernetes binaries are
 built once from the Go modules of one pinned release (`controlplane/` at the repository root), and
 etcd from its own (`etcd/`: the release that Kubernetes release is tested with, so the API server
 serves the watch progress requests that streamed lists need), each cached under a key of the
@@ -9,9 +9,13 @@ release, the machine and a digest of those Go sources and the build flags: editi
 afresh, nothing else ever does, and a build is published only when complete. The API server
 starts as controller-runtime's envtest starts its (client-certificate authentication, RBAC, the
 ServiceAccount admission plugin off because nothing here creates default service accounts, a
-service-account issuer and keys). The controller manager runs only the garbage collector and the
-namespace controller: without them owned children would outlive their owners and deleted
-namespaces would stay Terminating. Certificates come from the machine's openssl.
+service-account issuer and keys). Beside it runs `kube-controllers`
+(`controlplane/cmd/kube-controllers`): the two controllers of kube-controller-manager a control
+plane without nodes needs, the garbage collector and the namespace controller, upstream's own
+code wired as kube-controller-manager wires them (without them owned children would outlive their
+owners and deleted namespaces would stay Terminating). Built alone, they compile about 320
+packages fewer than the whole kube-controller-manager (13 CPU-seconds instead of 178 on top of
+the API server's build). Certificates come from the machine's openssl.
 """
 
 from __future__ import annotations
@@ -48,7 +52,6 @@ from distributary.processes import free_port
 
 KUBERNETES_VERSION = "v1.34.4"  # equal to k8s.io/kubernetes in controlplane/go.mod
 ETCD_VERSION = "v3.6.4"  # equal to go.etcd.io/etcd/server/v3 in etcd/go.mod
-CONTROLLERS = "garbage-collector-controller,namespace-controller"
 SERVICE_CIDR = "10.0.0.0/24"
 DEFAULT_STATE_DIR = Path(".distributary/devcluster")
 
@@ -83,13 +86,13 @@ def go_sources() -> Path:
 
 
 def programs(src: Path) -> GoPrograms:
-    """kube-apiserver and kube-controller-manager, as built from `src`."""
+    """kube-apiserver and kube-controllers, as built from `src`."""
     return GoPrograms(
         part="control plane",
         cache="kube",
         src=src,
         release=KUBERNETES_VERSION,
-        binaries=("kube-apiserver", "kube-controller-manager"),
+        binaries=("kube-apiserver", "kube-controllers"),
         go_build=GO_BUILD,
         needs="Go 1.24 or newer",
     )
@@ -118,7 +121,7 @@ def binaries_dir(src: Path) -> Path:
 
 
 def build(*, quiet: bool = False) -> Path:
-    """The folder holding kube-apiserver and kube-controller-manager, building them on first use
+    """The folder holding kube-apiserver and kube-controllers, building them on first use
     (the first build downloads about 700 MB of Go modules and compiles for several minutes)."""
     try:
         return programs(go_sources()).build(quiet=quiet)
@@ -225,7 +228,7 @@ def etcd_binary(*, quiet: bool = False) -> Path:
 
 
 class ControlPlane:
-    """etcd, kube-apiserver and kube-controller-manager on loopback, their state under `state_dir`:
+    """etcd, kube-apiserver and kube-controllers on loopback, their state under `state_dir`:
     etcd's data and the certificates are kept, so a second start finds its resources again."""
 
     def __init__(self, state_dir: Path, *, quiet: bool = False) -> None:
@@ -261,12 +264,10 @@ class ControlPlane:
             self._wait("etcd", f"http://127.0.0.1:{self.ports['etcd']}/health", deadline)
             self._launch(str(binaries / "kube-apiserver"), self._apiserver_flags())
             self._wait("kube-apiserver", f"{self.server}/readyz", deadline)
-            kcm_flags = self._controller_manager_flags(kcm_config)
-            self._launch(str(binaries / "kube-controller-manager"), kcm_flags)
+            kcm_flags = self._controllers_flags(kcm_config)
+            self._launch(str(binaries / "kube-controllers"), kcm_flags)
             self._wait(
-                "kube-controller-manager",
-                f"https://127.0.0.1:{self.ports['kcm']}/healthz",
-                deadline,
+                "kube-controllers", f"http://127.0.0.1:{self.ports['kcm']}/healthz", deadline
             )
         except BaseException:
             self.stop()
@@ -309,18 +310,8 @@ class ControlPlane:
             f"--service-account-signing-key-file={pki / 'service-accounts.key'}",
         ]
 
-    def _controller_manager_flags(self, kubeconfig: Path) -> list[str]:
-        return [
-            f"--kubeconfig={kubeconfig}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            # No front proxy here: looking up its CA only fills the log with errors.
-            "--authentication-skip-lookup=true",
-            f"--controllers={CONTROLLERS}",
-            "--leader-elect=false",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={self.ports['kcm']}",
-        ]
+    def _controllers_flags(self, kubeconfig: Path) -> list[str]:
+        return [f"--kubeconfig={kubeconfig}", f"--healthz-port={self.ports['kcm']}"]
 
     def _launch(self, binary: str, flags: list[str]) -> None:
         name = Path(binary).name
@@ -336,9 +327,6 @@ class ControlPlane:
         process = dict(self._processes)[name]
         context = ssl.create_default_context(cafile=self.pki / "ca.crt")
         context.load_cert_chain(self.pki / "admin.crt", self.pki / "admin.key")
-        if name == "kube-controller-manager":  # serves a self-signed certificate of its own
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
         started, last = time.monotonic(), time.monotonic()
         while time.monotonic() < deadline:
             if process.poll() is not None:
@@ -384,7 +372,7 @@ class ControlPlane:
         return [name for name, process in self._processes if process.poll() is not None]
 
     def stop(self, timeout: float = 20.0) -> None:
-        """Stop the controller manager, the API server and etcd in that order (SIGTERM, then
+        """Stop the controllers, the API server and etcd in that order (SIGTERM, then
         SIGKILL for whatever does not stop within `timeout` seconds)."""
         atexit.unregister(self.stop)
         while self._processes:

@@ -2,7 +2,7 @@
 
 The control plane is the one `make devcluster` runs (`distributary.devtools.controlplane`), started
 once per session in pytest's temporary folder. The first session on a machine builds kube-apiserver
-and kube-controller-manager from Go modules (minutes), so its progress lines bypass pytest's
+and its controllers from Go modules (minutes), so its progress lines bypass pytest's
 capture. So do those of the Spark operator's controller and kwok (`spark_operator`), built and
 started once per session by the first module that needs them.
 """
@@ -34,7 +34,7 @@ Kubectl = Callable[..., subprocess.CompletedProcess[str]]
 def control_plane(
     tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
 ) -> Iterator[ControlPlane]:
-    """etcd, kube-apiserver and kube-controller-manager, running for the whole session."""
+    """etcd, kube-apiserver and kube-controllers, running for the whole session."""
     plane = ControlPlane(tmp_path_factory.mktemp("kube"))
     capture = pytestconfig.pluginmanager.getplugin("capturemanager")
     with capture.global_and_fixture_disabled():

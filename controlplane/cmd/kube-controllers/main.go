@@ -1,0 +1,181 @@
+// Command kube-controllers runs the two controllers of kube-controller-manager that a control
+// plane without nodes needs: the garbage collector (owned objects go with their owners) and the
+// namespace controller (a deleted namespace is emptied, then removed). Both are upstream's own
+// code from the release pinned in go.mod, wired as kube-controller-manager wires them
+// (cmd/kube-controller-manager/app: CreateControllerContext, startGarbageCollectorController,
+// startNamespaceController) with its default settings; what is left out is every other
+// controller, which would compile about 320 packages more and run nothing here.
+//
+//	kube-controllers --kubeconfig=FILE --healthz-port=PORT [-v=N]
+//
+// GET http://127.0.0.1:PORT/healthz answers "ok" once both controllers run.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/controller-manager/pkg/informerfactory"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/controller/garbagecollector"
+	namespacecontroller "k8s.io/kubernetes/pkg/controller/namespace"
+)
+
+// kube-controller-manager's defaults (cmd/kube-controller-manager/app/options).
+const (
+	apiQPS              = 20
+	apiBurst            = 30
+	resync              = 12 * time.Hour // --min-resync-period; upstream picks between it and twice it
+	gcWorkers           = 20             // --concurrent-gc-syncs
+	gcSyncPeriod        = 30 * time.Second
+	namespaceWorkers    = 10              // --concurrent-namespace-syncs
+	namespaceSyncPeriod = 5 * time.Minute // --namespace-sync-period
+)
+
+func main() {
+	kubeconfig := flag.String("kubeconfig", "", "kubeconfig of the API server to work against")
+	port := flag.Int("healthz-port", 0, "port on 127.0.0.1 of the /healthz endpoint (0: none)")
+	klog.InitFlags(nil)
+	flag.Parse()
+	if *kubeconfig == "" {
+		fmt.Fprintln(os.Stderr, "kube-controllers: --kubeconfig is required")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *kubeconfig, *port); err != nil {
+		klog.ErrorS(err, "kube-controllers stopped")
+		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+	}
+	klog.Flush()
+}
+
+func config(kubeconfig, agent string) (*rest.Config, error) {
+	c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	c.QPS, c.Burst = apiQPS, apiBurst
+	return rest.AddUserAgent(c, agent), nil
+}
+
+func run(ctx context.Context, kubeconfig string, port int) error {
+	var ready atomic.Bool
+	if port != 0 {
+		listener, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			return err
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+			if !ready.Load() {
+				http.Error(w, "starting", http.StatusServiceUnavailable)
+				return
+			}
+			_, _ = w.Write([]byte("ok"))
+		})
+		go func() { _ = http.Serve(listener, mux) }()
+	}
+
+	// CreateControllerContext: shared informers (typed and metadata-only, managed fields trimmed)
+	// and a RESTMapper from discovery, reset every 30 s so that new kinds are found.
+	root, err := config(kubeconfig, "shared-informers")
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(root)
+	if err != nil {
+		return err
+	}
+	trim := func(obj interface{}) (interface{}, error) {
+		if accessor, err := meta.Accessor(obj); err == nil && accessor.GetManagedFields() != nil {
+			accessor.SetManagedFields(nil)
+		}
+		return obj, nil
+	}
+	sharedInformers := informers.NewSharedInformerFactoryWithOptions(
+		client, resync, informers.WithTransform(trim))
+	metadataClient, err := metadata.NewForConfig(root)
+	if err != nil {
+		return err
+	}
+	metadataInformers := metadatainformer.NewSharedInformerFactoryWithOptions(
+		metadataClient, resync, metadatainformer.WithTransform(trim))
+	restMapper := restmapper.NewDeferredDiscoveryRESTMapper(
+		memory.NewMemCacheClient(client.Discovery()))
+	go wait.Until(restMapper.Reset, 30*time.Second, ctx.Done())
+	informersStarted := make(chan struct{})
+
+	// startGarbageCollectorController.
+	gcConfig, err := config(kubeconfig, "generic-garbage-collector")
+	if err != nil {
+		return err
+	}
+	gcConfig.QPS *= 2 // each deletion takes two requests
+	gcClient, err := kubernetes.NewForConfig(gcConfig)
+	if err != nil {
+		return err
+	}
+	gcMetadata, err := metadata.NewForConfig(gcConfig)
+	if err != nil {
+		return err
+	}
+	graph := garbagecollector.NewDependencyGraphBuilder(ctx, metadataClient, restMapper,
+		garbagecollector.DefaultIgnoredResources(),
+		informerfactory.NewInformerFactory(sharedInformers, metadataInformers), informersStarted)
+	gc, err := garbagecollector.NewComposedGarbageCollector(
+		ctx, gcClient, gcMetadata, restMapper, graph)
+	if err != nil {
+		return fmt.Errorf("the garbage collector could not start: %w", err)
+	}
+	go gc.Run(ctx, gcWorkers, gcSyncPeriod)
+	go gc.Sync(ctx, gcClient.Discovery(), gcSyncPeriod)
+
+	// startNamespaceController: many discovery and delete requests, so a higher rate.
+	nsConfig, err := config(kubeconfig, "namespace-controller")
+	if err != nil {
+		return err
+	}
+	nsConfig.QPS *= 20
+	nsConfig.Burst *= 100
+	nsClient, err := kubernetes.NewForConfig(nsConfig)
+	if err != nil {
+		return err
+	}
+	nsMetadata, err := metadata.NewForConfig(nsConfig)
+	if err != nil {
+		return err
+	}
+	namespaces := namespacecontroller.NewNamespaceController(ctx, nsClient, nsMetadata,
+		nsClient.Discovery().ServerPreferredNamespacedResources,
+		sharedInformers.Core().V1().Namespaces(), namespaceSyncPeriod, v1.FinalizerKubernetes)
+	go namespaces.Run(ctx, namespaceWorkers)
+
+	sharedInformers.Start(ctx.Done())
+	metadataInformers.Start(ctx.Done())
+	close(informersStarted)
+	ready.Store(true)
+	klog.InfoS("kube-controllers running: garbage collector, namespace controller")
+	<-ctx.Done()
+	return nil
+}
