@@ -70,13 +70,21 @@ func main() {
 	klog.Flush()
 }
 
-func config(kubeconfig, agent string) (*rest.Config, error) {
+// clients for one controller, as kube-controller-manager's client builder makes them: a user agent
+// of its own, and kube-controller-manager's default request rate times qps and burst.
+func clients(kubeconfig, agent string, qps float32, burst int) (*kubernetes.Clientset, metadata.Interface, error) {
 	c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	c.QPS, c.Burst = apiQPS, apiBurst
-	return rest.AddUserAgent(c, agent), nil
+	c.QPS, c.Burst = apiQPS*qps, apiBurst*burst
+	c = rest.AddUserAgent(c, agent)
+	typed, err := kubernetes.NewForConfig(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	metadataOnly, err := metadata.NewForConfig(c)
+	return typed, metadataOnly, err
 }
 
 func run(ctx context.Context, kubeconfig string, port int) error {
@@ -99,11 +107,7 @@ func run(ctx context.Context, kubeconfig string, port int) error {
 
 	// CreateControllerContext: shared informers (typed and metadata-only, managed fields trimmed)
 	// and a RESTMapper from discovery, reset every 30 s so that new kinds are found.
-	root, err := config(kubeconfig, "shared-informers")
-	if err != nil {
-		return err
-	}
-	client, err := kubernetes.NewForConfig(root)
+	client, metadataClient, err := clients(kubeconfig, "shared-informers", 1, 1)
 	if err != nil {
 		return err
 	}
@@ -115,10 +119,6 @@ func run(ctx context.Context, kubeconfig string, port int) error {
 	}
 	sharedInformers := informers.NewSharedInformerFactoryWithOptions(
 		client, resync, informers.WithTransform(trim))
-	metadataClient, err := metadata.NewForConfig(root)
-	if err != nil {
-		return err
-	}
 	metadataInformers := metadatainformer.NewSharedInformerFactoryWithOptions(
 		metadataClient, resync, metadatainformer.WithTransform(trim))
 	restMapper := restmapper.NewDeferredDiscoveryRESTMapper(
@@ -126,17 +126,8 @@ func run(ctx context.Context, kubeconfig string, port int) error {
 	go wait.Until(restMapper.Reset, 30*time.Second, ctx.Done())
 	informersStarted := make(chan struct{})
 
-	// startGarbageCollectorController.
-	gcConfig, err := config(kubeconfig, "generic-garbage-collector")
-	if err != nil {
-		return err
-	}
-	gcConfig.QPS *= 2 // each deletion takes two requests
-	gcClient, err := kubernetes.NewForConfig(gcConfig)
-	if err != nil {
-		return err
-	}
-	gcMetadata, err := metadata.NewForConfig(gcConfig)
+	// startGarbageCollectorController: each deletion takes two requests, so twice the rate.
+	gcClient, gcMetadata, err := clients(kubeconfig, "generic-garbage-collector", 2, 1)
 	if err != nil {
 		return err
 	}
@@ -152,17 +143,7 @@ func run(ctx context.Context, kubeconfig string, port int) error {
 	go gc.Sync(ctx, gcClient.Discovery(), gcSyncPeriod)
 
 	// startNamespaceController: many discovery and delete requests, so a higher rate.
-	nsConfig, err := config(kubeconfig, "namespace-controller")
-	if err != nil {
-		return err
-	}
-	nsConfig.QPS *= 20
-	nsConfig.Burst *= 100
-	nsClient, err := kubernetes.NewForConfig(nsConfig)
-	if err != nil {
-		return err
-	}
-	nsMetadata, err := metadata.NewForConfig(nsConfig)
+	nsClient, nsMetadata, err := clients(kubeconfig, "namespace-controller", 20, 100)
 	if err != nil {
 		return err
 	}
