@@ -2,7 +2,7 @@
 
 On a fresh machine the integration tests need five programs built from Go modules (etcd,
 kube-apiserver with its garbage collector and namespace controller, helm, the Spark operator, kwok),
-about eight CPU-minutes of compiling, and Kafka Connect's jars. Built lazily, the first test that
+several CPU-minutes of compiling, and Kafka Connect's jars. Built lazily, the first test that
 needs each one waits for it while the other test worker waits for the same lock. `make test` starts
 this instead as soon as the integration tests start, while the tests that need none of it run first
 (the Kubernetes tests are scheduled last, `tests/integration/conftest.py`). Each part is cached and
