@@ -8,6 +8,7 @@ was committed, and a transaction's commit marker, which takes an offset, is no r
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -118,6 +119,13 @@ def test_tail_finds_the_last_records_among_commit_markers(
             writer.write([(output, "a", f"r{n}", None)], {}, "")
     finally:
         writer.close()
-    with TopicReader(broker.bootstrap_servers) as reader:
-        records, _ends = reader.last(output, 3)
+    # A commit returns once the transaction coordinator has decided it; the commit markers that
+    # make its records visible to committed readers reach the partitions a moment later.
+    deadline = time.monotonic() + 30
+    while True:
+        with TopicReader(broker.bootstrap_servers) as reader:
+            records, _ends = reader.last(output, 3)
+        if [r.value for r in records[-1:]] == [b"r5"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert [r.value for r in records] == [b"r3", b"r4", b"r5"]
