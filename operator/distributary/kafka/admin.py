@@ -19,6 +19,7 @@ like drift.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -132,6 +133,14 @@ class KafkaAdmin:
         self._client = AdminClient(client_config(bootstrap_servers, **self.client))
         self._listings: dict[str, tuple[float, set[str]]] = {}  # (when asked, names)
         self._listing_locks: dict[str, threading.Lock] = {}
+
+    def close(self) -> None:
+        """Destroy the client now, while its brokers still answer. librdkafka destroys a client
+        when its last reference goes; one destroyed after its broker stopped (at the end of
+        `distributary run`, by the interpreter's last collection) can block its process's exit.
+        The admin is not used after this."""
+        with contextlib.suppress(AttributeError):  # closed twice
+            del self._client
 
     def describe_topic(self, topic: str) -> ObservedTopic | None:
         """The topic as Kafka reports it (configs: its own overrides only), None if absent."""

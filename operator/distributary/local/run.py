@@ -606,6 +606,9 @@ class LocalRun:
             self.sink_processes.stop_all()
         if self.sources is not None:
             self.sources.stop()
+        if self.admin is not None:  # destroyed while its broker answers, not at exit
+            self.admin.close()
+            self.admin = None
         if self.broker is not None:
             self.say("Stopping Kafka ...")
             self.broker.stop()
