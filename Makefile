@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # and control plane); 0 runs them in pytest's own process, one module after another.
 TEST_WORKERS ?= 3
 
-.PHONY: install system-packages check test unit integration lint demo shop crds docs clean helm chart-lint devcluster e2e-local e2e-kind locks
+.PHONY: install system-packages check test unit integration lint demo shop crds docs clean helm chart-lint devcluster e2e-local e2e-kind locks images
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -82,18 +82,23 @@ chart-lint:
 docs: $(STAMP)
 	$(BIN)/python -c 'from pathlib import Path; from distributary.api.reference import reference_markdown as r; Path("docs/reference.md").write_text(r())'
 
+# The operator image and the job image, from their Dockerfiles, without Docker or a registry:
+# buildah on a Debian base made by debootstrap (distributary.devtools.images); OCI archives in
+# ~/.cache/distributary/images, rebuilt only when what they are built from changes.
+images: $(STAMP)
+	$(BIN)/python -m distributary.devtools.images
+
 # The images' Python dependencies, each pinned with its hashes, for the images' Python (3.11) on
-# linux x86_64: the operator's without the spark extra; the job image's with it, less pyspark and
-# py4j, which come with the image's own Spark (spark_images/Dockerfile).
+# linux x86_64: the operator's without the spark extra; the job image's with it, pyspark (Spark's
+# jars) included. uv reads the system's certificate authorities (--native-tls).
 UV ?= $(BIN)/uv
-LOCK := $(UV) pip compile pyproject.toml --quiet --generate-hashes --python-version 3.11 \
+LOCK := $(UV) pip compile pyproject.toml --native-tls --quiet --generate-hashes --python-version 3.11 \
   --python-platform x86_64-manylinux_2_35 --custom-compile-command 'make locks'
 
 locks: $(STAMP)
 	@echo "Locking operator_image/requirements.lock and spark_images/requirements.lock ..."
 	$(LOCK) -o operator_image/requirements.lock
-	$(LOCK) --extra spark --no-emit-package pyspark --no-emit-package py4j \
-	  -o spark_images/requirements.lock
+	$(LOCK) --extra spark -o spark_images/requirements.lock
 
 DEMO_STATE := .distributary/demo
 CLICKS := examples/clickstream

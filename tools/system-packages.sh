@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # The Debian packages the tests start for real: PostgreSQL 15 (change data capture with Debezium)
-# and Redis. Installs only what is missing, so a machine that has both pays nothing (no apt-get).
+# and Redis; buildah, debootstrap and runc, which build the images and run their containers
+# (`make images`, tests/integration/test_images.py). Installs only what is missing, so a machine
+# that has them all pays nothing (no apt-get).
 #
-#   tools/system-packages.sh     install postgresql-15 and redis-server if they are not there
+#   tools/system-packages.sh     install what of them is not there
 set -euo pipefail
 
 missing=()
 [[ -x /usr/lib/postgresql/15/bin/initdb ]] || missing+=(postgresql-15)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+for tool in buildah debootstrap runc; do
+  command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+done
 
 if [[ ${#missing[@]} -eq 0 ]]; then
   exit 0

@@ -2,7 +2,8 @@
 
 On a fresh machine the integration tests need five programs built from Go modules (etcd,
 kube-apiserver with its garbage collector and namespace controller, helm, the Spark operator, kwok),
-several CPU-minutes of compiling, and Kafka Connect's jars. Built lazily, the first test that
+several CPU-minutes of compiling, Kafka Connect's jars, and the two images (`devtools.images`,
+about two minutes with pip's cache filled by `make install`). Built lazily, the first test that
 needs each one waits for it while the other test worker waits for the same lock. `make test` starts
 this instead as soon as the integration tests start, while the tests that need none of it run first
 (the Kubernetes tests are scheduled last, `tests/integration/conftest.py`). Each part is cached and
@@ -20,7 +21,7 @@ import time
 from collections.abc import Callable
 
 from distributary.artifacts import KAFKA_CONNECT, jars
-from distributary.devtools import controlplane, sparkoperator
+from distributary.devtools import controlplane, images, sparkoperator
 from distributary.errors import DistributaryError
 
 
@@ -42,6 +43,7 @@ PARTS: list[tuple[str, Callable[[], object]]] = [
     ("helm", _helm),
     ("the Spark operator", lambda: sparkoperator.spark_operator_programs().build(quiet=True)),
     ("kwok", lambda: sparkoperator.kwok_programs().build(quiet=True)),
+    ("the images", lambda: images.build_all(list(images.IMAGES))),
 ]
 
 

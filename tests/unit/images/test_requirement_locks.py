@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 OPERATOR_LOCK = ROOT / "operator_image" / "requirements.lock"
 SPARK_LOCK = ROOT / "spark_images" / "requirements.lock"
-# The job image's Spark brings these (/opt/spark/python); the lock leaves them out.
+# Spark from PyPI: the job image's lock has them, the operator's must not.
 SPARKS_OWN = {"pyspark", "py4j"}
 
 
@@ -70,15 +70,14 @@ def test_the_operator_lock_is_the_base_install_without_spark() -> None:
         assert found.get(name, ("missing",))[0] == f"=={version}", name
 
 
-def test_the_spark_lock_is_the_spark_extra_less_the_images_own_spark() -> None:
+def test_the_spark_lock_is_the_spark_extra_with_spark_itself() -> None:
+    """The job image's Spark is pyspark from this lock (its jars are Spark's), at the pin."""
     found = entries(SPARK_LOCK)
-    assert not SPARKS_OWN & set(found)  # /opt/spark/python is the pyspark that runs
-    wanted = pins() | {n: v for n, v in pins("spark").items() if n not in SPARKS_OWN}
+    assert set(found) >= SPARKS_OWN
+    wanted = pins() | pins("spark")
     for name, version in wanted.items():
         assert found.get(name, ("missing",))[0] == f"=={version}", name
-    # The Spark the image runs is the pinned one (tests/unit/images/test_dockerfile.py checks the
-    # image's SPARK_VERSION), so the lock and the image agree on pyspark too.
-    assert "pyspark" in pins("spark")
+    assert found["pyspark"][1], "pyspark without its hash"
 
 
 def test_the_locks_are_regenerated_by_make_locks_with_a_pinned_uv() -> None:
@@ -103,7 +102,12 @@ def test_the_locks_are_regenerated_by_make_locks_with_a_pinned_uv() -> None:
 def test_each_image_installs_from_its_lock_with_hashes(dockerfile: Path, lock: Path) -> None:
     text = re.sub(r"\\\n\s*", " ", dockerfile.read_text())
     assert f"COPY {lock.relative_to(ROOT)} /tmp/requirements.lock" in text
-    installs = [line for line in text.splitlines() if '/bin/pip" install' in line]
+    installs = [
+        part.strip()
+        for line in text.splitlines()
+        for part in re.split(r";|&&", line)
+        if "/bin/pip install" in part or '/bin/pip" install' in part
+    ]
     assert any("--require-hashes" in i and "-r /tmp/requirements.lock" in i for i in installs)
     # The project itself adds nothing the lock did not hash.
     project = [i for i in installs if i.rstrip().endswith("/tmp/distributary")]
