@@ -21,6 +21,7 @@ from distributary.api.names import (
 )
 from distributary.backends.direct import DirectTopics
 from distributary.controllers import metrics
+from distributary.controllers.handling import DIFFBASE_KEY, DIFFBASE_PREFIX
 from distributary.controllers.observer import application_changed, observe_forever
 from distributary.controllers.services import build
 from distributary.controllers.settings import OperatorSettings
@@ -111,7 +112,7 @@ def _configure(settings: kopf.OperatorSettings) -> None:
         prefix="distributary.dev"
     )
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix="distributary.dev", key="last-handled-configuration"
+        prefix=DIFFBASE_PREFIX, key=DIFFBASE_KEY
     )
     settings.posting.level = logging.WARNING  # events for notable transitions, not every log line
     settings.watching.server_timeout = 300
