@@ -84,9 +84,10 @@ docs: $(STAMP)
 
 # The operator image and the job image, from their Dockerfiles, without Docker or a registry:
 # buildah on a Debian base made by debootstrap (distributary.devtools.images); OCI archives in
-# ~/.cache/distributary/images, rebuilt only when what they are built from changes.
+# ~/.cache/distributary/images, rebuilt only when what they are built from changes. ARGS=--again
+# builds them anew and says whether the digests are the same (reproducible builds).
 images: $(STAMP)
-	$(BIN)/python -m distributary.devtools.images
+	$(BIN)/python -m distributary.devtools.images $(ARGS)
 
 # The images' Python dependencies, each pinned with its hashes, for the images' Python (3.11) on
 # linux x86_64: the operator's without the spark extra; the job image's with it, pyspark (Spark's
