@@ -8,8 +8,10 @@ capabilities and no new privileges, on the host's network (a test broker on loop
 reachable; a pod has its own network, which the node brings). Process limits are the host's
 (runc may not raise one above its hard limit here). Folders of the host can be bound in.
 
-The container dies with its parent: its process runs in runc's foreground, and closing the
-container (or the parent's exit, through `processes`) kills and deletes it.
+Closing the container kills what still runs in it and deletes it. runc runs in the foreground
+under `processes`' keeper, so a parent that exits sends it the keeper's SIGTERM, which runc
+passes to the container; that the container dies when its parent is killed with SIGKILL is not
+tested yet (the pods of a node, to come, are the kubelet's to stop).
 """
 
 from __future__ import annotations
