@@ -231,7 +231,7 @@ def make_base(*, again: bool = False) -> str:
     (`again` makes it anyway); its digest."""
     key = base_key()
     if not again and image_label(BASE_IMAGE, "dev.distributary.base") == key:
-        return base_digest()
+        return image_digest(BASE_IMAGE)
     started = time.monotonic()
     say(f"making {BASE_IMAGE} from Debian's packages (debootstrap {RELEASE}, {MIRROR}) ...")
     container = run(buildah("from", "scratch"), "buildah from scratch").strip()
@@ -273,17 +273,9 @@ def make_base(*, again: bool = False) -> str:
     except BaseException:
         subprocess.run(buildah("rm", container), capture_output=True, check=False)
         raise
-    digest = base_digest()
+    digest = image_digest(BASE_IMAGE)
     say(f"{BASE_IMAGE} made in {time.monotonic() - started:.0f} s ({digest})")
     return digest
-
-
-def base_digest() -> str:
-    text = run(
-        buildah("inspect", "--type", "image", "--format", "{{.FromImageDigest}}", BASE_IMAGE),
-        f"reading {BASE_IMAGE}",
-    )
-    return text.strip()
 
 
 def image_key(image: Image) -> str:
@@ -294,11 +286,11 @@ def archive_path(image: Image) -> Path:
     return images_root() / f"{image.name}-{image_key(image)}.tar"
 
 
-def image_digest(image: Image) -> str:
-    """The digest of the image's manifest in the project's storage."""
+def image_digest(name: str) -> str:
+    """The digest of the manifest of the image `name` in the project's storage."""
     text = run(
-        buildah("inspect", "--type", "image", "--format", "{{.FromImageDigest}}", image.tag),
-        f"reading {image.tag}",
+        buildah("inspect", "--type", "image", "--format", "{{.FromImageDigest}}", name),
+        f"reading {name}",
     )
     return text.strip()
 
@@ -308,7 +300,7 @@ def build(image: Image, *, again: bool = False) -> str:
     (`again` builds anyway, to check that the same inputs give the same digest); its digest."""
     key = image_key(image)
     if not again and image_label(image.tag, KEY_LABEL) == key:
-        return image_digest(image)
+        return image_digest(image.tag)
     make_base()
     started = time.monotonic()
     say(f"building {image.tag} from {image.dockerfile} ...")
@@ -353,7 +345,7 @@ def build(image: Image, *, again: bool = False) -> str:
         raise ImageError(
             f"building {image.tag} from {image.dockerfile} failed:\n" + "\n".join(lines[-30:])
         )
-    digest = image_digest(image)
+    digest = image_digest(image.tag)
     say(f"{image.tag} built in {time.monotonic() - started:.0f} s ({digest})")
     return digest
 
