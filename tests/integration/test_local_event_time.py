@@ -3,9 +3,10 @@
 The input declares a watermark (`ts`, 5 s). A producer appends records at a steady rate
 throughout, with event times the test chooses: ten records per event-time second, every seventh
 record three seconds late (within the delay), so Spark must wait for the watermark rather than
-for the records' order. Once the first windows are written, every fiftieth record is made to
-belong to the first window, long closed: the watermark must drop it, and that window must not be
-written again.
+for the records' order. Once the window from `BASE` is written, every fiftieth record is made to
+belong to it, closed by then: the watermark must drop it, and that window must not be written
+again. (Record 0, three seconds late, makes a window before `BASE`: it closes first, while the
+window from `BASE` may still be open and rightly count what arrives for it.)
 
 What the output must hold is computed from the records appended: exactly one row per (window,
 user) for every window the final watermark (the latest event time minus 5 s) has passed, with
@@ -116,15 +117,27 @@ def expected(records: list[dict[str, Any]], too_late: set[int]) -> Counter[Row]:
     )
 
 
+def difference(want: Counter[Row], got: Counter[Row]) -> str:
+    """What the output lacks and what it has beyond what the records imply."""
+    missing, extra = sorted(want - got), sorted(got - want)
+    show = lambda rows: ", ".join(f"{r[0]:%H:%M:%S} {r[2]} n={r[3]}" for r in rows[:6])  # noqa: E731
+    return f"missing {len(missing)}: {show(missing)}; extra {len(extra)}: {show(extra)}"
+
+
 def wait_until(
-    what: str, probe: Any, run: subprocess.Popen[bytes], said: Path, timeout: float
+    what: str,
+    probe: Any,
+    run: subprocess.Popen[bytes],
+    said: Path,
+    timeout: float,
+    where: Any = lambda: "",
 ) -> None:
     def failed() -> str | None:
         # The run restarts a failed view, but that it failed at all is the answer.
         lines = [line for line in said.read_text().splitlines() if "et-per-window failed" in line]
         return f"the view failed ({lines[0]})" if lines else None
 
-    wait_for_run(what, probe, run, said, timeout, give_up=failed)
+    wait_for_run(what, probe, run, said, timeout, where=where, give_up=failed)
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +169,11 @@ def windows(
         )
         producer = EventTimeProducer(bootstrap, "et-events").start()
         wait_until(
-            "the first windows are written", lambda: bool(written(bootstrap)), run, said, 180
+            "the window from BASE is written",
+            lambda: any(row[0] == BASE for row in written(bootstrap)),
+            run,
+            said,
+            180,
         )
         producer.drop_late()
         time.sleep(10)  # windows keep closing while records arrive
@@ -164,7 +181,12 @@ def windows(
         records = producer.stop()
         want = expected(records, producer.too_late)
         wait_until(
-            "every closed window is written", lambda: written(bootstrap) == want, run, said, 120
+            "every closed window is written",
+            lambda: written(bootstrap) == want,
+            run,
+            said,
+            120,
+            where=lambda: difference(want, written(bootstrap)),
         )
         time.sleep(3)  # a window written twice would show up now
         final = written(bootstrap)
