@@ -296,6 +296,298 @@ def _reserved_conf_rule() -> str:
     return f"self.all(k, !(k in [{names}]) && !k.endsWith('{RESERVED_SPARK_CONF_SUFFIX}'))"
 
 
+# A variable's name as Kubernetes and shells take it; the project's own and Spark's are kept.
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+RESERVED_ENV_PREFIXES: Final = ("DISTRIBUTARY_", "SPARK_")
+# A label key (an optional DNS-subdomain prefix and a name) and value, as Kubernetes allows.
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+SECRET_KEY_NAME_PATTERN = r"^[-._a-zA-Z0-9]{1,253}$"
+RESERVED_VOLUME_PREFIX: Final = "distributary-"
+# A list whose items the API server keeps unique by name (a list-map, as pods' own lists are).
+KEYED_BY_NAME: Final[dict[str, Any]] = {
+    "x-kubernetes-list-type": "map",
+    "x-kubernetes-list-map-keys": ["name"],
+}  # the checkpoint claim's volume, and any to come
+
+EnvName = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=ENV_NAME_PATTERN)]
+LabelKey = Annotated[str, StringConstraints(max_length=317, pattern=LABEL_KEY_PATTERN)]
+LabelValue = Annotated[str, StringConstraints(max_length=63, pattern=LABEL_VALUE_PATTERN)]
+
+
+class SecretKeyRef(ApiModel):
+    """One key of a Secret in the resource's namespace."""
+
+    name: KubeName = Field(description="The Secret's name.")
+    key: Annotated[str, StringConstraints(pattern=SECRET_KEY_NAME_PATTERN)] = Field(
+        description="The key within the Secret."
+    )
+
+
+class PodEnv(ApiModel):
+    """A variable of the driver's and executors' containers: a value, or a Secret's key."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "has(self.value) != has(self.secretKeyRef)",
+                "give a variable either value or secretKeyRef, exactly one",
+            ),
+            cel(
+                "!self.name.upperAscii().startsWith('DISTRIBUTARY_') && "
+                "!self.name.upperAscii().startsWith('SPARK_')",
+                "variables beginning with DISTRIBUTARY_ or SPARK_ are set by the operator and "
+                "Spark; choose another name",
+                field_path=".name",
+            ),
+        )
+    )
+
+    name: EnvName = Field(
+        description="The variable's name; names beginning with DISTRIBUTARY_ or SPARK_ are "
+        "set by the operator and Spark, and refused."
+    )
+    value: Annotated[str, StringConstraints(max_length=4096)] | None = Field(
+        default=None, description="Its value (no secret here: use secretKeyRef)."
+    )
+    secret_key_ref: SecretKeyRef | None = Field(
+        default=None, description="A Secret's key whose value it takes, read where the pod runs."
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, name: str) -> str:
+        for prefix in RESERVED_ENV_PREFIXES:
+            if name.upper().startswith(prefix):
+                raise ValueError(
+                    f"variable {name!r}: names beginning with {prefix} are set by the operator "
+                    "and Spark; choose another name"
+                )
+        return name
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PodEnv:
+        if (self.value is None) == (self.secret_key_ref is None):
+            raise ValueError(
+                f"variable {self.name!r}: give either value or secretKeyRef, exactly one"
+            )
+        return self
+
+
+class SecretRef(ApiModel):
+    """A Secret in the resource's namespace, by name."""
+
+    name: KubeName = Field(description="The Secret's name.")
+
+
+class PodEnvFrom(ApiModel):
+    """Every key of a Secret as a variable of the driver's and executors' containers."""
+
+    secret_ref: SecretRef = Field(description="The Secret whose keys become variables.")
+
+
+class SecretVolumeSource(ApiModel):
+    """A Secret's keys as files."""
+
+    secret_name: KubeName = Field(description="The Secret's name.")
+
+
+class ConfigMapVolumeSource(ApiModel):
+    """A ConfigMap's keys as files."""
+
+    name: KubeName = Field(description="The ConfigMap's name.")
+
+
+class ClaimVolumeSource(ApiModel):
+    """A PersistentVolumeClaim in the resource's namespace."""
+
+    claim_name: KubeName = Field(description="The claim's name.")
+
+
+class EmptyDirVolumeSource(ApiModel):
+    """A folder that lives as long as the pod."""
+
+    size_limit: Annotated[str, StringConstraints(max_length=32)] | None = Field(
+        default=None, description="Its largest size, as a Kubernetes quantity (e.g. 1Gi)."
+    )
+
+
+class PodVolume(ApiModel):
+    """A volume mounted into the Spark container of the driver and of every executor."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "(has(self.secret) ? 1 : 0) + (has(self.configMap) ? 1 : 0) + "
+                "(has(self.persistentVolumeClaim) ? 1 : 0) + (has(self.emptyDir) ? 1 : 0) == 1",
+                "give a volume exactly one of secret, configMap, persistentVolumeClaim, emptyDir",
+            ),
+            cel(
+                f"!self.name.startsWith('{RESERVED_VOLUME_PREFIX}')",
+                f"volume names beginning with {RESERVED_VOLUME_PREFIX} are the operator's (the "
+                "checkpoint claim's); choose another name",
+                field_path=".name",
+            ),
+        )
+    )
+
+    name: Annotated[str, StringConstraints(pattern=DNS_LABEL_PATTERN)] = Field(
+        description="The volume's name in the pods (a DNS label; names beginning with "
+        "distributary- are the operator's)."
+    )
+    mount_path: Annotated[str, StringConstraints(max_length=1024, pattern=r"^/")] = Field(
+        description="Where it is mounted, an absolute path."
+    )
+    read_only: bool = Field(default=False, description="Mounted read-only.")
+    secret: SecretVolumeSource | None = Field(default=None, description="A Secret's keys.")
+    config_map: ConfigMapVolumeSource | None = Field(default=None, description="A ConfigMap's.")
+    persistent_volume_claim: ClaimVolumeSource | None = Field(
+        default=None, description="A PersistentVolumeClaim."
+    )
+    empty_dir: EmptyDirVolumeSource | None = Field(
+        default=None, description="An empty folder, as long as the pod lives."
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, name: str) -> str:
+        if name.startswith(RESERVED_VOLUME_PREFIX):
+            raise ValueError(
+                f"volume {name!r}: names beginning with {RESERVED_VOLUME_PREFIX} are the "
+                "operator's (the checkpoint claim's); choose another name"
+            )
+        return name
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PodVolume:
+        given = [
+            field
+            for field in ("secret", "config_map", "persistent_volume_claim", "empty_dir")
+            if getattr(self, field) is not None
+        ]
+        if len(given) != 1:
+            raise ValueError(
+                f"volume {self.name!r}: give exactly one of secret, configMap, "
+                f"persistentVolumeClaim, emptyDir ({len(given)} given)"
+            )
+        return self
+
+
+class PodToleration(ApiModel):
+    """A taint the driver and executors tolerate, as a pod's toleration says it."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "!has(self.operator) || self.operator != 'Exists' || !has(self.value) || "
+                "self.value == ''",
+                "a toleration with operator Exists has no value: remove it",
+            ),
+            cel(
+                "(has(self.operator) && self.operator == 'Exists') || has(self.key)",
+                "a toleration with operator Equal needs a key",
+            ),
+        )
+    )
+
+    key: LabelKey | None = Field(default=None, description="The taint's key; unset: every key.")
+    operator: Literal["Exists", "Equal"] = Field(
+        default="Equal", description="Equal: key and value match; Exists: the key alone."
+    )
+    value: LabelValue | None = Field(default=None, description="The value, for Equal.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="The taint's effect; unset: every effect."
+    )
+    toleration_seconds: Annotated[int, Field(ge=0)] | None = Field(
+        default=None, description="For NoExecute: how long the pod stays once tainted."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PodToleration:
+        if self.operator == "Exists" and self.value:
+            raise ValueError("a toleration with operator Exists has no value: remove it")
+        if self.operator == "Equal" and self.key is None:
+            raise ValueError("a toleration with operator Equal needs a key")
+        return self
+
+
+class SparkPods(ApiModel):
+    """What the driver's and the executors' pods need from the cluster they run on: variables
+    (from Secrets too), volumes, where they may be scheduled, the secrets to pull the image.
+    Applied to the driver and every executor alike; `distributary run` has no pods and ignores
+    them (it says so)."""
+
+    env: list[PodEnv] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Variables of the Spark container.",
+        json_schema_extra=KEYED_BY_NAME,
+    )
+    env_from: list[PodEnvFrom] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Secrets whose every key becomes a variable of the Spark container.",
+    )
+    volumes: list[PodVolume] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Volumes mounted into it, each at its own path.",
+        json_schema_extra=KEYED_BY_NAME,
+    )
+    node_selector: dict[str, LabelValue] = Field(
+        default_factory=dict,
+        max_length=32,
+        description="Labels the nodes the pods run on must have.",
+        json_schema_extra=validations(
+            cel(
+                f"self.all(k, size(k) <= 317 && k.matches('{LABEL_KEY_PATTERN}'))",
+                "nodeSelector keys are label keys (an optional DNS prefix and '/', then a name "
+                "of at most 63 characters)",
+            )
+        ),
+    )
+    tolerations: list[PodToleration] = Field(
+        default_factory=list, max_length=32, description="Taints the pods tolerate."
+    )
+    image_pull_secrets: list[KubeName] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Secrets (kubernetes.io/dockerconfigjson) to pull the image with.",
+    )
+
+    @field_validator("node_selector")
+    @classmethod
+    def _label_keys(cls, selector: dict[str, str]) -> dict[str, str]:
+        for key in selector:
+            if len(key) > 317 or re.fullmatch(LABEL_KEY_PATTERN, key) is None:
+                raise ValueError(
+                    f"nodeSelector key {key!r} is not a label key (an optional DNS prefix and "
+                    "'/', then a name of at most 63 characters)"
+                )
+        return selector
+
+    @model_validator(mode="after")
+    def _unique(self) -> SparkPods:
+        for what, names in (
+            ("variable", [e.name for e in self.env]),
+            ("volume", [v.name for v in self.volumes]),
+            ("mount path", [v.mount_path.rstrip("/") or "/" for v in self.volumes]),
+        ):
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise ValueError(f"{what} {twice[0]!r} is given twice: give each once")
+        return self
+
+    @property
+    def empty(self) -> bool:
+        """Whether nothing is asked of the pods."""
+        return self == SparkPods()
+
+
 class SparkSettings(ApiModel):
     """How the Spark application of a view or job runs."""
 
@@ -305,6 +597,11 @@ class SparkSettings(ApiModel):
     driver: SparkPod = Field(default_factory=SparkPod, description="The driver's resources.")
     executor: SparkExecutors = Field(
         default_factory=SparkExecutors, description="The executors' resources and count."
+    )
+    pods: SparkPods = Field(
+        default_factory=SparkPods,
+        description="What the driver's and executors' pods need on a cluster: variables (from "
+        "Secrets too), volumes, node selector, tolerations, image pull secrets.",
     )
     trigger: Annotated[str, StringConstraints(max_length=16, pattern=TRIGGER_PATTERN)] = Field(
         default="5s",

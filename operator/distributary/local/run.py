@@ -181,6 +181,19 @@ class PipelineFiles:
         return read_topics({"status": e.get("status") or {}} for k, e in entries if k != me)
 
 
+def pod_settings_left_aside(pipeline: Pipeline) -> list[str]:
+    """A line for each view and job whose `spec.spark.pods` a run leaves aside: its runners are
+    processes here, with no pods to give variables, volumes or a node to."""
+    found = [("view", ref, v.spec.spark) for ref, v in pipeline.views.items()]
+    found += [("job", ref, j.spec.spark) for ref, j in pipeline.jobs.items()]
+    return [
+        f"{kind} {ref.name}: spec.spark.pods is for its pods on a cluster; distributary run has "
+        "none and leaves it aside"
+        for kind, ref, spark in sorted(found, key=lambda item: (item[0], str(item[1])))
+        if not spark.pods.empty
+    ]
+
+
 @dataclass
 class LocalRun:
     """One `distributary run` of a validated pipeline."""
@@ -258,6 +271,8 @@ class LocalRun:
             kafka_security=self.kafka_security,
         )
         self.plan = plan_pipeline(self.pipeline, settings)
+        for note in pod_settings_left_aside(self.pipeline):
+            self.say(note)
         client = client_settings(self.kafka_security)
         admin = self.admin = RoundAdmin(bootstrap, client=client)
         direct = DirectTopics(admin)

@@ -77,8 +77,32 @@ BIG_CLICKS = {
         "spark": {
             "driver": {"cores": 2, "memory": "1g"},
             "sparkConf": {"spark.sql.shuffle.partitions": "7"},
+            "pods": {
+                "env": [
+                    {"name": "S3_REGION", "value": "eu-west-1"},
+                    {"name": "S3_KEY", "secretKeyRef": {"name": "rs-s3", "key": "key"}},
+                ],
+                "envFrom": [{"secretRef": {"name": "rs-s3"}}],
+                "volumes": [
+                    {
+                        "name": "certs",
+                        "mountPath": "/etc/certs",
+                        "readOnly": True,
+                        "secret": {"secretName": "rs-s3"},
+                    },
+                ],
+                "nodeSelector": {"type": "kwok"},  # kwok's node has it
+                "tolerations": [{"key": "dedicated", "value": "spark", "effect": "NoSchedule"}],
+                "imagePullSecrets": ["rs-registry"],
+            },
         },
     },
+}
+S3_SECRET = {
+    "apiVersion": "v1",
+    "kind": "Secret",
+    "metadata": {"name": "rs-s3"},
+    "stringData": {"key": "not-a-real-key"},
 }
 
 
@@ -109,7 +133,7 @@ def running(
     spark_operator: SparkOperatorBed, cluster: Cluster, operator: Operator
 ) -> dict[str, Any]:
     """The view applied, and its driver pod Running on kwok's node."""
-    cluster.apply(CLICKS, BIG_CLICKS)
+    cluster.apply(S3_SECRET, CLICKS, BIG_CLICKS)
     waiting(
         operator,
         f"{APPLICATION} RUNNING under the real controller",
@@ -169,6 +193,25 @@ def test_the_driver_pod_carries_our_image_arguments_conf_account_and_resources(
     assert checkpoint.startswith("file:///mnt/checkpoints/root/"), checkpoint
     # A view's driver needs no environment of ours: its runner reads the spec argument.
     assert not {name for name in container_env(running) if name.startswith("DISTRIBUTARY_")}
+
+
+def test_the_driver_pod_carries_the_views_pod_settings(running: dict[str, Any]) -> None:
+    """spec.spark.pods as the pod has it: spark-submit's variables (a Secret's key by
+    reference, never its value), the webhook's envFrom, volume, node selector and toleration."""
+    pod = running["spec"]
+    container = pod["containers"][0]
+    env = container_env(running)
+    assert env["S3_REGION"] == "eu-west-1"
+    assert env["S3_KEY"] == {"secretKeyRef": {"name": "rs-s3", "key": "key"}}
+    assert {"secretRef": {"name": "rs-s3"}} in container.get("envFrom", [])
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["certs"]["secret"]["secretName"] == "rs-s3"
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert (mounts["certs"]["mountPath"], mounts["certs"].get("readOnly")) == ("/etc/certs", True)
+    assert pod["nodeSelector"]["type"] == "kwok"
+    wanted = {"key": "dedicated", "operator": "Equal", "value": "spark", "effect": "NoSchedule"}
+    assert wanted in pod["tolerations"]
+    assert {"name": "rs-registry"} in pod["imagePullSecrets"]
 
 
 def test_a_failed_driver_fails_the_application_and_the_view_restarts_it(

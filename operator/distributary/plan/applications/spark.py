@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from distributary.api.common import SparkSettings
+from distributary.api.common import PodVolume, SparkPods, SparkSettings
 from distributary.api.job import StreamJob
 from distributary.api.log import Log
 from distributary.api.names import label_value as label_value
@@ -148,11 +148,15 @@ def spark_application_of(
         "instances": settings.executor.instances,
         "labels": labels,
     }
+    pods = settings.pods
+    env.update({e.name: e.value for e in pods.env if e.value is not None})
     if env:
         # envVars, not env: the Spark operator's controller hands envVars to spark-submit
         # itself, while env reaches the pods only through its webhook, which may not run.
-        driver["envVars"] = env
-        executor["envVars"] = dict(env)
+        driver["envVars"] = dict(sorted(env.items()))
+        executor["envVars"] = dict(sorted(env.items()))
+    for role in (driver, executor):
+        role.update(_pod_settings(pods))
     metadata: dict[str, Any] = {
         "name": application_name(app.name, app.revision, app.kind),
         "namespace": app.namespace,
@@ -161,6 +165,13 @@ def spark_application_of(
     }
     if owner is not None:
         metadata["ownerReferences"] = [owner_reference(owner)]
+    cluster: dict[str, Any] = {}
+    if pods.node_selector:
+        cluster["nodeSelector"] = dict(sorted(pods.node_selector.items()))
+    if pods.image_pull_secrets:
+        cluster["imagePullSecrets"] = list(pods.image_pull_secrets)
+    if pods.volumes:
+        cluster["volumes"] = [_volume(v) for v in pods.volumes]
     return {
         "apiVersion": SPARK_APPLICATION_API_VERSION,
         "kind": "SparkApplication",
@@ -179,8 +190,51 @@ def spark_application_of(
             "restartPolicy": {"type": "Never"},
             "driver": driver,
             "executor": executor,
+            **cluster,
         },
     }
+
+
+def _pod_settings(pods: SparkPods) -> dict[str, Any]:
+    """What `spec.spark.pods` asks of one role (driver or executor) of a SparkApplication.
+
+    Variables from a Secret's key go as `envSecretKeyRefs`, which the controller hands to
+    spark-submit (Spark's `secretKeyRef` settings); Secrets' every key (`envFrom`), volume
+    mounts and tolerations reach the pods through the Spark operator's webhook, as the checkpoint
+    claim does. The node selector and the image pull secrets are the application's own fields,
+    which the controller hands to spark-submit."""
+    role: dict[str, Any] = {}
+    refs = {e.name: e.secret_key_ref for e in pods.env if e.secret_key_ref is not None}
+    if refs:
+        role["envSecretKeyRefs"] = {
+            name: {"name": ref.name, "key": ref.key} for name, ref in sorted(refs.items())
+        }
+    if pods.env_from:
+        role["envFrom"] = [{"secretRef": {"name": e.secret_ref.name}} for e in pods.env_from]
+    if pods.volumes:
+        role["volumeMounts"] = [
+            {
+                "name": v.name,
+                "mountPath": v.mount_path,
+                **({"readOnly": True} if v.read_only else {}),
+            }
+            for v in pods.volumes
+        ]
+    if pods.tolerations:
+        role["tolerations"] = [
+            t.model_dump(by_alias=True, exclude_none=True) for t in pods.tolerations
+        ]
+    return role
+
+
+def _volume(volume: PodVolume) -> dict[str, Any]:
+    """The pod volume `volume` names (its one source, as Kubernetes spells it)."""
+    source = volume.model_dump(
+        by_alias=True,
+        exclude_none=True,
+        include={"secret", "config_map", "persistent_volume_claim", "empty_dir"},
+    )
+    return {"name": volume.name, **source}
 
 
 def spark_application(
