@@ -40,7 +40,7 @@ from tests.integration.spark_pipelines import produce
 from distributary.devtools.sparkoperator import NODE, SparkOperatorBed
 from distributary.kafka.admin import KafkaAdmin
 from distributary.local.broker import EmbeddedBroker
-from distributary.plan.applications.spark import DEFAULT_SERVICE_ACCOUNT
+from distributary.plan.applications.spark import DEFAULT_SERVICE_ACCOUNT, application_name
 
 NAMESPACE = VIEW_NAMESPACE
 EXTRA_CRDS = (SPARK_CRDS,)
@@ -376,6 +376,41 @@ def test_deleting_the_view_collects_the_application_and_its_driver(
         ),
         timeout=90,
     )
+
+
+LONG_VIEW = "long-view-" + "abcdefghij" * 9  # 100 characters, a valid object name
+
+
+def test_a_view_named_with_100_characters_runs_under_names_kubernetes_takes(
+    running: dict[str, Any], cluster: Cluster, operator: Operator
+) -> None:
+    """Every name derived from a 100-character view's fits Kubernetes' limits: the API server
+    takes its SparkApplication, spark-submit its driver pod and Services, and the view is
+    Ready (a Service name longer than 63 characters, or such a label, would be refused)."""
+    assert len(LONG_VIEW) == 100
+    manifest = {**BIG_CLICKS, "metadata": {"name": LONG_VIEW}}
+    manifest["spec"] = {k: v for k, v in BIG_CLICKS["spec"].items() if k != "spark"}
+    cluster.apply(manifest)
+    app = application_name(LONG_VIEW, 1)
+    waiting(operator, f"{app} RUNNING", lambda: app_state(cluster, app) == "RUNNING", timeout=120)
+    waiting(
+        operator,
+        "the long-named view Ready",
+        lambda: is_true(cluster.get("dview", LONG_VIEW) or {}, "Ready"),
+    )
+    driver = cluster.get("pod", f"{app}-driver") or {}
+    assert driver["status"]["phase"] == "Running"
+    assert all(len(value) <= 63 for value in driver["metadata"]["labels"].values())
+    services = json.loads(cluster.kubectl("get", "services", "-n", NAMESPACE, "-o", "json"))
+    label = "sparkoperator.k8s.io/app-name"
+    ours = [
+        s["metadata"]["name"]
+        for s in services["items"]
+        if (s["metadata"].get("labels") or {}).get(label) == app
+    ]
+    assert ours, "no Service of the application"
+    assert all(len(name) <= 63 for name in ours), ours
+    cluster.kubectl("delete", "dview", LONG_VIEW, "-n", NAMESPACE, "--timeout=60s")
 
 
 def _mebibytes(quantity: str) -> int:
