@@ -24,6 +24,7 @@ from tests.integration.kube.operator_harness import Cluster, Operator
 from tests.integration.kube.spark_operator_bed import NAMESPACES, SPARK_CRDS
 
 from distributary.devtools.controlplane import ControlPlane
+from distributary.devtools.dns import ClusterDNS
 from distributary.devtools.sparkoperator import SparkOperatorBed
 from distributary.local.broker import EmbeddedBroker
 
@@ -83,6 +84,23 @@ def spark_operator(
         yield bed
     finally:
         bed.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster_dns(
+    control_plane: ControlPlane,
+    tmp_path_factory: pytest.TempPathFactory,
+    pytestconfig: pytest.Config,
+) -> Iterator[ClusterDNS]:
+    """CoreDNS answering the control plane's Service names on a loopback port."""
+    dns = ClusterDNS(tmp_path_factory.mktemp("dns"), control_plane.kubeconfig)
+    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        dns.start()
+    try:
+        yield dns
+    finally:
+        dns.stop()
 
 
 @pytest.fixture(scope="module")
