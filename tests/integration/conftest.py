@@ -50,19 +50,20 @@ _NEEDS_PLANE = frozenset({"control_plane", "helm"})  # etcd, the API server, hel
 _NEEDS_SPARK_OPERATOR = "spark_operator"  # and kwok: the last parts built
 _NEEDS_IMAGES = "images"  # built after them
 _NEEDS_DNS = "cluster_dns"  # CoreDNS: built last
+_NEEDS_NODE = "node"  # the kubelet and the job image
 
 
 def _needs(item: pytest.Item) -> int:
     """0: the `KILLING` modules (the longest work: first; their one module that needs the
     control plane last within them, minutes later); 1: nothing built; 2: the control plane or
-    helm; 3: the Spark operator and kwok as well, the images or CoreDNS. The killing modules run
-    first, beside the modules that need nothing built: a fresh run with them after those, beside
-    the Kubernetes modules, took 71 minutes (43 with them first), each of them two to three
-    times as long."""
+    helm; 3: the Spark operator and kwok as well, the images, CoreDNS or the node. The killing
+    modules run first, beside the modules that need nothing built: a fresh run with them after
+    those, beside the Kubernetes modules, took 71 minutes (43 with them first), each of them two
+    to three times as long."""
     fixtures = set(getattr(item, "fixturenames", ()))
     if _module(item) in KILLING:
         return 0
-    if fixtures & {_NEEDS_SPARK_OPERATOR, _NEEDS_IMAGES, _NEEDS_DNS}:
+    if fixtures & {_NEEDS_SPARK_OPERATOR, _NEEDS_IMAGES, _NEEDS_DNS, _NEEDS_NODE}:
         return 3
     if fixtures & _NEEDS_PLANE or "tests/integration/kube/" in str(item.path):
         return 2

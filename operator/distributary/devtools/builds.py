@@ -1,8 +1,8 @@
 """Everything the test beds build or fetch once per machine, built ahead in one go.
 
-On a fresh machine the integration tests need six programs built from Go modules (etcd,
+On a fresh machine the integration tests need seven programs built from Go modules (etcd,
 kube-apiserver with its garbage collector and namespace controller, helm, the Spark operator, kwok,
-CoreDNS),
+CoreDNS, the kubelet),
 several CPU-minutes of compiling, Kafka Connect's jars, and the two images (`devtools.images`,
 about two minutes with pip's cache filled by `make install`). Built lazily, the first test that
 needs each one waits for it while the other test worker waits for the same lock. `make test` starts
@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 
 from distributary.artifacts import KAFKA_CONNECT, jars
-from distributary.devtools import controlplane, dns, images, sparkoperator
+from distributary.devtools import controlplane, dns, images, node, sparkoperator
 from distributary.errors import DistributaryError
 
 
@@ -46,6 +46,7 @@ PARTS: list[tuple[str, Callable[[], object]]] = [
     ("kwok", lambda: sparkoperator.kwok_programs().build(quiet=True)),
     ("the images", lambda: images.build_all(list(images.IMAGES))),
     ("CoreDNS", lambda: dns.coredns_binary(quiet=True)),
+    ("the kubelet", lambda: node.kubelet_binary(quiet=True)),
 ]
 
 

@@ -141,7 +141,16 @@ _LEAF_CERTS = {  # name: (subject, extensions)
         "CN = system:kube-controller-manager\nO = system:masters",
         "extendedKeyUsage = clientAuth",
     ),
+    # What the API server shows a node's kubelet for logs, exec and port forwarding.
+    "apiserver-kubelet-client": (
+        "CN = kube-apiserver-kubelet-client\nO = system:masters",
+        "extendedKeyUsage = clientAuth",
+    ),
 }
+
+
+_NEW_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+_DAYS = ("-days", "3650")
 
 
 def _openssl(pki: Path, *args: str) -> None:
@@ -158,33 +167,49 @@ def _openssl_config(pki: Path, name: str, subject: str, extensions: str) -> str:
 
 
 def write_certificates(pki: Path) -> None:
-    """A CA, the API server's serving certificate, client certificates for the admin and the
-    controller manager, and the service-account signing key; kept once made."""
-    if (pki / ".complete").exists():
-        return
+    """A CA, the API server's serving certificate, client certificates for the admin, the
+    controller manager and the API server towards kubelets, and the service-account signing key;
+    kept once made (a certificate added since is issued by the CA already there)."""
+    if not (pki / ".complete").exists():
+        _write_authorities(pki)
+    for name, (subject, extensions) in _LEAF_CERTS.items():
+        issue_certificate(pki, name, subject, extensions)
+
+
+def _write_authorities(pki: Path) -> None:
     if shutil.which("openssl") is None:
         raise ControlPlaneError("openssl is needed to make the control plane's certificates")
     pki.mkdir(parents=True, exist_ok=True)
-    new_key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    for stale in pki.glob("*.crt"):  # of a CA that was never completed
+        stale.unlink()
     ca_ext = "basicConstraints = critical, CA:TRUE\nkeyUsage = critical, keyCertSign, cRLSign"
     config = _openssl_config(pki, "ca", "CN = distributary-control-plane-ca", ca_ext)
-    days = ["-days", "3650"]
-    _openssl(pki, "req", "-x509", "-config", config, "-extensions", "ext", *new_key, *days,
+    _openssl(pki, "req", "-x509", "-config", config, "-extensions", "ext", *_NEW_KEY, *_DAYS,
              "-keyout", "ca.key", "-out", "ca.crt")  # fmt: skip
-    for name, (subject, extensions) in _LEAF_CERTS.items():
-        leaf = "basicConstraints = critical, CA:FALSE\nkeyUsage = critical, digitalSignature"
-        config = _openssl_config(pki, name, subject, f"{leaf}\n{extensions}")
-        _openssl(pki, "req", "-new", "-config", config, *new_key,
-                 "-keyout", f"{name}.key", "-out", f"{name}.csr")  # fmt: skip
-        _openssl(pki, "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-                 "-set_serial", str(secrets.randbits(63)), *days, "-extfile", config,
-                 "-extensions", "ext", "-out", f"{name}.crt")  # fmt: skip
     _openssl(pki, "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
              "-out", "service-accounts.key")  # fmt: skip
     _openssl(pki, "pkey", "-in", "service-accounts.key", "-pubout", "-out", "service-accounts.pub")
     for key in pki.glob("*.key"):
         key.chmod(0o600)
     (pki / ".complete").touch()
+
+
+def issue_certificate(pki: Path, name: str, subject: str, extensions: str) -> Path:
+    """`name`.crt and `name`.key in `pki`, signed by the CA there, unless issued already (a node's
+    identity: `subject` "CN = system:node:NAME\\nO = system:nodes"); the certificate's path."""
+    certificate = pki / f"{name}.crt"
+    if certificate.exists():
+        return certificate
+    leaf = "basicConstraints = critical, CA:FALSE\nkeyUsage = critical, digitalSignature"
+    config = _openssl_config(pki, name, subject, f"{leaf}\n{extensions}")
+    _openssl(pki, "req", "-new", "-config", config, *_NEW_KEY,
+             "-keyout", f"{name}.key", "-out", f"{name}.csr")  # fmt: skip
+    (pki / f"{name}.key").chmod(0o600)
+    _openssl(pki, "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+             "-set_serial", str(secrets.randbits(63)), *_DAYS, "-extfile", config,
+             "-extensions", "ext", "-out", f"{name}.crt.partial")  # fmt: skip
+    (pki / f"{name}.crt.partial").replace(certificate)
+    return certificate
 
 
 def _kubeconfig(server: str, pki: Path, user: str, *, embed: bool) -> str:
@@ -217,6 +242,11 @@ def _kubeconfig(server: str, pki: Path, user: str, *, embed: bool) -> str:
         "current-context": "distributary",
     }
     return yaml.safe_dump(config, sort_keys=False)
+
+
+def client_kubeconfig(server: str, pki: Path, user: str) -> str:
+    """A kubeconfig for the client certificate `user`.crt (and its key) in `pki`, by path."""
+    return _kubeconfig(server, pki, user, embed=False)
 
 
 def etcd_binary(*, quiet: bool = False) -> Path:
@@ -301,6 +331,10 @@ class ControlPlane:
             f"--tls-cert-file={pki / 'apiserver.crt'}",
             f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",
+            # A node's kubelet (devtools.node), for logs and exec: at its node's address.
+            f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+            "--kubelet-preferred-address-types=InternalIP",
             "--authorization-mode=RBAC",
             "--disable-admission-plugins=ServiceAccount",
             f"--service-cluster-ip-range={SERVICE_CIDR}",

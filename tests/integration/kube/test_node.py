@@ -1,0 +1,141 @@
+"""Pods on a real node: the kubelet and containerd of `distributary.devtools.node`, beside the
+local control plane, run the project's job image in containers (runc), with no registry (the
+image is imported from its archive).
+
+- A pod of the job image runs a short command as Spark's user and Succeeds; what it printed is
+  read as `kubectl logs` reads it, from the API server, which asks the node's kubelet.
+- A pod on the pods' network reaches a TCP port on the host at the node's address, both ways.
+- A pod on the host's network reaches the test broker on loopback and gets a Kafka answer (the
+  broker listens on 127.0.0.1 alone, which a pod on the pods' network cannot reach).
+
+The control plane runs no scheduler: each pod names the node. The first run on a machine builds
+the kubelet (minutes) and the job image (`make images`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from distributary.devtools.images import SPARK, build_all, export
+from distributary.devtools.node import POD_CIDR, Node
+from distributary.local.broker import EmbeddedBroker
+
+SPARK_UID = 185
+POD_TIMEOUT = 180.0  # seconds for a pod to finish on a loaded machine
+
+
+@pytest.fixture(scope="module")
+def images(node: Node, pytestconfig: pytest.Config) -> str:
+    """The job image, built unless cached and loaded into the node; the reference pods use."""
+    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        build_all(["spark"])
+        node.load(export(SPARK), SPARK.tag)
+    return SPARK.tag
+
+
+def run_pod(node: Node, name: str, image: str, command: list[str], **spec: Any) -> dict[str, Any]:
+    """Create a pod on the node that runs `command` once; the pod once it has finished."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": node.name,
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": image, "args": command}],
+            **spec,
+        },
+    }
+    node.api("POST", "/api/v1/namespaces/default/pods", pod)
+    deadline = time.monotonic() + POD_TIMEOUT
+    while time.monotonic() < deadline:
+        found: dict[str, Any] = node.api("GET", f"/api/v1/namespaces/default/pods/{name}")
+        if found.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            return found
+        time.sleep(0.5)
+    raise AssertionError(f"pod {name} did not finish in {POD_TIMEOUT:.0f}s: {found.get('status')}")
+
+
+def logs(node: Node, name: str) -> str:
+    """The pod's log as `kubectl logs` reads it: the API server asks the kubelet."""
+    kubectl = shutil.which("kubectl")
+    assert kubectl is not None, "kubectl is needed on PATH"
+    command = [kubectl, "--kubeconfig", str(node.plane.kubeconfig), "logs", name]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, f"kubectl logs {name} failed: {result.stderr}"
+    return result.stdout
+
+
+def test_a_pod_of_the_job_image_runs_and_its_log_reads_through_the_api_server(
+    node: Node, images: str
+) -> None:
+    token = uuid.uuid4().hex
+    script = f"import os, pyspark; print({token!r}, os.getuid(), pyspark.__version__)"
+    pod = run_pod(node, "job-image", images, ["python", "-c", script])
+    assert pod["status"]["phase"] == "Succeeded", pod["status"]
+    said = logs(node, "job-image").split()
+    assert said[:2] == [token, str(SPARK_UID)], said
+    assert said[2][0].isdigit(), f"no pyspark version: {said}"
+
+
+def test_a_pod_reaches_a_port_listening_on_the_host(node: Node, images: str) -> None:
+    token = uuid.uuid4().hex.encode()
+    received: list[tuple[str, bytes]] = []
+    with socket.create_server((node.address, 0)) as server:
+        server.settimeout(POD_TIMEOUT)
+        port = server.getsockname()[1]
+
+        def answer() -> None:
+            with contextlib.suppress(TimeoutError):  # the asserts below say so
+                connection, (peer, _) = server.accept()
+                with connection:
+                    received.append((peer, connection.recv(100)))
+                    connection.sendall(b"ack " + token)
+
+        listener = threading.Thread(target=answer)
+        listener.start()
+        script = (
+            f"import socket; s = socket.create_connection(({node.address!r}, {port}), 10); "
+            f"s.sendall({token!r}); print(s.recv(100).decode())"
+        )
+        pod = run_pod(node, "to-the-host", images, ["python", "-c", script])
+        listener.join(POD_TIMEOUT)
+    assert pod["status"]["phase"] == "Succeeded", logs(node, "to-the-host")
+    assert received, "nothing connected to the host's port"
+    peer, data = received[0]
+    assert data == token
+    assert ipaddress.ip_address(peer) in ipaddress.ip_network(POD_CIDR), peer
+    assert peer == pod["status"]["podIP"]
+    assert logs(node, "to-the-host").strip() == f"ack {token.decode()}"
+
+
+def test_a_pod_on_the_hosts_network_gets_an_answer_from_the_test_broker(
+    node: Node, images: str, broker: EmbeddedBroker
+) -> None:
+    host, port = broker.bootstrap_servers.rsplit(":", 1)
+    correlation = 4242
+    # Kafka's ApiVersions request, version 0: the broker answers with the correlation id and
+    # error code 0 (then the versions it serves).
+    script = f"""
+import socket, struct
+request = struct.pack(">hhih", 18, 0, {correlation}, 4) + b"node"
+with socket.create_connection(({host!r}, {port}), 10) as s:
+    s.sendall(struct.pack(">i", len(request)) + request)
+    answer = s.recv(4 + 4 + 2)
+size, correlation, error = struct.unpack(">iih", answer)
+print(correlation, error)
+"""
+    pod = run_pod(node, "to-the-broker", images, ["python", "-c", script], hostNetwork=True)
+    assert pod["status"]["phase"] == "Succeeded", logs(node, "to-the-broker")
+    assert logs(node, "to-the-broker").split() == [str(correlation), "0"]
