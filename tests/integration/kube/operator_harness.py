@@ -237,11 +237,14 @@ class Operator:
             self.process.wait()
         self.process = None
 
-    def logs(self) -> str:
-        return "\n".join(
-            (self.folder / f"operator-{n}.log").read_text(errors="replace")[-4000:]
+    def logs(self, tail: int | None = 4000) -> str:
+        """What each of the operator's starts logged: the last `tail` characters of each (as
+        failure messages show them), or everything with `tail=None`."""
+        texts = (
+            (self.folder / f"operator-{n}.log").read_text(errors="replace")
             for n in range(1, self.starts + 1)
         )
+        return "\n".join(text if tail is None else text[-tail:] for text in texts)
 
 
 def waiting(
