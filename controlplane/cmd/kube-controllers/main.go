@@ -1,10 +1,12 @@
-// Command kube-controllers runs the two controllers of kube-controller-manager that a control
-// plane without nodes needs: the garbage collector (owned objects go with their owners) and the
-// namespace controller (a deleted namespace is emptied, then removed). Both are upstream's own
-// code from the release pinned in go.mod, wired as kube-controller-manager wires them
-// (cmd/kube-controller-manager/app: CreateControllerContext, startGarbageCollectorController,
-// startNamespaceController) with its default settings; what is left out is every other
-// controller, which would compile about 320 packages more and run nothing here.
+// Command kube-controllers runs the controllers of kube-controller-manager that the test control
+// plane needs: the garbage collector (owned objects go with their owners), the namespace
+// controller (a deleted namespace is emptied, then removed) and the EndpointSlice controller (a
+// Service's ready pods, which cluster DNS answers for a headless Service and kube-proxy routes
+// to). All are upstream's own code from the release pinned in go.mod, wired as
+// kube-controller-manager wires them (cmd/kube-controller-manager/app: CreateControllerContext,
+// startGarbageCollectorController, startNamespaceController, startEndpointSliceController) with
+// its default settings; what is left out is every other controller, which would compile about
+// 300 packages more and run nothing here.
 //
 //	kube-controllers --kubeconfig=FILE --healthz-port=PORT [-v=N]
 //
@@ -37,6 +39,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/controller-manager/pkg/informerfactory"
 	"k8s.io/klog/v2"
+	endpointslicecontroller "k8s.io/kubernetes/pkg/controller/endpointslice"
 	"k8s.io/kubernetes/pkg/controller/garbagecollector"
 	namespacecontroller "k8s.io/kubernetes/pkg/controller/namespace"
 )
@@ -50,6 +53,8 @@ const (
 	gcSyncPeriod        = 30 * time.Second
 	namespaceWorkers    = 10              // --concurrent-namespace-syncs
 	namespaceSyncPeriod = 5 * time.Minute // --namespace-sync-period
+	sliceWorkers        = 5               // --concurrent-service-endpoint-syncs
+	maxPerSlice         = 100             // --max-endpoints-per-slice
 )
 
 func main() {
@@ -152,11 +157,23 @@ func run(ctx context.Context, kubeconfig string, port int) error {
 		sharedInformers.Core().V1().Namespaces(), namespaceSyncPeriod, v1.FinalizerKubernetes)
 	go namespaces.Run(ctx, namespaceWorkers)
 
+	// startEndpointSliceController, updates not batched (--endpoint-updates-batch-period 0).
+	sliceClient, _, err := clients(kubeconfig, "endpointslice-controller", 1, 1)
+	if err != nil {
+		return err
+	}
+	slices := endpointslicecontroller.NewController(ctx,
+		sharedInformers.Core().V1().Pods(), sharedInformers.Core().V1().Services(),
+		sharedInformers.Core().V1().Nodes(), sharedInformers.Discovery().V1().EndpointSlices(),
+		maxPerSlice, sliceClient, 0)
+	go slices.Run(ctx, sliceWorkers)
+
 	sharedInformers.Start(ctx.Done())
 	metadataInformers.Start(ctx.Done())
 	close(informersStarted)
 	ready.Store(true)
-	klog.InfoS("kube-controllers running: garbage collector, namespace controller")
+	klog.InfoS("kube-controllers running: garbage collector, namespace controller, " +
+		"EndpointSlice controller")
 	<-ctx.Done()
 	return nil
 }

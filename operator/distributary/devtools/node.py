@@ -58,6 +58,7 @@ from distributary import processes
 from distributary.artifacts import cache_root
 from distributary.devtools import controlplane
 from distributary.devtools.controlplane import ControlPlane, client_kubeconfig, issue_certificate
+from distributary.devtools.dns import ClusterDNS
 from distributary.devtools.gobuild import PROGRESS_EVERY, GoBuildError, GoPrograms, elapsed, say
 from distributary.devtools.node_files import (
     BRIDGE,
@@ -122,7 +123,13 @@ class Node:
     a machine at a time (the bridge and cgroups are the machine's)."""
 
     def __init__(
-        self, plane: ControlPlane, state_dir: Path, *, name: str = NODE_NAME, quiet: bool = False
+        self,
+        plane: ControlPlane,
+        state_dir: Path,
+        *,
+        name: str = NODE_NAME,
+        dns: bool = True,
+        quiet: bool = False,
     ) -> None:
         self.plane = plane
         self.name = name
@@ -134,6 +141,11 @@ class Node:
         self._namespace: processes.Supervised | None = None  # unshare: containerd, kubelet
         self._kubelet_pid: int | None = None
         self._lock: IO[str] | None = None
+        # The pods' DNS server, at the node's address (port 53, as resolv.conf allows).
+        self.dns: ClusterDNS | None = None
+        if dns:
+            where = self.state_dir / "dns"
+            self.dns = ClusterDNS(where, plane.kubeconfig, address=self.address, port=53)
 
     def start(self, timeout: float = 240.0) -> Node:
         """Build the kubelet if needed, start containerd and the kubelet, load the sandbox
@@ -150,6 +162,8 @@ class Node:
             check_pod_cidr(POD_CIDR, host_networks())
             self._write_files(sandbox)
             self._up_bridge_and_cgroups()
+            if self.dns is not None:
+                self.dns.start(max(1.0, deadline - time.monotonic()))
             self._bind_node_role()
             self._start_namespace(kubelet)
             self._wait("containerd", self._containerd_serves, deadline)
@@ -201,7 +215,10 @@ class Node:
         (state / "cni" / "net.d" / "10-distributary.conflist").write_text(conflist)
         self._write_identity()
         self.ports = {"kubelet": free_port(), "healthz": free_port()}
-        config = kubelet_config(state, self.plane.pki, self.name, self.address, self.ports)
+        dns = self.address if self.dns is not None else None
+        config = kubelet_config(
+            state, self.plane.pki, self.name, self.address, self.ports, cluster_dns=dns
+        )
         (state / "kubelet.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
     def _write_identity(self) -> None:
@@ -396,6 +413,8 @@ class Node:
                     self._remove_containers()
             self._namespace.stop(timeout, say=_say, what="containerd")
             self._namespace = self._kubelet_pid = None
+        if self.dns is not None:
+            self.dns.stop()
         if self._lock is not None:
             self._clean_host()
             self._lock.close()

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from distributary.devtools import controlplane, images
+from distributary.devtools.dns import CLUSTER_DOMAIN
 from distributary.devtools.gobuild import say
 from distributary.errors import DistributaryError
 
@@ -144,11 +145,18 @@ def cni_config(state_dir: Path, cidr: str = POD_CIDR, bridge: str = BRIDGE) -> d
 
 
 def kubelet_config(
-    state_dir: Path, pki: Path, name: str, address: str, ports: dict[str, int]
+    state_dir: Path,
+    pki: Path,
+    name: str,
+    address: str,
+    ports: dict[str, int],
+    *,
+    cluster_dns: str | None = None,
 ) -> dict[str, Any]:
     """The kubelet's configuration file: served at `address` with the node's certificate from
     the control plane's CA in `pki`; clients authenticated by that CA and authorized by the API
-    server; cgroupfs on cgroups v1 under `CGROUP_ROOT`, no node allocatable enforced, no
+    server; pods' resolv.conf naming `cluster_dns` (port 53) for `CLUSTER_DOMAIN` when given;
+    cgroupfs on cgroups v1 under `CGROUP_ROOT`, no node allocatable enforced, no
     eviction or image garbage collection for a busy disk (a test node's pods stay), its files
     under `state_dir`."""
     never = {"memory.available": "1Mi", "nodefs.available": "0%", "imagefs.available": "0%"}
@@ -180,6 +188,7 @@ def kubelet_config(
         "imageGCLowThresholdPercent": 99,
         "makeIPTablesUtilChains": False,
         "registerNode": True,
+        **({"clusterDNS": [cluster_dns], "clusterDomain": CLUSTER_DOMAIN} if cluster_dns else {}),
     }
 
 

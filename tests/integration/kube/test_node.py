@@ -7,6 +7,7 @@ image is imported from its archive).
 - A pod on the pods' network reaches a TCP port on the host at the node's address, both ways.
 - A pod on the host's network reaches the test broker on loopback and gets a Kafka answer (the
   broker listens on 127.0.0.1 alone, which a pod on the pods' network cannot reach).
+- A pod finds another by its headless Service's name (cluster DNS, the EndpointSlice controller).
 
 The control plane runs no scheduler: each pod names the node. The first run on a machine builds
 the kubelet (minutes) and the job image (`make images`).
@@ -44,12 +45,20 @@ def images(node: Node, pytestconfig: pytest.Config) -> str:
     return SPARK.tag
 
 
-def run_pod(node: Node, name: str, image: str, command: list[str], **spec: Any) -> dict[str, Any]:
-    """Create a pod on the node that runs `command` once; the pod once it has finished."""
+def create_pod(
+    node: Node,
+    name: str,
+    image: str,
+    command: list[str],
+    *,
+    labels: dict[str, str] | None = None,
+    **spec: Any,
+) -> None:
+    """Create a pod on the node that runs `command` once."""
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
+        "metadata": {"name": name, "namespace": "default", "labels": labels or {}},
         "spec": {
             "nodeName": node.name,
             "restartPolicy": "Never",
@@ -58,6 +67,11 @@ def run_pod(node: Node, name: str, image: str, command: list[str], **spec: Any) 
         },
     }
     node.api("POST", "/api/v1/namespaces/default/pods", pod)
+
+
+def run_pod(node: Node, name: str, image: str, command: list[str], **spec: Any) -> dict[str, Any]:
+    """Create a pod on the node that runs `command` once; the pod once it has finished."""
+    create_pod(node, name, image, command, **spec)
     deadline = time.monotonic() + POD_TIMEOUT
     while time.monotonic() < deadline:
         found: dict[str, Any] = node.api("GET", f"/api/v1/namespaces/default/pods/{name}")
@@ -139,3 +153,50 @@ print(correlation, error)
     pod = run_pod(node, "to-the-broker", images, ["python", "-c", script], hostNetwork=True)
     assert pod["status"]["phase"] == "Succeeded", logs(node, "to-the-broker")
     assert logs(node, "to-the-broker").split() == [str(correlation), "0"]
+
+
+def wait_for(what: str, probe: Any, timeout: float = POD_TIMEOUT) -> Any:
+    """`probe()`'s first truthy answer, polled until `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = probe()
+        if found:
+            return found
+        time.sleep(0.5)
+    raise AssertionError(f"not {what} within {timeout:.0f}s")
+
+
+def test_a_pod_finds_another_by_its_headless_service_name(node: Node, images: str) -> None:
+    """The node's pods resolve names with the cluster DNS (CoreDNS at the node's address): a
+    headless Service's name gives its pod's address, which the EndpointSlice controller put in
+    the Service's slice, as a Spark executor finds its driver; `kubernetes.default` gives the
+    API server's Service address."""
+    create_pod(node, "dns-target", images, ["sleep", "300"], labels={"app": "dns-target"})
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "dns-target", "namespace": "default"},
+        "spec": {"clusterIP": "None", "selector": {"app": "dns-target"}, "ports": [{"port": 80}]},
+    }
+    node.api("POST", "/api/v1/namespaces/default/services", service)
+    slices = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices"
+    selector = "?labelSelector=kubernetes.io%2Fservice-name%3Ddns-target"
+
+    def target_address() -> str | None:
+        for piece in node.api("GET", slices + selector).get("items", []):
+            for endpoint in piece.get("endpoints") or []:
+                if (endpoint.get("conditions") or {}).get("ready"):
+                    return str(endpoint["addresses"][0])
+        return None
+
+    address = wait_for("the target pod in its Service's EndpointSlice", target_address)
+    pod_ip = node.api("GET", "/api/v1/namespaces/default/pods/dns-target")["status"]["podIP"]
+    assert address == pod_ip
+    kubernetes = node.api("GET", "/api/v1/namespaces/default/services/kubernetes")
+    script = (
+        "import socket; print(socket.gethostbyname('dns-target'), "
+        "socket.gethostbyname('kubernetes.default'))"
+    )
+    pod = run_pod(node, "dns-client", images, ["python", "-c", script])
+    assert pod["status"]["phase"] == "Succeeded", logs(node, "dns-client")
+    assert logs(node, "dns-client").split() == [pod_ip, kubernetes["spec"]["clusterIP"]]

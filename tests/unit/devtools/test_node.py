@@ -84,6 +84,9 @@ def test_the_kubelet_serves_at_the_nodes_address_for_clients_of_the_control_plan
     assert config["failSwapOn"] is False
     assert config["containerRuntimeEndpoint"] == f"unix://{STATE}/containerd/containerd.sock"
     assert config["podLogsDir"] == f"{STATE}/pod-logs"
+    assert "clusterDNS" not in config  # pods get the host's resolvers
+    with_dns = kubelet_config(STATE, pki, "n1", "10.244.0.1", ports, cluster_dns="10.244.0.1")
+    assert (with_dns["clusterDNS"], with_dns["clusterDomain"]) == (["10.244.0.1"], "cluster.local")
 
 
 @pytest.mark.parametrize(
