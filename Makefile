@@ -56,11 +56,12 @@ crds: $(STAMP)
 	$(BIN)/distributary crds --out crds
 	cp crds/*.yaml charts/distributary/crds/
 
-# A local Kubernetes control plane (etcd, kube-apiserver, the garbage collector and the
-# namespace controller) on loopback;
-# the first run builds the Kubernetes binaries from Go modules (minutes), later runs reuse them.
+# A local Kubernetes control plane (etcd, kube-apiserver, the garbage collector, the namespace
+# and EndpointSlice controllers) on loopback; ARGS=--node adds a real node (kubelet, containerd,
+# cluster DNS; as root). The first run builds the binaries from Go modules (minutes), later runs
+# reuse them.
 devcluster: $(STAMP)
-	$(BIN)/python -m distributary.devtools.controlplane
+	$(BIN)/python -m distributary.devtools.devcluster $(ARGS)
 
 # The clickstream example through the operator on a local control plane, embedded Kafka and
 # local Spark: applied with kubectl, Ready and caught up, summarised, torn down.

@@ -20,20 +20,17 @@ the API server's build). Certificates come from the machine's openssl.
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import base64
 import contextlib
 import secrets
 import shutil
-import signal
 import ssl
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 
 import yaml
 
@@ -424,50 +421,3 @@ class ControlPlane:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-def main_devcluster(state_dir: Path = DEFAULT_STATE_DIR) -> int:
-    """`make devcluster`: start the control plane, say how to use it, run until Ctrl-C."""
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupt)
-    plane = ControlPlane(state_dir)
-    try:
-        plane.start()
-        print(
-            f"\nA Kubernetes {KUBERNETES_VERSION} control plane is running at {plane.server}"
-            f" (state and logs in {plane.state_dir}). In another shell:\n\n"
-            f"    export KUBECONFIG={plane.kubeconfig}\n"
-            "    kubectl get ns\n"
-            "    kubectl apply --server-side -f crds/\n\n"
-            "Press Ctrl-C to stop it; its resources are kept for the next start.",
-            flush=True,
-        )
-        while not (exited := plane.running()):
-            time.sleep(1)
-        _say(f"{', '.join(exited)} exited; see {plane.logs}")
-        return 1
-    except ControlPlaneError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        _say("stopping ...")
-        return 0
-    finally:
-        plane.stop()
-
-
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(
-        prog="python -m distributary.devtools.controlplane",
-        description="Run a local Kubernetes control plane until Ctrl-C.",
-    )
-    parser.add_argument(
-        "--state-dir",
-        type=Path,
-        default=DEFAULT_STATE_DIR,
-        help=f"etcd's data, certificates, kubeconfig and logs (default {DEFAULT_STATE_DIR})",
-    )
-    sys.exit(main_devcluster(parser.parse_args().state_dir))
