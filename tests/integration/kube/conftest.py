@@ -17,6 +17,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 from tests.integration.kube.chart_rbac import RBAC_MODES, install_chart_rbac
@@ -32,19 +33,35 @@ from distributary.local.broker import EmbeddedBroker
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
 
 
+class Part(Protocol):
+    """What the fixtures start: a part of the test bed with its own start and stop."""
+
+    def start(self) -> object: ...
+
+    def stop(self) -> None: ...
+
+
+@contextlib.contextmanager
+def started(part: Part, pytestconfig: pytest.Config) -> Iterator[None]:
+    """`part` started (its progress shown, past pytest's capture: a first start may build for
+    minutes), and stopped however the fixture ends."""
+    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        part.start()
+    try:
+        yield
+    finally:
+        part.stop()
+
+
 @pytest.fixture(scope="session")
 def control_plane(
     tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
 ) -> Iterator[ControlPlane]:
     """etcd, kube-apiserver and kube-controllers, running for the whole session."""
     plane = ControlPlane(tmp_path_factory.mktemp("kube"))
-    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
-    with capture.global_and_fixture_disabled():
-        plane.start()
-    try:
+    with started(plane, pytestconfig):
         yield plane
-    finally:
-        plane.stop()
 
 
 @pytest.fixture(scope="session")
@@ -78,13 +95,8 @@ def spark_operator(
     installed from the Go module cache."""
     install_established(Cluster(control_plane.kubeconfig, "default"), SPARK_CRDS)
     bed = SparkOperatorBed(control_plane, NAMESPACES, tmp_path_factory.mktemp("spark-operator"))
-    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
-    with capture.global_and_fixture_disabled():
-        bed.start()
-    try:
+    with started(bed, pytestconfig):
         yield bed
-    finally:
-        bed.stop()
 
 
 @pytest.fixture(scope="session")
@@ -95,13 +107,8 @@ def cluster_dns(
 ) -> Iterator[ClusterDNS]:
     """CoreDNS answering the control plane's Service names on a loopback port."""
     dns = ClusterDNS(tmp_path_factory.mktemp("dns"), control_plane.kubeconfig)
-    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
-    with capture.global_and_fixture_disabled():
-        dns.start()
-    try:
+    with started(dns, pytestconfig):
         yield dns
-    finally:
-        dns.stop()
 
 
 @pytest.fixture(scope="module")
@@ -114,13 +121,10 @@ def node(
     (`distributary.devtools.node`), Ready; pods name it in `spec.nodeName` (no scheduler runs).
     A machine runs one node at a time: a second start fails while one runs."""
     running = Node(control_plane, tmp_path_factory.mktemp("node"))
-    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
-    with capture.global_and_fixture_disabled():
-        running.start()
     try:
-        yield running
+        with started(running, pytestconfig):
+            yield running
     finally:
-        running.stop()
         running.remove_images()  # about 2 GB a session once the job image is loaded
 
 
