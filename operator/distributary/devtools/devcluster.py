@@ -5,9 +5,9 @@ Ctrl-C.
 
 The control plane (`devtools.controlplane`: etcd, kube-apiserver, the garbage collector, the
 namespace and EndpointSlice controllers) keeps its resources for the next start. `--node` adds
-the test node (`devtools.node`: the kubelet, containerd, cluster DNS; as root, one node a machine),
-on which pods run for real: they name it in `spec.nodeName` (no scheduler runs), and images are
-loaded with `Node.load` from the archives `make images` writes.
+the test node (`devtools.node`: the kubelet, containerd, kube-proxy, cluster DNS; as root, one
+node a machine), on which pods run for real: they name it in `spec.nodeName` (no scheduler
+runs), and images are loaded with `Node.load` from the archives `make images` writes.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--node",
         action="store_true",
-        help="add a real node: the kubelet and containerd (runc), cluster DNS (root only)",
+        help="add a real node: the kubelet, containerd (runc), kube-proxy, cluster DNS (as root)",
     )
     args = parser.parse_args(argv)
 

@@ -29,6 +29,10 @@ reach the host's services listening there (not those on 127.0.0.1, which is the 
 node's identity is a client certificate of the control plane's CA (CN system:node:NAME, group
 system:nodes), bound to the `system:node` role since the API server authorizes with RBAC alone.
 The control plane runs no scheduler: a pod names its node (`spec.nodeName`).
+
+Beside the namespace, on the host: CoreDNS at the node's address, port 53, which the kubelet
+writes into every pod's resolv.conf (`devtools.dns`), and kube-proxy, whose rules make Services'
+cluster IPs reach their pods (`devtools.service_proxy`); both stop with the node.
 """
 
 from __future__ import annotations
@@ -79,6 +83,7 @@ from distributary.devtools.node_files import (
     pause_archive,
     socket_path,
 )
+from distributary.devtools.service_proxy import ServiceProxy
 from distributary.processes import free_port
 
 # Host folders the kubelet and containerd write to whatever their flags say: in their mount
@@ -97,14 +102,14 @@ def _say(message: str) -> None:
 
 
 def kubelet_programs() -> GoPrograms:
-    """The kubelet (with the control plane's two programs, relinked), built from `controlplane/`
-    with the build tag `kubelet`."""
+    """The kubelet and kube-proxy (with the control plane's two programs, relinked), built from
+    `controlplane/` with the build tag `kubelet`."""
     return GoPrograms(
         part="node",
         cache="kubelet",
         src=controlplane.go_sources(),
         release=controlplane.KUBERNETES_VERSION,
-        binaries=("kubelet",),
+        binaries=("kubelet", "kube-proxy"),
         go_build=[*controlplane.GO_BUILD, "-tags=kubelet"],
         needs="Go 1.24 or newer",
     )
@@ -129,6 +134,7 @@ class Node:
         *,
         name: str = NODE_NAME,
         dns: bool = True,
+        services: bool = True,
         quiet: bool = False,
     ) -> None:
         self.plane = plane
@@ -142,6 +148,8 @@ class Node:
         self._kubelet_pid: int | None = None
         self._lock: IO[str] | None = None
         # The pods' DNS server, at the node's address (port 53, as resolv.conf allows).
+        self.services = services  # kube-proxy: Services' cluster IPs reach their pods
+        self._proxy: ServiceProxy | None = None
         self.dns: ClusterDNS | None = None
         if dns:
             where = self.state_dir / "dns"
@@ -169,6 +177,12 @@ class Node:
             self._wait("containerd", self._containerd_serves, deadline)
             self.load(sandbox_archive, sandbox)
             self._wait("kubelet", self.ready, deadline)
+            if self.services:
+                proxy = kubelet.parent / "kube-proxy"
+                log = self.logs / "kube-proxy.log"
+                self._proxy = ServiceProxy(
+                    proxy, self.plane.kubeconfig, self.name, POD_CIDR, self.address, log
+                ).start(deadline)
         except BaseException:
             self.stop()
             raise
@@ -406,6 +420,9 @@ class Node:
         """Stop the kubelet, remove the pods' containers, stop containerd (which ends every
         process and mount of its namespaces), and remove the bridge and the cgroups."""
         atexit.unregister(self.stop)
+        if self._proxy is not None:
+            self._proxy.stop()
+            self._proxy = None
         if self._namespace is not None:
             if self._namespace.poll() is None:  # containerd runs
                 self._stop_kubelet(timeout)

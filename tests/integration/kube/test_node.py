@@ -8,6 +8,7 @@ image is imported from its archive).
 - A pod on the host's network reaches the test broker on loopback and gets a Kafka answer (the
   broker listens on 127.0.0.1 alone, which a pod on the pods' network cannot reach).
 - A pod finds another by its headless Service's name (cluster DNS, the EndpointSlice controller).
+- A Service's cluster IP reaches its pod, from a pod by name and from the host (kube-proxy).
 
 The control plane runs no scheduler: each pod names the node. The first run on a machine builds
 the kubelet (minutes) and the job image (`make images`).
@@ -22,6 +23,7 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.request
 import uuid
 from typing import Any
 
@@ -200,3 +202,36 @@ def test_a_pod_finds_another_by_its_headless_service_name(node: Node, images: st
     pod = run_pod(node, "dns-client", images, ["python", "-c", script])
     assert pod["status"]["phase"] == "Succeeded", logs(node, "dns-client")
     assert logs(node, "dns-client").split() == [pod_ip, kubernetes["spec"]["clusterIP"]]
+
+
+def test_a_services_cluster_ip_reaches_its_pod_from_pods_and_from_the_host(
+    node: Node, images: str
+) -> None:
+    """kube-proxy's rules: a ClusterIP Service's address, port 80, reaches its pod's port 8080,
+    from another pod (by the Service's name) and from the host (by its address)."""
+    token = uuid.uuid4().hex
+    serve = f"import functools, http.server as h; open('/tmp/t', 'w').write({token!r}); "
+    serve += "h.test(functools.partial(h.SimpleHTTPRequestHandler, directory='/tmp'), port=8080)"
+    create_pod(node, "web", images, ["python", "-c", serve], labels={"app": "web"})
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
+    }
+    created = node.api("POST", "/api/v1/namespaces/default/services", service)
+    cluster_ip = created["spec"]["clusterIP"]
+
+    def from_the_host() -> str | None:
+        url = f"http://{cluster_ip}/t"
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as answer:
+            return str(answer.read().decode())
+        return None
+
+    assert wait_for(f"the host reaching {cluster_ip}:80", from_the_host) == token
+    fetch = (
+        "import urllib.request as u; print(u.urlopen('http://web/t', timeout=10).read().decode())"
+    )
+    pod = run_pod(node, "web-client", images, ["python", "-c", fetch])
+    assert pod["status"]["phase"] == "Succeeded", logs(node, "web-client")
+    assert logs(node, "web-client").strip() == token
