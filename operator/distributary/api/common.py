@@ -36,6 +36,8 @@ SQL_IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 DURATION_PATTERN = r"^[0-9]{1,9}(ms|s|m|h|d|w)$"
 # Spark's own memory strings (Spark does not accept Kubernetes quantities such as 1Gi).
 SPARK_MEMORY_PATTERN = r"^[1-9][0-9]{0,6}[kmgt]$"
+# A CPU quantity as Kubernetes writes one in a pod's requests and limits: 250m, 0.5, 2.
+CPU_QUANTITY_PATTERN = r"^([0-9]{1,3}(\.[0-9]{1,3})?|[1-9][0-9]{0,5}m)$"
 # A condition reason, as metav1.Condition defines it.
 REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 
@@ -49,6 +51,7 @@ TopicName = Annotated[
 SqlIdentifier = Annotated[str, StringConstraints(max_length=128, pattern=SQL_IDENTIFIER_PATTERN)]
 Duration = Annotated[str, StringConstraints(max_length=16, pattern=DURATION_PATTERN)]
 SparkMemory = Annotated[str, StringConstraints(max_length=8, pattern=SPARK_MEMORY_PATTERN)]
+CpuQuantity = Annotated[str, StringConstraints(max_length=8, pattern=CPU_QUANTITY_PATTERN)]
 ColumnName = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 
 _DURATION_UNITS_MS = {
@@ -239,6 +242,19 @@ class SparkPod(ApiModel):
     cores: Annotated[int, Field(ge=1, le=64)] = Field(default=1, description="CPU cores.")
     memory: SparkMemory = Field(
         default="1g", description="Heap memory in Spark's units, e.g. 512m or 2g."
+    )
+    cpu_request: CpuQuantity | None = Field(
+        default=None,
+        description="The pod's CPU request, a Kubernetes quantity such as 500m (default: "
+        "`cores`), so that a pod asks the scheduler for less CPU than Spark's task slots.",
+    )
+    cpu_limit: CpuQuantity | None = Field(
+        default=None, description="The pod's CPU limit, a Kubernetes quantity (default: none)."
+    )
+    memory_overhead: SparkMemory | None = Field(
+        default=None,
+        description="Memory beyond the heap in Spark's units (default: Spark's, a tenth of "
+        "the heap and at least 384m); the pod's memory request is the heap plus this.",
     )
 
 

@@ -182,16 +182,29 @@ class PipelineFiles:
 
 
 def pod_settings_left_aside(pipeline: Pipeline) -> list[str]:
-    """A line for each view and job whose `spec.spark.pods` a run leaves aside: its runners are
-    processes here, with no pods to give variables, volumes or a node to."""
+    """A line for each view and job whose `spec.spark.pods`, or pod resources (CPU request and
+    limit, memory overhead), a run leaves aside: its runners are processes here, with no pods
+    to give variables, volumes, a node or resources to."""
     found = [("view", ref, v.spec.spark) for ref, v in pipeline.views.items()]
     found += [("job", ref, j.spec.spark) for ref, j in pipeline.jobs.items()]
-    return [
-        f"{kind} {ref.name}: spec.spark.pods is for its pods on a cluster; distributary run has "
-        "none and leaves it aside"
-        for kind, ref, spark in sorted(found, key=lambda item: (item[0], str(item[1])))
-        if not spark.pods.empty
-    ]
+    lines = []
+    for kind, ref, spark in sorted(found, key=lambda item: (item[0], str(item[1]))):
+        fields = [] if spark.pods.empty else ["spec.spark.pods"]
+        for role, pod in (("driver", spark.driver), ("executor", spark.executor)):
+            for name in ("cpuRequest", "cpuLimit", "memoryOverhead"):
+                if getattr(pod, _SNAKE[name]) is not None:
+                    fields.append(f"spec.spark.{role}.{name}")
+        if fields:
+            lines.append(
+                f"{kind} {ref.name}: {', '.join(fields)} "
+                f"{'is' if len(fields) == 1 else 'are'} for its pods on a cluster; "
+                "distributary run has none and leaves "
+                f"{'it' if len(fields) == 1 else 'them'} aside"
+            )
+    return lines
+
+
+_SNAKE = {"cpuRequest": "cpu_request", "cpuLimit": "cpu_limit", "memoryOverhead": "memory_overhead"}
 
 
 @dataclass

@@ -36,3 +36,20 @@ def test_views_with_pod_settings_are_named_and_the_others_are_not() -> None:
         "view placed: spec.spark.pods is for its pods on a cluster; distributary run has none "
         "and leaves it aside"
     ]
+
+
+def test_pod_resources_are_named_with_the_pod_settings() -> None:
+    spark = {
+        "pods": {"nodeSelector": {"pool": "spark"}},
+        "driver": {"cpuRequest": "500m"},
+        "executor": {"memoryOverhead": "512m", "cpuLimit": "2"},
+    }
+    resources = [LOG, view("sized", spark), view("requested", {"driver": {"cpuRequest": "1"}})]
+    pipeline = Pipeline.build([parse_resource(r) for r in resources])
+    assert pod_settings_left_aside(pipeline) == [
+        "view requested: spec.spark.driver.cpuRequest is for its pods on a cluster; distributary "
+        "run has none and leaves it aside",
+        "view sized: spec.spark.pods, spec.spark.driver.cpuRequest, spec.spark.executor.cpuLimit, "
+        "spec.spark.executor.memoryOverhead are for its pods on a cluster; distributary run has "
+        "none and leaves them aside",
+    ]

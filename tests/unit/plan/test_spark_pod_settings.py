@@ -137,3 +137,28 @@ def test_pod_settings_that_cannot_work_are_refused_with_the_fix(
     pods: dict[str, Any], said: str
 ) -> None:
     assert said in refusal(pods)
+
+
+def test_pod_resources_reach_each_role_in_the_spark_operators_field_names() -> None:
+    spark = {
+        "driver": {"cores": 1, "memory": "512m", "cpuRequest": "500m", "memoryOverhead": "256m"},
+        "executor": {"cores": 2, "cpuRequest": "0.5", "cpuLimit": "2", "instances": 2},
+    }
+    spec = view_app(make_view(spark=spark))["spec"]
+    driver, executor = spec["driver"], spec["executor"]
+    assert (driver["cores"], driver["memory"]) == (1, "512m")
+    assert (driver["coreRequest"], driver["memoryOverhead"]) == ("500m", "256m")
+    assert "coreLimit" not in driver
+    assert (executor["coreRequest"], executor["coreLimit"]) == ("0.5", "2")
+    assert executor["instances"] == 2
+    assert "memoryOverhead" not in executor
+    plain = view_app()["spec"]
+    for role in (plain["driver"], plain["executor"]):
+        assert not {"coreRequest", "coreLimit", "memoryOverhead"} & set(role)
+
+
+@pytest.mark.parametrize("bad", ["1Gi", "-1", "0.5m", "1.2345", "m", "1e3", "1000000m"])
+def test_a_cpu_quantity_that_is_not_one_is_refused(bad: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        SparkSettings.model_validate({"driver": {"cpuRequest": bad}})
+    assert "cpuRequest" in str(caught.value)

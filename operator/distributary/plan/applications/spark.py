@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from distributary.api.common import PodVolume, SparkPods, SparkSettings
+from distributary.api.common import PodVolume, SparkPod, SparkPods, SparkSettings
 from distributary.api.job import StreamJob
 from distributary.api.log import Log
 from distributary.api.names import label_value as label_value
@@ -155,7 +155,8 @@ def spark_application_of(
         # itself, while env reaches the pods only through its webhook, which may not run.
         driver["envVars"] = dict(sorted(env.items()))
         executor["envVars"] = dict(sorted(env.items()))
-    for role in (driver, executor):
+    for role, resources in ((driver, settings.driver), (executor, settings.executor)):
+        role.update(_pod_resources(resources))
         role.update(_pod_settings(pods))
     metadata: dict[str, Any] = {
         "name": application_name(app.name, app.revision, app.kind),
@@ -193,6 +194,16 @@ def spark_application_of(
             **cluster,
         },
     }
+
+
+def _pod_resources(resources: SparkPod) -> dict[str, str]:
+    """The optional resources of one role, in the SparkApplication's field names."""
+    fields = {
+        "coreRequest": resources.cpu_request,
+        "coreLimit": resources.cpu_limit,
+        "memoryOverhead": resources.memory_overhead,
+    }
+    return {name: value for name, value in fields.items() if value is not None}
 
 
 def _pod_settings(pods: SparkPods) -> dict[str, Any]:
