@@ -58,7 +58,7 @@ crds: $(STAMP)
 
 # A local Kubernetes control plane (etcd, kube-apiserver, the garbage collector, the namespace
 # and EndpointSlice controllers) on loopback; ARGS=--node adds a real node (kubelet, containerd,
-# cluster DNS; as root). The first run builds the binaries from Go modules (minutes), later runs
+# kube-proxy, kube-scheduler, cluster DNS; as root) and makes the API server reachable from pods. The first run builds the binaries from Go modules (minutes), later runs
 # reuse them.
 devcluster: $(STAMP)
 	$(BIN)/python -m distributary.devtools.devcluster $(ARGS)

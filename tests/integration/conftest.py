@@ -44,6 +44,9 @@ KILLING = frozenset({
 })  # fmt: skip
 
 
+PODS = "tests/integration/pods/"  # the modules on the test node (`pods/conftest.py`)
+
+
 # What a test needs of `devtools.builds` (built in the background on a fresh machine, in this
 # order) decides when it runs: what needs none of it first, the Spark operator's tests last.
 _NEEDS_PLANE = frozenset({"control_plane", "helm"})  # etcd, the API server, helm
@@ -91,7 +94,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """On test workers, a module's tests run together on one worker (its module fixtures set up
-    once, as `--dist loadfile`), and the `KILLING` modules together on one, in the order
+    once, as `--dist loadfile`), the `KILLING` modules together on one, and the modules of
+    `PODS` together on one (a machine runs one node at a time, and they share it), in the order
     `pytest_collection_modifyitems` gives (xdist would otherwise put the modules with the most
     tests first)."""
     from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
@@ -99,6 +103,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class ModuleScheduling(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
+            if module.startswith(PODS):
+                return "pods"
             return "killing" if module in KILLING else module
 
     config.option.loadscopereorder = False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
@@ -101,3 +102,27 @@ def test_the_suites_brokers_map_the_class_archive_of_kafkas_classes(
     pid = int((broker.state_dir / "broker.pid").read_text())
     maps = Path(f"/proc/{pid}/maps").read_text()
     assert str(kafka_class_archive) in maps
+
+
+def test_a_port_taken_between_its_choice_and_the_brokers_bind_is_chosen_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Free ports are chosen before Kafka binds them, and the machine's other programs choose
+    theirs meanwhile: a broker that finds its port taken starts again on new ports."""
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        choose = EmbeddedBroker._choose_ports
+        choices = []
+
+        def choose_a_taken_port_first(self: EmbeddedBroker) -> None:
+            choose(self)
+            if not choices:
+                self.port = taken.getsockname()[1]
+            choices.append(self.port)
+
+        monkeypatch.setattr(EmbeddedBroker, "_choose_ports", choose_a_taken_port_first)
+        with EmbeddedBroker(tmp_path / "kafka") as running:
+            assert choices[0] == taken.getsockname()[1]
+            assert running.port == choices[-1] != choices[0]
+            assert cluster_ready(running.bootstrap_servers)
+    said = (tmp_path / "kafka" / "broker.log").read_text()
+    assert "Address already in use" in said

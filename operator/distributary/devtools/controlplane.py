@@ -1,4 +1,4 @@
-"""A local Kubernetes control plane: etcd, kube-apiserver and two upstream controllers on loopback.
+"""A local Kubernetes control plane: etcd, kube-apiserver and upstream controllers on loopback.
 
 Tests and `make devcluster` need the real API server, since schema and CEL validation, server-side
 apply and garbage collection are its own behaviour, and no Docker. The Kubernetes binaries are
@@ -8,11 +8,12 @@ serves the watch progress requests that streamed lists need), each cached under 
 release, the machine and a digest of those Go sources and the build flags: editing them builds
 afresh, nothing else ever does, and a build is published only when complete. The API server
 starts as controller-runtime's envtest starts its (client-certificate authentication, RBAC, the
-ServiceAccount admission plugin off because nothing here creates default service accounts, a
+ServiceAccount admission plugin off unless pods run (`ControlPlane`'s `pods_at`), a
 service-account issuer and keys). Beside it runs `kube-controllers`
-(`controlplane/cmd/kube-controllers`): the two controllers of kube-controller-manager a control
-plane without nodes needs, the garbage collector and the namespace controller, upstream's own
-code wired as kube-controller-manager wires them (without them owned children would outlive their
+(`controlplane/cmd/kube-controllers`): the controllers of kube-controller-manager a control
+plane needs (the garbage collector, the namespace and EndpointSlice controllers; with pods, the
+ServiceAccount controller and the root CA publisher too), upstream's own code wired as
+kube-controller-manager wires them (without them owned children would outlive their
 owners and deleted namespaces would stay Terminating). Built alone, they compile about 320
 packages fewer than the whole kube-controller-manager (13 CPU-seconds instead of 178 on top of
 the API server's build). Certificates come from the machine's openssl.
@@ -21,18 +22,12 @@ the API server's build). Certificates come from the machine's openssl.
 from __future__ import annotations
 
 import atexit
-import base64
 import contextlib
-import secrets
-import shutil
 import ssl
-import subprocess
 import time
 import urllib.request
 from pathlib import Path
 from types import TracebackType
-
-import yaml
 
 from distributary import processes
 from distributary.devtools import gobuild
@@ -44,8 +39,16 @@ from distributary.devtools.gobuild import (
     say,
 )
 from distributary.devtools.gobuild import elapsed as _elapsed
-from distributary.errors import DistributaryError
+from distributary.devtools.kube_pki import (
+    ControlPlaneError,
+    client_kubeconfig,
+    issue_certificate,
+    kubeconfig,
+    write_certificates,
+)
 from distributary.processes import free_port
+
+__all__ = ["ControlPlane", "ControlPlaneError", "client_kubeconfig", "issue_certificate"]
 
 KUBERNETES_VERSION = "v1.34.4"  # equal to k8s.io/kubernetes in controlplane/go.mod
 ETCD_VERSION = "v3.6.4"  # equal to go.etcd.io/etcd/server/v3 in etcd/go.mod
@@ -64,10 +67,6 @@ def _ldflags() -> str:
 
 
 GO_BUILD = [*gobuild.GO_BUILD, f"-ldflags={_ldflags()}"]
-
-
-class ControlPlaneError(DistributaryError, RuntimeError):
-    """The control plane could not be built or started; the message says why and what to do."""
 
 
 def _say(message: str) -> None:
@@ -126,126 +125,6 @@ def build(*, quiet: bool = False) -> Path:
         raise ControlPlaneError(str(error)) from None
 
 
-_LEAF_CERTS = {  # name: (subject, extensions)
-    "apiserver": (
-        "CN = kube-apiserver",
-        "extendedKeyUsage = serverAuth\nsubjectAltName = IP:127.0.0.1, DNS:localhost, "
-        "IP:10.0.0.1, DNS:kubernetes, DNS:kubernetes.default, DNS:kubernetes.default.svc",
-    ),
-    "admin": ("CN = distributary-admin\nO = system:masters", "extendedKeyUsage = clientAuth"),
-    "controller-manager": (
-        # In system:masters: the garbage collector deletes every kind, custom ones included.
-        "CN = system:kube-controller-manager\nO = system:masters",
-        "extendedKeyUsage = clientAuth",
-    ),
-    # What the API server shows a node's kubelet for logs, exec and port forwarding.
-    "apiserver-kubelet-client": (
-        "CN = kube-apiserver-kubelet-client\nO = system:masters",
-        "extendedKeyUsage = clientAuth",
-    ),
-}
-
-
-_NEW_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-_DAYS = ("-days", "3650")
-
-
-def _openssl(pki: Path, *args: str) -> None:
-    result = subprocess.run(["openssl", *args], cwd=pki, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise ControlPlaneError(f"`openssl {args[0]}` failed in {pki}: {result.stderr.strip()}")
-
-
-def _openssl_config(pki: Path, name: str, subject: str, extensions: str) -> str:
-    (pki / f"{name}.cnf").write_text(
-        f"[req]\ndistinguished_name = dn\nprompt = no\n[dn]\n{subject}\n[ext]\n{extensions}\n"
-    )
-    return f"{name}.cnf"
-
-
-def write_certificates(pki: Path) -> None:
-    """A CA, the API server's serving certificate, client certificates for the admin, the
-    controller manager and the API server towards kubelets, and the service-account signing key;
-    kept once made (a certificate added since is issued by the CA already there)."""
-    if not (pki / ".complete").exists():
-        _write_authorities(pki)
-    for name, (subject, extensions) in _LEAF_CERTS.items():
-        issue_certificate(pki, name, subject, extensions)
-
-
-def _write_authorities(pki: Path) -> None:
-    if shutil.which("openssl") is None:
-        raise ControlPlaneError("openssl is needed to make the control plane's certificates")
-    pki.mkdir(parents=True, exist_ok=True)
-    for stale in pki.glob("*.crt"):  # of a CA that was never completed
-        stale.unlink()
-    ca_ext = "basicConstraints = critical, CA:TRUE\nkeyUsage = critical, keyCertSign, cRLSign"
-    config = _openssl_config(pki, "ca", "CN = distributary-control-plane-ca", ca_ext)
-    _openssl(pki, "req", "-x509", "-config", config, "-extensions", "ext", *_NEW_KEY, *_DAYS,
-             "-keyout", "ca.key", "-out", "ca.crt")  # fmt: skip
-    _openssl(pki, "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
-             "-out", "service-accounts.key")  # fmt: skip
-    _openssl(pki, "pkey", "-in", "service-accounts.key", "-pubout", "-out", "service-accounts.pub")
-    for key in pki.glob("*.key"):
-        key.chmod(0o600)
-    (pki / ".complete").touch()
-
-
-def issue_certificate(pki: Path, name: str, subject: str, extensions: str) -> Path:
-    """`name`.crt and `name`.key in `pki`, signed by the CA there, unless issued already (a node's
-    identity: `subject` "CN = system:node:NAME\\nO = system:nodes"); the certificate's path."""
-    certificate = pki / f"{name}.crt"
-    if certificate.exists():
-        return certificate
-    leaf = "basicConstraints = critical, CA:FALSE\nkeyUsage = critical, digitalSignature"
-    config = _openssl_config(pki, name, subject, f"{leaf}\n{extensions}")
-    _openssl(pki, "req", "-new", "-config", config, *_NEW_KEY,
-             "-keyout", f"{name}.key", "-out", f"{name}.csr")  # fmt: skip
-    (pki / f"{name}.key").chmod(0o600)
-    _openssl(pki, "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-             "-set_serial", str(secrets.randbits(63)), *_DAYS, "-extfile", config,
-             "-extensions", "ext", "-out", f"{name}.crt.partial")  # fmt: skip
-    (pki / f"{name}.crt.partial").replace(certificate)
-    return certificate
-
-
-def _kubeconfig(server: str, pki: Path, user: str, *, embed: bool) -> str:
-    def data(kind: str, path: Path) -> dict[str, str]:
-        if embed:
-            return {f"{kind}-data": base64.b64encode(path.read_bytes()).decode()}
-        return {kind: str(path)}
-
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "distributary",
-                "cluster": {"server": server, **data("certificate-authority", pki / "ca.crt")},
-            }
-        ],
-        "users": [
-            {
-                "name": user,
-                "user": {
-                    **data("client-certificate", pki / f"{user}.crt"),
-                    **data("client-key", pki / f"{user}.key"),
-                },
-            }
-        ],
-        "contexts": [
-            {"name": "distributary", "context": {"cluster": "distributary", "user": user}}
-        ],
-        "current-context": "distributary",
-    }
-    return yaml.safe_dump(config, sort_keys=False)
-
-
-def client_kubeconfig(server: str, pki: Path, user: str) -> str:
-    """A kubeconfig for the client certificate `user`.crt (and its key) in `pki`, by path."""
-    return _kubeconfig(server, pki, user, embed=False)
-
-
 def etcd_binary(*, quiet: bool = False) -> Path:
     """etcd, built from `etcd/` if it is not cached yet."""
     try:
@@ -256,11 +135,21 @@ def etcd_binary(*, quiet: bool = False) -> Path:
 
 class ControlPlane:
     """etcd, kube-apiserver and kube-controllers on loopback, their state under `state_dir`:
-    etcd's data and the certificates are kept, so a second start finds its resources again."""
+    etcd's data and the certificates are kept, so a second start finds its resources again.
 
-    def __init__(self, state_dir: Path, *, quiet: bool = False) -> None:
+    With `pods_at` (the address a node's pods reach the host at: `devtools.node`'s bridge
+    gateway), a control plane for pods that run: the API server listens on every address and
+    advertises that one (the endpoint of the `kubernetes` Service, which kube-proxy routes a
+    pod's in-cluster client to), names it in its certificate, and admits pods with the
+    ServiceAccount admission plugin (each gets its account's token, the CA and its namespace
+    mounted); the controllers add the ServiceAccount controller (`default` accounts) and the
+    root CA publisher. Anyone who can reach the machine can then reach the API server's port;
+    it admits only the control plane's certificates and tokens."""
+
+    def __init__(self, state_dir: Path, *, quiet: bool = False, pods_at: str | None = None) -> None:
         self.state_dir = state_dir.resolve()
         self.quiet = quiet
+        self.pods_at = pods_at
         self.pki = self.state_dir / "pki"
         self.logs = self.state_dir / "logs"
         self.kubeconfig = self.state_dir / "kubeconfig"
@@ -279,11 +168,11 @@ class ControlPlane:
         started = time.monotonic()
         self.logs.mkdir(parents=True, exist_ok=True)
         self._check_not_running()
-        write_certificates(self.pki)
+        write_certificates(self.pki, self.pods_at)
         self.ports = {name: free_port() for name in ("etcd", "peer", "apiserver", "kcm")}
-        self.kubeconfig.write_text(_kubeconfig(self.server, self.pki, "admin", embed=True))
+        self.kubeconfig.write_text(kubeconfig(self.server, self.pki, "admin", embed=True))
         kcm_config = self.pki / "controller-manager.kubeconfig"
-        kcm_config.write_text(_kubeconfig(self.server, self.pki, "controller-manager", embed=False))
+        kcm_config.write_text(kubeconfig(self.server, self.pki, "controller-manager", embed=False))
         atexit.register(self.stop)
         deadline = time.monotonic() + timeout
         try:
@@ -321,8 +210,8 @@ class ControlPlane:
         pki = self.pki
         return [  # envtest's flags, with our own certificates
             f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={'0.0.0.0' if self.pods_at else '127.0.0.1'}",
+            f"--advertise-address={self.pods_at or '127.0.0.1'}",
             f"--secure-port={self.ports['apiserver']}",
             f"--cert-dir={pki}",
             f"--tls-cert-file={pki / 'apiserver.crt'}",
@@ -333,7 +222,7 @@ class ControlPlane:
             f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
             "--kubelet-preferred-address-types=InternalIP",
             "--authorization-mode=RBAC",
-            "--disable-admission-plugins=ServiceAccount",
+            *([] if self.pods_at else ["--disable-admission-plugins=ServiceAccount"]),
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--allow-privileged=true",
             f"--service-account-issuer={self.server}/",
@@ -342,7 +231,10 @@ class ControlPlane:
         ]
 
     def _controllers_flags(self, kubeconfig: Path) -> list[str]:
-        return [f"--kubeconfig={kubeconfig}", f"--healthz-port={self.ports['kcm']}"]
+        flags = [f"--kubeconfig={kubeconfig}", f"--healthz-port={self.ports['kcm']}"]
+        if self.pods_at:
+            flags += ["--pods", f"--root-ca-file={self.pki / 'ca.crt'}"]
+        return flags
 
     def _launch(self, binary: str, flags: list[str]) -> None:
         name = Path(binary).name

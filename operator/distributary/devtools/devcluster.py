@@ -5,9 +5,10 @@ Ctrl-C.
 
 The control plane (`devtools.controlplane`: etcd, kube-apiserver, the garbage collector, the
 namespace and EndpointSlice controllers) keeps its resources for the next start. `--node` adds
-the test node (`devtools.node`: the kubelet, containerd, kube-proxy, cluster DNS; as root, one
-node a machine), on which pods run for real: they name it in `spec.nodeName` (no scheduler
-runs), and images are loaded with `Node.load` from the archives `make images` writes.
+the test node (`devtools.node`: the kubelet, containerd, kube-proxy, kube-scheduler, cluster DNS;
+as root, one node a machine), on which pods run for real, and makes the API server reachable from
+them with their ServiceAccounts' tokens (`ControlPlane`'s `pods_at`); images are loaded with
+`Node.load` from the archives `make images` writes.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from distributary.devtools.controlplane import (
 )
 from distributary.devtools.gobuild import say
 from distributary.devtools.node import Node
-from distributary.devtools.node_files import NodeError
+from distributary.devtools.node_files import POD_CIDR, NodeError, gateway
 
 
 def _usage(plane: ControlPlane, node: Node | None) -> str:
@@ -38,8 +39,7 @@ def _usage(plane: ControlPlane, node: Node | None) -> str:
     ]
     if node is not None:
         lines.append(
-            f"Node {node.name} is Ready at {node.address} (state and logs in {node.state_dir}): "
-            f"pods name it in spec.nodeName."
+            f"Node {node.name} is Ready at {node.address} (state and logs in {node.state_dir})."
         )
     lines += [
         " In another shell:\n",
@@ -66,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--node",
         action="store_true",
-        help="add a real node: the kubelet, containerd (runc), kube-proxy, cluster DNS (as root)",
+        help="add a real node: kubelet, containerd, kube-proxy, kube-scheduler, DNS (as root)",
     )
     args = parser.parse_args(argv)
 
@@ -74,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)
-    plane = ControlPlane(args.state_dir)
+    plane = ControlPlane(args.state_dir, pods_at=gateway(POD_CIDR) if args.node else None)
     node: Node | None = None
     try:
         plane.start()

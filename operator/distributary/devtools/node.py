@@ -11,7 +11,7 @@ configuration over a layer that the job and operator images carry anyway, so imp
 nothing, and no Go program or registry image is needed.
 
 What a stop must not leave behind decides the shape. containerd and the kubelet are children of
-a small first process (`_INIT`) of a PID and mount namespace of their own (`unshare --pid
+a small first process (`INIT`) of a PID and mount namespace of their own (`unshare --pid
 --mount --fork --kill-child`). The shims daemonize out of any process group, but not out of a
 PID namespace, whose end the kernel brings to every process in it, containers included; they
 reparent to that first process, which reaps them. Every mount the two make (container roots,
@@ -28,19 +28,19 @@ logs and exec (with its kubelet client certificate, `controlplane.write_certific
 reach the host's services listening there (not those on 127.0.0.1, which is the pod's own). The
 node's identity is a client certificate of the control plane's CA (CN system:node:NAME, group
 system:nodes), bound to the `system:node` role since the API server authorizes with RBAC alone.
-The control plane runs no scheduler: a pod names its node (`spec.nodeName`).
 
 Beside the namespace, on the host: CoreDNS at the node's address, port 53, which the kubelet
-writes into every pod's resolv.conf (`devtools.dns`), and kube-proxy, whose rules make Services'
-cluster IPs reach their pods (`devtools.service_proxy`); both stop with the node.
+writes into every pod's resolv.conf (`devtools.dns`); kube-proxy, whose rules make Services'
+cluster IPs reach their pods (`devtools.service_proxy`); and kube-scheduler, which places the pods
+that name no node (`devtools.scheduler`). All stop with the node. For pods that talk to the API
+server (in-cluster clients: the operator, a Spark driver), the control plane is started with
+`pods_at` the node's address (`gateway(POD_CIDR)`): see `ControlPlane`.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import fcntl
-import ipaddress
 import json
 import os
 import shutil
@@ -64,9 +64,8 @@ from distributary.devtools import controlplane
 from distributary.devtools.controlplane import ControlPlane, client_kubeconfig, issue_certificate
 from distributary.devtools.dns import ClusterDNS
 from distributary.devtools.gobuild import PROGRESS_EVERY, GoBuildError, GoPrograms, elapsed, say
+from distributary.devtools.host_part import HostPart
 from distributary.devtools.node_files import (
-    BRIDGE,
-    CGROUP_ROOT,
     CNI_PLUGINS,
     CONTAINERD_NAMESPACE,
     NODE_NAME,
@@ -78,11 +77,19 @@ from distributary.devtools.node_files import (
     gateway,
     host_networks,
     kubelet_config,
-    mounts_under,
     normalized,
     pause_archive,
     socket_path,
 )
+from distributary.devtools.node_host import (
+    INIT,
+    MADE_FOLDERS,
+    clean_host,
+    descendant,
+    take_machine,
+    up_bridge_and_cgroups,
+)
+from distributary.devtools.scheduler import Scheduler
 from distributary.devtools.service_proxy import ServiceProxy
 from distributary.processes import free_port
 
@@ -93,7 +100,6 @@ HOST_FOLDERS = {
     "/var/lib/cni": "cni",  # the CNI results cache
     "/var/log/containers": "container-logs",  # the kubelet's links to the pods' logs
 }
-MADE_FOLDERS = "node-folders"  # in the cache: the host folders a node made as mount points
 TOOLS = ("containerd", "containerd-shim-runc-v2", "ctr", "runc", "unshare", "mount", "ip")
 
 
@@ -102,14 +108,14 @@ def _say(message: str) -> None:
 
 
 def kubelet_programs() -> GoPrograms:
-    """The kubelet and kube-proxy (with the control plane's two programs, relinked), built from
-    `controlplane/` with the build tag `kubelet`."""
+    """The kubelet, kube-proxy and kube-scheduler (with the control plane's two programs,
+    relinked), built from `controlplane/` with the build tag `kubelet`."""
     return GoPrograms(
         part="node",
         cache="kubelet",
         src=controlplane.go_sources(),
         release=controlplane.KUBERNETES_VERSION,
-        binaries=("kubelet", "kube-proxy"),
+        binaries=("kubelet", "kube-proxy", "kube-scheduler"),
         go_build=[*controlplane.GO_BUILD, "-tags=kubelet"],
         needs="Go 1.24 or newer",
     )
@@ -135,6 +141,7 @@ class Node:
         name: str = NODE_NAME,
         dns: bool = True,
         services: bool = True,
+        scheduler: bool = True,
         quiet: bool = False,
     ) -> None:
         self.plane = plane
@@ -149,7 +156,8 @@ class Node:
         self._lock: IO[str] | None = None
         # The pods' DNS server, at the node's address (port 53, as resolv.conf allows).
         self.services = services  # kube-proxy: Services' cluster IPs reach their pods
-        self._proxy: ServiceProxy | None = None
+        self.scheduler = scheduler  # kube-scheduler: pods that name no node are placed on it
+        self._host_parts: list[HostPart] = []  # kube-proxy, kube-scheduler: stopped with it
         self.dns: ClusterDNS | None = None
         if dns:
             where = self.state_dir / "dns"
@@ -163,13 +171,13 @@ class Node:
         sandbox, sandbox_archive = pause_archive(quiet=self.quiet)
         started = time.monotonic()
         deadline = started + timeout
-        self._take_machine()
+        self._lock = take_machine(self.state_dir)
         atexit.register(self.stop)
         try:
             self._clean_host()
             check_pod_cidr(POD_CIDR, host_networks())
             self._write_files(sandbox)
-            self._up_bridge_and_cgroups()
+            up_bridge_and_cgroups(self.address, POD_CIDR)
             if self.dns is not None:
                 self.dns.start(max(1.0, deadline - time.monotonic()))
             self._bind_node_role()
@@ -177,18 +185,26 @@ class Node:
             self._wait("containerd", self._containerd_serves, deadline)
             self.load(sandbox_archive, sandbox)
             self._wait("kubelet", self.ready, deadline)
-            if self.services:
-                proxy = kubelet.parent / "kube-proxy"
-                log = self.logs / "kube-proxy.log"
-                self._proxy = ServiceProxy(
-                    proxy, self.plane.kubeconfig, self.name, POD_CIDR, self.address, log
-                ).start(deadline)
+            self._start_host_parts(kubelet.parent, deadline)
         except BaseException:
             self.stop()
             raise
         if not self.quiet:
             _say(f"{self.name} Ready in {elapsed(started)} at {self.address}")
         return self
+
+    def _start_host_parts(self, binaries: Path, deadline: float) -> None:
+        parts: list[HostPart] = []
+        if self.services:
+            log = self.logs / "kube-proxy.log"
+            proxy = binaries / "kube-proxy"
+            kubeconfig = self.plane.kubeconfig
+            parts.append(ServiceProxy(proxy, kubeconfig, self.name, POD_CIDR, self.address, log))
+        if self.scheduler:
+            parts.append(Scheduler(binaries / "kube-scheduler", self.plane, self.state_dir))
+        for part in parts:
+            self._host_parts.append(part)
+            part.start(deadline)
 
     def _require_tools(self) -> None:
         missing = [tool for tool in TOOLS if shutil.which(tool) is None]
@@ -200,24 +216,6 @@ class Node:
             )
         if os.geteuid() != 0:
             raise NodeError("a node runs containers and makes a bridge: run it as root")
-
-    def _take_machine(self) -> None:
-        lock_path = cache_root() / "node.lock"
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        lock = open(lock_path, "a+")  # noqa: SIM115 - held until stop
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.seek(0)
-            holder = lock.read().strip() or "another process"
-            lock.close()
-            raise NodeError(
-                f"a node is already running on this machine ({holder}): stop it first"
-            ) from None
-        lock.truncate(0)
-        lock.write(f"pid {os.getpid()}, state {self.state_dir}\n")
-        lock.flush()
-        self._lock = lock
 
     def _write_files(self, sandbox: str) -> None:
         state = self.state_dir
@@ -248,23 +246,8 @@ class Node:
         )
         (self.state_dir / "kubelet.kubeconfig").write_text(kubeconfig)
 
-    def _up_bridge_and_cgroups(self) -> None:
-        prefix = ipaddress.ip_network(POD_CIDR).prefixlen
-        for command in (
-            ["ip", "link", "add", BRIDGE, "type", "bridge"],
-            ["ip", "addr", "add", f"{self.address}/{prefix}", "dev", BRIDGE],
-            ["ip", "link", "set", BRIDGE, "up"],
-        ):
-            _run(command, f"making the pods' bridge {BRIDGE}")
-        for hierarchy in _cgroup_hierarchies():
-            folder = hierarchy / CGROUP_ROOT
-            folder.mkdir(exist_ok=True)
-            if hierarchy.name == "cpuset":  # a new cpuset has no CPUs nor memory nodes
-                for name in ("cpuset.cpus", "cpuset.mems"):
-                    (folder / name).write_text((hierarchy / name).read_text())
-
     def _start_namespace(self, kubelet: Path) -> None:
-        """containerd and the kubelet under `_INIT`, the first process of a PID and mount
+        """containerd and the kubelet under `INIT`, the first process of a PID and mount
         namespace of their own, with the host folders they write to replaced in it."""
         mounts = []
         for folder, own in HOST_FOLDERS.items():
@@ -293,7 +276,7 @@ class Node:
             "logs": str(self.logs),
         }
         unshare = ["unshare", "--pid", "--mount", "--fork", "--kill-child", "--mount-proc"]
-        init = [sys.executable, "-I", "-S", "-c", _INIT, json.dumps(plan)]
+        init = [sys.executable, "-I", "-S", "-c", INIT, json.dumps(plan)]
         if not self.quiet:
             _say("starting containerd and the kubelet ...")
         log = self.logs / "namespace.log"
@@ -405,13 +388,15 @@ class Node:
         return "\n".join(text.splitlines()[-lines:])
 
     def exited(self) -> list[str]:
-        """The parts that have exited (empty while both run)."""
+        """The parts that have exited (empty while all run)."""
         if self._namespace is None:
             return []
+        if gone := [part.name for part in self._host_parts if part.exited()]:
+            return gone
         if self._namespace.poll() is not None:
             return ["containerd"]  # the namespace ends with it
         if self._kubelet_pid is None:
-            self._kubelet_pid = _descendant(self._namespace.pid, "kubelet")
+            self._kubelet_pid = descendant(self._namespace.pid, "kubelet")
         elif not Path(f"/proc/{self._kubelet_pid}").exists():
             return ["kubelet"]
         return []
@@ -420,9 +405,8 @@ class Node:
         """Stop the kubelet, remove the pods' containers, stop containerd (which ends every
         process and mount of its namespaces), and remove the bridge and the cgroups."""
         atexit.unregister(self.stop)
-        if self._proxy is not None:
-            self._proxy.stop()
-            self._proxy = None
+        while self._host_parts:
+            self._host_parts.pop().stop()
         if self._namespace is not None:
             if self._namespace.poll() is None:  # containerd runs
                 self._stop_kubelet(timeout)
@@ -446,7 +430,7 @@ class Node:
 
     def _stop_kubelet(self, timeout: float) -> None:
         assert self._namespace is not None
-        pid = self._kubelet_pid or _descendant(self._namespace.pid, "kubelet")
+        pid = self._kubelet_pid or descendant(self._namespace.pid, "kubelet")
         if pid is None:
             return
         with contextlib.suppress(OSError):
@@ -466,23 +450,7 @@ class Node:
     def _clean_host(self) -> None:
         """What a node leaves on the host once its processes are gone (or a killed one left):
         mounts under its state, the bridge, the cgroups."""
-        mountinfo = Path("/proc/self/mountinfo").read_text()
-        for point in mounts_under(mountinfo, self.state_dir):
-            subprocess.run(["umount", "--lazy", point], capture_output=True, check=False)
-        if Path(f"/sys/class/net/{BRIDGE}").exists():
-            _run(["ip", "link", "delete", BRIDGE], f"removing the bridge {BRIDGE}")
-        for hierarchy in _cgroup_hierarchies(unified=True):
-            root = hierarchy / CGROUP_ROOT
-            for folder in sorted(root.glob("**/"), key=lambda p: -len(p.parts)):
-                with contextlib.suppress(OSError):  # still holds a process: said below
-                    folder.rmdir()
-            if root.exists():
-                _say(f"{root} still holds processes; remove it once they are gone")
-        made = cache_root() / MADE_FOLDERS
-        for name in made.read_text().split() if made.exists() else []:
-            with contextlib.suppress(OSError):
-                Path(name).rmdir()
-        made.unlink(missing_ok=True)
+        clean_host(self.state_dir)
 
     def __enter__(self) -> Node:
         return self.start() if self._namespace is None else self
@@ -494,70 +462,3 @@ class Node:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-# The namespace's first process (standard library only): makes its mounts, starts containerd and,
-# once containerd serves, the kubelet, each writing its log; reaps whatever ends up its child
-# (the shims daemonize to it); exits when containerd does, which ends the namespace, and with it
-# every process and mount in it.
-_INIT = """
-import json, os, socket, subprocess, sys, time
-plan = json.loads(sys.argv[1])
-for mount in plan["mounts"]:
-    subprocess.run(mount, check=True)
-def spawn(name):
-    pid = os.fork()
-    if pid == 0:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-        log = os.open(os.path.join(plan["logs"], name + ".log"), flags, 0o644)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.execvp(plan[name][0], plan[name])
-    return pid
-def serving():
-    with socket.socket(socket.AF_UNIX) as client:
-        return client.connect_ex(plan["socket"]) == 0
-containerd = spawn("containerd")
-while not serving():
-    if os.waitpid(containerd, os.WNOHANG)[0]:
-        sys.exit("containerd exited while starting")
-    time.sleep(0.1)
-spawn("kubelet")
-while True:
-    pid, status = os.wait()
-    if pid == containerd:
-        os._exit(os.waitstatus_to_exitcode(status) & 255)
-"""
-
-
-def _cgroup_hierarchies(*, unified: bool = False) -> list[Path]:
-    """The cgroup v1 hierarchies (cpu, memory, pids, name=systemd, ...), and with `unified` the
-    cgroup v2 one beside them (runc makes its containers' cgroups there too)."""
-    kinds = ("cgroup", "cgroup2") if unified else ("cgroup",)
-    found = []
-    for line in Path("/proc/self/mounts").read_text().splitlines():
-        fields = line.split()
-        if len(fields) > 2 and fields[2] in kinds:
-            found.append(Path(fields[1]))
-    return found
-
-
-def _descendant(pid: int, name: str) -> int | None:
-    """The process named `name` among the descendants of `pid`, if there is one yet."""
-    pending = [pid]
-    while pending:
-        parent = pending.pop()
-        with contextlib.suppress(OSError):
-            children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
-            for child in map(int, children):
-                with contextlib.suppress(OSError):
-                    if Path(f"/proc/{child}/comm").read_text().strip() == name:
-                        return child
-                pending.append(child)
-    return None
-
-
-def _run(command: list[str], what: str) -> None:
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise NodeError(f"{what}: `{' '.join(command)}` failed: {result.stderr.strip()}")

@@ -11,14 +11,11 @@ leaves), and so does the next start after a process that was killed.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import subprocess
-import time
-import urllib.request
 from pathlib import Path
 
-from distributary import processes
+from distributary.devtools.host_part import HostPart
 from distributary.devtools.node_files import NodeError
 from distributary.processes import free_port
 
@@ -63,43 +60,28 @@ def cleanup(binary: Path) -> None:
                 subprocess.run([tool, "-t", "filter", *step], capture_output=True, check=False)
 
 
-class ServiceProxy:
+class ServiceProxy(HostPart):
     """kube-proxy for node `node` of the control plane `kubeconfig` names, its log in `log`."""
+
+    name = "kube-proxy"
 
     def __init__(
         self, binary: Path, kubeconfig: Path, node: str, cluster_cidr: str, address: str, log: Path
     ) -> None:
-        self.binary = binary
-        self.log = log
         self.ports = {"healthz": free_port(), "metrics": free_port()}
-        self.flags = proxy_flags(kubeconfig, node, cluster_cidr, address, self.ports)
-        self._process: processes.Supervised | None = None
+        flags = proxy_flags(kubeconfig, node, cluster_cidr, address, self.ports)
+        # 503 until its first sync of the rules.
+        super().__init__(binary, flags, log, f"http://127.0.0.1:{self.ports['healthz']}/healthz")
 
     def start(self, deadline: float) -> ServiceProxy:
         """Start kube-proxy and return once its rules are written (its health check passes)."""
         cleanup(self.binary)  # of one killed before it could
-        atexit.register(self.stop)
-        self._process = processes.start([str(self.binary), *self.flags], log=self.log)
-        url = f"http://127.0.0.1:{self.ports['healthz']}/healthz"
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                said = f"the end of {self.log}:\n{self._tail()}"
-                raise NodeError(f"kube-proxy exited while starting; {said}")
-            # 503 until its first sync of the rules.
-            with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as answer:
-                if answer.status == 200:
-                    return self
-            time.sleep(0.25)
-        raise NodeError(f"kube-proxy was not ready in time; the end of {self.log}:\n{self._tail()}")
-
-    def _tail(self, lines: int = 20) -> str:
-        text = self.log.read_text(errors="replace") if self.log.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
+        super().start(deadline)
+        return self
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop kube-proxy and remove its rules."""
-        atexit.unregister(self.stop)
-        if self._process is not None:
-            self._process.stop(timeout, what="kube-proxy")
-            self._process = None
+        running = self._process is not None
+        super().stop(timeout)
+        if running:
             cleanup(self.binary)

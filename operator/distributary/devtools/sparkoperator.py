@@ -202,7 +202,9 @@ def spark_home() -> Path:
 class SparkOperatorBed:
     """kwok, one fake Node, a binder for pending pods and the Spark operator's controller, all
     against `plane`, the controller managing `namespaces` only; logs under `state_dir`. The
-    SparkApplication CRDs must be installed first (`crd_files`)."""
+    SparkApplication CRDs must be installed first (`crd_files`). With `kwok` False, the
+    controller and webhook alone, for a plane whose real node runs the pods (`devtools.node`,
+    whose scheduler places them)."""
 
     def __init__(
         self,
@@ -210,9 +212,11 @@ class SparkOperatorBed:
         namespaces: Sequence[str],
         state_dir: Path,
         *,
+        kwok: bool = True,
         quiet: bool = False,
     ) -> None:
         self.plane = plane
+        self.kwok = kwok
         self.namespaces = tuple(namespaces)
         self.state_dir = state_dir.resolve()
         self.quiet = quiet
@@ -229,25 +233,29 @@ class SparkOperatorBed:
     def start(self, timeout: float = 120.0) -> SparkOperatorBed:
         """Build both programs if needed, start them and return once the fake Node is Ready."""
         spark_operator = spark_operator_programs().build(quiet=self.quiet) / "spark-operator"
-        kwok = kwok_programs().build(quiet=self.quiet) / "kwok"
+        kwok = kwok_programs().build(quiet=self.quiet) / "kwok" if self.kwok else None
         started = time.monotonic()
         self.logs.mkdir(parents=True, exist_ok=True)
         try:
-            self._launch(kwok, self._kwok_flags(), {})
-            self._create("/api/v1/nodes", _node())
+            if kwok is not None:
+                self._launch(kwok, self._kwok_flags(), {})
+                self._create("/api/v1/nodes", _node())
             self._write_token_kubeconfig()
-            self._binder = threading.Thread(target=self._bind_pending, daemon=True)
-            self._binder.start()
+            if kwok is not None:
+                self._binder = threading.Thread(target=self._bind_pending, daemon=True)
+                self._binder.start()
             deadline = time.monotonic() + timeout
             self._start_webhook(spark_operator, deadline)
             self._launch(spark_operator, self._controller_flags(), self._controller_env())
-            self._wait_node_ready(deadline)
+            if kwok is not None:
+                self._wait_node_ready(deadline)
             self._wait_controller_ready(deadline)
         except BaseException:
             self.stop()
             raise
         if not self.quiet:
-            say("spark operator", f"controller, webhook and kwok ready in {elapsed(started)}")
+            parts = "controller, webhook and kwok" if self.kwok else "controller and webhook"
+            say("spark operator", f"{parts} ready in {elapsed(started)}")
         return self
 
     def _kwok_flags(self) -> list[str]:
@@ -554,8 +562,9 @@ class SparkOperatorBed:
             path = f"{_ADMISSION}/{_CONFIGURATIONS[configuration['kind']]}"
             with contextlib.suppress(OSError, ValueError):
                 self._request("DELETE", f"{path}/{configuration['metadata']['name']}")
-        with contextlib.suppress(OSError, ValueError):
-            self._request("DELETE", f"/api/v1/nodes/{NODE}")
+        if self.kwok:
+            with contextlib.suppress(OSError, ValueError):
+                self._request("DELETE", f"/api/v1/nodes/{NODE}")
 
     def __enter__(self) -> SparkOperatorBed:
         return self.start()

@@ -119,9 +119,27 @@ class BrokerSecurity:
     scram_users: Mapping[str, str] = field(default_factory=dict)
 
 
+BIND_ATTEMPTS = 3  # starts with new ports when a port chosen free was taken meanwhile
+
+
+def _said_since(sizes: Mapping[Path, int], words: bytes) -> bool:
+    """Whether any of the files has `words` past the size it had (`sizes`)."""
+    for path, size in sizes.items():
+        if path.exists():
+            with open(path, "rb") as text:
+                text.seek(size)
+                if words in text.read():
+                    return True
+    return False
+
+
 class EmbeddedBroker:
     """A single-node KRaft Kafka broker whose data lives under `state_dir`; plaintext, or
-    with `security` a SASL_SSL and an mTLS listener only."""
+    with `security` a SASL_SSL and an mTLS listener only.
+
+    With `pods_at` (the address a test node's pods reach the host at, `devtools.node`), a
+    plaintext listener more, on every address of the host and advertised at `pods_at`, for
+    clients in pods (`pods_bootstrap_servers`); the others stay on loopback."""
 
     def __init__(
         self,
@@ -130,7 +148,10 @@ class EmbeddedBroker:
         heap: str = "512m",
         settings: Mapping[str, str] | None = None,
         security: BrokerSecurity | None = None,
+        pods_at: str | None = None,
     ) -> None:
+        if pods_at is not None and security is not None:
+            raise ValueError("a listener for pods is plaintext: pods_at and security exclude")
         self.state_dir = state_dir.resolve()
         self.heap = heap
         self.settings = dict(settings or {})  # server.properties beside (or over) the defaults
@@ -138,6 +159,8 @@ class EmbeddedBroker:
         self.port = 0
         self.controller_port = 0
         self.ssl_port = 0  # the mTLS listener's, when secured
+        self.pods_at = pods_at
+        self.pods_port = 0  # the pods' listener's, with pods_at
         self._process: processes.Supervised | None = None
 
     @property
@@ -149,6 +172,13 @@ class EmbeddedBroker:
     def ssl_bootstrap_servers(self) -> str:
         """`host:port` of the mTLS listener (secured brokers only)."""
         return f"127.0.0.1:{self.ssl_port}"
+
+    @property
+    def pods_bootstrap_servers(self) -> str:
+        """`host:port` for clients in the node's pods (with `pods_at` only)."""
+        if self.pods_at is None:
+            raise ValueError("this broker has no listener for pods: start it with pods_at")
+        return f"{self.pods_at}:{self.pods_port}"
 
     @property
     def own_security(self) -> KafkaSecurity | None:
@@ -169,32 +199,40 @@ class EmbeddedBroker:
         return self.state_dir / "broker.log"
 
     def _choose_ports(self) -> None:
+        """The listeners' ports: those of the last start if still free, else free ones."""
+        names = ["port", "controller_port"]
+        names += ["ssl_port"] if self.security is not None else []
+        names += ["pods_port"] if self.pods_at is not None else []
         saved = self.state_dir / "ports"
-        wanted = 3 if self.security is not None else 2
         if saved.exists():
             ports = [int(p) for p in saved.read_text().split()]
-            if len(ports) >= wanted and all(_port_free(p) for p in ports[:wanted]):
-                self.port, self.controller_port = ports[0], ports[1]
-                self.ssl_port = ports[2] if wanted == 3 else 0
+            if len(ports) == len(names) and all(_port_free(p) for p in ports):
+                for name, port in zip(names, ports, strict=True):
+                    setattr(self, name, port)
                 return
         chosen: list[int] = []
-        while len(chosen) < wanted:
+        while len(chosen) < len(names):
             port = processes.free_port()
             if port not in chosen:
                 chosen.append(port)
-        self.port, self.controller_port = chosen[0], chosen[1]
-        self.ssl_port = chosen[2] if wanted == 3 else 0
+        for name, port in zip(names, chosen, strict=True):
+            setattr(self, name, port)
         saved.write_text(" ".join(str(p) for p in chosen) + "\n")
 
     def _listeners(self) -> list[str]:
         """server.properties lines of the listeners: plaintext, or SASL_SSL and mTLS."""
         controller = f"CONTROLLER://127.0.0.1:{self.controller_port}"
         if self.security is None:
+            plaintext = f"PLAINTEXT://127.0.0.1:{self.port}"
+            pods, advertised, mapped = "", "", ""
+            if self.pods_at is not None:
+                pods = f",PODS://0.0.0.0:{self.pods_port}"
+                advertised, mapped = f",PODS://{self.pods_at}:{self.pods_port}", ",PODS:PLAINTEXT"
             return [
-                f"listeners=PLAINTEXT://127.0.0.1:{self.port},{controller}",
-                f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                f"listeners={plaintext},{controller}{pods}",
+                f"advertised.listeners={plaintext}{advertised}",
                 "inter.broker.listener.name=PLAINTEXT",
-                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                f"listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT{mapped}",
             ]
         sasl, ssl = f"SASL_SSL://127.0.0.1:{self.port}", f"SSL://127.0.0.1:{self.ssl_port}"
         return [
@@ -302,15 +340,27 @@ class EmbeddedBroker:
         java = java_binary()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._check_not_running()
-        self._choose_ports()
-        config = self._write_config()
-        self._format(java, config)
-        self._process = processes.start(
-            self._java_command(java, "kafka.Kafka", str(config)), log=self.state_dir / "broker.out"
-        )
-        (self.state_dir / "broker.pid").write_text(f"{self._process.pid}\n")
-        atexit.register(self.stop)
-        self._wait_until_serving(timeout)
+        for attempt in range(1, BIND_ATTEMPTS + 1):
+            self._choose_ports()
+            config = self._write_config()
+            self._format(java, config)
+            log = self.state_dir / "broker.out"
+            said_before = {f: f.stat().st_size if f.exists() else 0 for f in (log, self.log_file)}
+            command = self._java_command(java, "kafka.Kafka", str(config))
+            self._process = processes.start(command, log=log)
+            (self.state_dir / "broker.pid").write_text(f"{self._process.pid}\n")
+            atexit.register(self.stop)
+            try:
+                self._wait_until_serving(timeout)
+                break
+            except BrokerError:
+                # A port found free was taken by another process before Kafka bound it (the
+                # machine's other programs choose free ports too): new ports, once more.
+                if not _said_since(said_before, b"Address already in use") or (
+                    attempt == BIND_ATTEMPTS
+                ):
+                    raise
+                (self.state_dir / "ports").unlink(missing_ok=True)
         if self.security is not None:
             for user, password in self.security.scram_users.items():
                 add_scram_user(

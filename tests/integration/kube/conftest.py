@@ -26,7 +26,6 @@ from tests.integration.kube.spark_operator_bed import NAMESPACES, SPARK_CRDS
 
 from distributary.devtools.controlplane import ControlPlane
 from distributary.devtools.dns import ClusterDNS
-from distributary.devtools.node import Node
 from distributary.devtools.sparkoperator import SparkOperatorBed
 from distributary.local.broker import EmbeddedBroker
 
@@ -109,23 +108,6 @@ def cluster_dns(
     dns = ClusterDNS(tmp_path_factory.mktemp("dns"), control_plane.kubeconfig)
     with started(dns, pytestconfig):
         yield dns
-
-
-@pytest.fixture(scope="module")
-def node(
-    control_plane: ControlPlane,
-    tmp_path_factory: pytest.TempPathFactory,
-    pytestconfig: pytest.Config,
-) -> Iterator[Node]:
-    """A real node of `control_plane` for the module's tests: containerd and the kubelet
-    (`distributary.devtools.node`), Ready; pods name it in `spec.nodeName` (no scheduler runs).
-    A machine runs one node at a time: a second start fails while one runs."""
-    running = Node(control_plane, tmp_path_factory.mktemp("node"))
-    try:
-        with started(running, pytestconfig):
-            yield running
-    finally:
-        running.remove_images()  # about 2 GB a session once the job image is loaded
 
 
 @pytest.fixture(scope="module")
