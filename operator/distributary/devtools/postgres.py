@@ -79,10 +79,21 @@ def _reachable_by_others(path: Path) -> bool:
 
 
 class PostgresServer:
-    """A PostgreSQL 15 server on 127.0.0.1 whose data lives under `folder`."""
+    """A PostgreSQL 15 server on 127.0.0.1 whose data lives under `folder`; with `pods_at` (the
+    address a test node's pods reach the host at) and `pods_cidr` (their network), listening
+    there too and admitting the pods' connections with a password."""
 
-    def __init__(self, folder: Path, port: int | None = None) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        port: int | None = None,
+        *,
+        pods_at: str | None = None,
+        pods_cidr: str | None = None,
+    ) -> None:
         self.folder = folder.resolve()
+        self.pods_at = pods_at
+        self.pods_cidr = pods_cidr
         self._port = port or 0
         self._process: processes.Supervised | None = None
         self._user: pwd.struct_passwd | None = None  # the OS user the server runs as, as root
@@ -134,10 +145,14 @@ class PostgresServer:
         self._choose_port()
         if not (self.home / "data" / "PG_VERSION").exists():
             self._initdb(binaries)
-        (self.home / "data" / "pg_hba.conf").write_text(PG_HBA)
+        hba = PG_HBA
+        if self.pods_cidr:
+            hba += f"host all all {self.pods_cidr} scram-sha-256\n"
+        (self.home / "data" / "pg_hba.conf").write_text(hba)
         self._chown(self.home / "data" / "pg_hba.conf")
         settings = {
             **SETTINGS,
+            **({"listen_addresses": f"127.0.0.1,{self.pods_at}"} if self.pods_at else {}),
             "port": str(self.port),
             "unix_socket_directories": str(self.home / "run"),
         }

@@ -25,6 +25,7 @@ from distributary.devtools.controlplane import ControlPlane
 from distributary.devtools.images import IMAGES, build_all, export
 from distributary.devtools.node import POD_CIDR, Node
 from distributary.devtools.node_files import gateway
+from distributary.devtools.postgres import PostgresServer
 from distributary.devtools.sparkoperator import SparkOperatorBed
 from distributary.local.broker import EmbeddedBroker
 
@@ -61,6 +62,15 @@ def node(
 def pods_broker(tmp_path_factory: pytest.TempPathFactory, node: Node) -> Iterator[EmbeddedBroker]:
     """A broker with a listener for the node's pods (`pods_bootstrap_servers`)."""
     with EmbeddedBroker(tmp_path_factory.mktemp("kafka"), pods_at=node.address) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def pods_postgres(tmp_path_factory: pytest.TempPathFactory, node: Node) -> Iterator[PostgresServer]:
+    """A PostgreSQL that the node's pods reach at the node's address (password logins)."""
+    folder = tmp_path_factory.mktemp("postgres")
+    server = PostgresServer(folder, pods_at=node.address, pods_cidr=POD_CIDR)
+    with server as running:
         yield running
 
 

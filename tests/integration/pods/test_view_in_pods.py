@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -82,7 +83,7 @@ def read_some(found: dict[str, Any]) -> bool:
 @pytest.fixture(scope="module")
 def live(
     installed: Cluster, node: Node, pods_broker: EmbeddedBroker
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
     """Revision 1 keeping up with live input in pods, the edit, revision 2 serving, records
     arriving throughout; then the producer stops and revision 2 reads the rest."""
     log = {
@@ -126,7 +127,8 @@ def live(
         return read_to_the_end(installed.get("dview", VIEW), pods_broker.bootstrap_servers)
 
     wait_for("revision 2 caught up", caught_up, timeout=300)
-    return seen, records
+    yield seen, records
+    installed.kubectl("delete", "dview", VIEW, "-n", PIPELINES)  # its pods leave the node
 
 
 def test_the_edit_cuts_over_in_pods_and_revision_2_holds_exactly_its_rows(
