@@ -59,13 +59,18 @@ _NEEDS_NODE = "node"  # the kubelet and the job image
 def _needs(item: pytest.Item) -> int:
     """0: the `KILLING` modules (the longest work: first; their one module that needs the
     control plane last within them, minutes later); 1: nothing built; 2: the control plane or
-    helm; 3: the Spark operator and kwok as well, the images, CoreDNS or the node. The killing
+    helm, and the `PODS` modules (one scope of about ten minutes on one worker: first among
+    these, so that the other workers share the rest beside it rather than wait for it at the
+    end; its fixtures wait for the builds they need); 3: the Spark operator and kwok as well, the
+    images or CoreDNS. The killing
     modules run first, beside the modules that need nothing built: a fresh run with them after
     those, beside the Kubernetes modules, took 71 minutes (43 with them first), each of them two
     to three times as long."""
     fixtures = set(getattr(item, "fixturenames", ()))
     if _module(item) in KILLING:
         return 0
+    if _module(item).startswith(PODS):
+        return 2  # with the first modules that need builds: the node's scope is long, serial
     if fixtures & {_NEEDS_SPARK_OPERATOR, _NEEDS_IMAGES, _NEEDS_DNS, _NEEDS_NODE}:
         return 3
     if fixtures & _NEEDS_PLANE or "tests/integration/kube/" in str(item.path):

@@ -43,6 +43,7 @@ from tests.integration.kube.chaos_clicks import (
     canonical,
     difference,
     expected_outputs,
+    input_positions,
     output_offsets,
     page_view,
     table_difference,
@@ -123,18 +124,7 @@ def _positions(
 ) -> tuple[dict[int, tuple[int, int]], list[str]]:
     """Where each page view landed (seq -> partition, offset), and what is wrong with the
     input topic."""
-    by_value = {r.value: r.seq for r in records}
-    positions: dict[int, tuple[int, int]] = {}
-    problems = []
-    for read in read_topic(chaos.bootstrap, INPUT_TOPIC, READ_TIMEOUT):
-        seq = by_value.get(read.value or b"")
-        if seq is None or seq in positions:
-            problems.append(f"{INPUT_TOPIC} {read.partition}@{read.offset}: not appended once")
-            continue
-        positions[seq] = (read.partition, read.offset)
-    if len(positions) != len(records):
-        problems.append(f"{len(records) - len(positions)} page views missing from {INPUT_TOPIC}")
-    return positions, problems[:5]
+    return input_positions(chaos.bootstrap, records, READ_TIMEOUT)
 
 
 def _dead_letters(chaos: Chaos, view: str, revision: int) -> Counter[tuple[int, int]]:

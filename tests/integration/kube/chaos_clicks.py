@@ -34,6 +34,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from confluent_kafka import KafkaError, Message, Producer
+from tests.integration.spark_pipelines import read_topic
 
 from distributary.kafka.cluster import client_config
 
@@ -273,6 +274,25 @@ def writer_stop(counts: Mapping[int, int], to: int) -> int | None:
     if all(n == times_written(o, [(stop, to)]) for o, n in counts.items()):
         return stop
     return None
+
+
+def input_positions(
+    bootstrap: str, records: Sequence[PageView], timeout: float = 60.0
+) -> tuple[dict[int, tuple[int, int]], list[str]]:
+    """Where each page view landed in `INPUT_TOPIC` (seq -> partition, offset), and what is
+    wrong with the topic: a record there twice, or one not appended, or missing."""
+    by_value = {r.value: r.seq for r in records}
+    positions: dict[int, tuple[int, int]] = {}
+    problems = []
+    for read in read_topic(bootstrap, INPUT_TOPIC, timeout):
+        seq = by_value.get(read.value or b"")
+        if seq is None or seq in positions:
+            problems.append(f"{INPUT_TOPIC} {read.partition}@{read.offset}: not appended once")
+            continue
+        positions[seq] = (read.partition, read.offset)
+    if len(positions) != len(records):
+        problems.append(f"{len(records) - len(positions)} page views missing from {INPUT_TOPIC}")
+    return positions, problems[:5]
 
 
 def output_offsets(

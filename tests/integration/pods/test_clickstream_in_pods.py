@@ -1,0 +1,128 @@
+"""The clickstream example in pods: its Log and three views as the example's files say (only
+their pods made small for a two-core node, their trigger and cutover made quick), each revision
+a SparkApplication whose driver and executor run on the node; page views arrive throughout, some
+malformed and some that the filters drop; `enriched-page-views` is edited (its filter's
+threshold) while they arrive, and cuts over, and `views-per-country` (which reads it) follows.
+
+When the page views stop, every output is compared exactly with what the records imply
+(`kube/chaos_clicks.py` computes it without I/O): the enriched stream's serving topic holds each
+kept record once, as its new SQL shapes it; the per-user table is the count, sum and latest time
+of every parsed page view per user; the per-country table aggregates the enriched stream.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tests.integration.kube.chaos_clicks import (
+    DEAD_LETTER,
+    INPUT_TOPIC,
+    KEPT,
+    Clicks,
+    canonical,
+    difference,
+    input_positions,
+    output_offsets,
+    page_view,
+    table_difference,
+    views_per_country,
+    views_per_user,
+)
+from tests.integration.kube.operator_harness import Cluster, is_true, read_to_the_end, wait_for
+from tests.integration.pods.pods import PIPELINES
+from tests.integration.spark_pipelines import latest_table, read_topic
+
+from distributary.local.broker import EmbeddedBroker
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "clickstream"
+ENRICHED, PER_USER, PER_COUNTRY = "enriched-page-views", "views-per-user", "views-per-country"
+VIEWS = (ENRICHED, PER_USER, PER_COUNTRY)
+SEED, RATE, THRESHOLD = 28, 20, 2000
+SMALL = {"memory": "512m", "cpuRequest": "100m"}  # three drivers and executors on two cores
+
+
+def example(threshold: int) -> list[dict[str, Any]]:
+    """The example's Log and views, its enriched view filtering at `threshold`."""
+    [log] = [d for d in yaml.safe_load_all((EXAMPLE / "logs.yaml").read_text()) if d]
+    log["spec"]["topicName"] = INPUT_TOPIC
+    text = (EXAMPLE / "views.yaml").read_text()
+    assert KEPT in text, f"the example's enriched view no longer filters on {KEPT}"
+    views = [v for v in yaml.safe_load_all(text.replace(KEPT, f"duration_ms >= {threshold}")) if v]
+    for view in views:
+        spark = view["spec"].setdefault("spark", {})
+        spark.update(trigger="2s", driver=SMALL, executor={**SMALL, "instances": 1})
+        view["spec"]["upgrade"] = {"cutoverWindow": "2s", "cutoverMaxLag": 100, "retireAfter": "2s"}
+    assert sorted(v["metadata"]["name"] for v in views) == sorted(VIEWS)
+    return [log, *views]
+
+
+def status(kube: Cluster, view: str) -> dict[str, Any]:
+    return dict((kube.get("dview", view) or {}).get("status") or {})
+
+
+def test_the_clickstream_example_runs_in_pods_with_an_edit_and_its_cutover(
+    installed: Cluster, pods_broker: EmbeddedBroker
+) -> None:
+    bootstrap = pods_broker.bootstrap_servers
+    [log, *views] = example(0)
+    installed.apply(log)
+    wait_for("Log page-views Ready", lambda: is_true(installed.get("dlog", "page-views"), "Ready"))
+    clicks = Clicks(bootstrap, SEED, RATE)
+    clicks.start()
+    try:
+        installed.apply(*views)
+
+        def all_reading() -> bool:
+            return all(
+                is_true(installed.get("dview", v), "Ready")
+                and status(installed, v).get("servingRevision") == 1
+                for v in VIEWS
+            )
+
+        wait_for("the three views serving revision 1", all_reading, timeout=900)
+        installed.apply(*example(THRESHOLD)[1:])  # only the enriched view's SQL changed
+
+        def cut_over() -> bool:
+            return (
+                status(installed, ENRICHED).get("servingRevision") == 2
+                and is_true(installed.get("dview", PER_COUNTRY), "Ready")
+                and (status(installed, PER_COUNTRY).get("servingRevision") or 0) >= 2
+            )
+
+        wait_for("the edit cut over, and its reader following", cut_over, timeout=900)
+    finally:
+        appended = clicks.stop()
+    for view in VIEWS:
+        wait_for(
+            f"{view} caught up",
+            lambda view=view: read_to_the_end(installed.get("dview", view), bootstrap),
+            timeout=300,
+        )
+
+    records = [page_view(SEED, seq) for seq in range(appended)]
+    positions, problems = input_positions(bootstrap, records)
+    assert not problems, problems
+    outputs = output_offsets(records, positions, THRESHOLD)
+    expected_rows = Counter(out for out in outputs.values() if out != DEAD_LETTER)
+    enriched_topic = status(installed, ENRICHED)["outputTopic"]
+    found_rows = Counter(
+        canonical(r.json()) for r in read_topic(bootstrap, enriched_topic) if r.value is not None
+    )
+    enriched = difference(expected_rows, found_rows, enriched_topic)
+    assert enriched is None, enriched
+
+    def table(view: str, key: str) -> dict[str, str]:
+        reads = read_topic(bootstrap, status(installed, view)["outputTopic"])
+        return {json.loads(k)[key]: canonical(v) for k, v in latest_table(reads).items()}
+
+    per_user = table_difference(views_per_user(records), table(PER_USER, "user_id"), PER_USER)
+    assert per_user is None, per_user
+    countries = views_per_country(expected_rows)
+    per_country = table_difference(countries, table(PER_COUNTRY, "country"), PER_COUNTRY)
+    assert per_country is None, per_country
+    for view in VIEWS:  # their pods leave the node
+        installed.kubectl("delete", "dview", view, "-n", PIPELINES)
