@@ -83,7 +83,7 @@ chart-lint:
 docs: $(STAMP)
 	$(BIN)/python -c 'from pathlib import Path; from distributary.api.reference import reference_markdown as r; Path("docs/reference.md").write_text(r())'
 
-# The operator image and the job image, from their Dockerfiles, without Docker or a registry:
+# The operator, job and Connect images, from their Dockerfiles, without Docker or a registry:
 # buildah on a Debian base made by debootstrap (distributary.devtools.images); OCI archives in
 # ~/.cache/distributary/images, rebuilt only when what they are built from changes. ARGS=--again
 # builds them anew and says whether the digests are the same (reproducible builds).
@@ -92,7 +92,8 @@ images: $(STAMP)
 
 # The images' Python dependencies, each pinned with its hashes, for the images' Python (3.11) on
 # linux x86_64: the operator's without the spark extra; the job image's with it, pyspark (Spark's
-# jars) included. uv reads the system's certificate authorities (--native-tls).
+# jars) included. uv reads the system's certificate authorities (--native-tls). Then the Connect
+# image's jars, each with its digest, as Maven resolves them (connect_image/jars.sha256).
 UV ?= $(BIN)/uv
 LOCK := $(UV) pip compile pyproject.toml --native-tls --quiet --generate-hashes --python-version 3.11 \
   --python-platform x86_64-manylinux_2_35 --custom-compile-command 'make locks'
@@ -101,6 +102,7 @@ locks: $(STAMP)
 	@echo "Locking operator_image/requirements.lock and spark_images/requirements.lock ..."
 	$(LOCK) -o operator_image/requirements.lock
 	$(LOCK) --extra spark -o spark_images/requirements.lock
+	$(BIN)/python -m distributary.devtools.jar_lock
 
 DEMO_STATE := .distributary/demo
 CLICKS := examples/clickstream

@@ -27,6 +27,9 @@ SCALA_BINARY = "2.13"
 LOG4J_VERSION = "2.24.3"
 SLF4J_VERSION = "2.0.17"
 DEBEZIUM_VERSION = "3.4.3.Final"
+# Strimzi's KubernetesSecretConfigProvider: a Connect worker in a pod reads Sources' passwords from
+# their Secrets (`${secrets:NAMESPACE/NAME:KEY}`) with its ServiceAccount's rights.
+KUBERNETES_CONFIG_PROVIDER_VERSION = "1.2.0"
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,16 @@ KAFKA_CONNECT = Bundle(
         f"io.debezium:debezium-connector-postgres:{DEBEZIUM_VERSION}",
         f"org.apache.logging.log4j:log4j-slf4j2-impl:{LOG4J_VERSION}",
         f"org.slf4j:slf4j-api:{SLF4J_VERSION}",
+    ),
+)
+
+# The Connect image's classpath (connect_image/): the worker above, and the provider that reads
+# Kubernetes Secrets, resolved together so that the jars they share come in one version each.
+CONNECT_IMAGE = Bundle(
+    "kafka-connect-image",
+    (
+        *KAFKA_CONNECT.artifacts,
+        f"io.strimzi:kafka-kubernetes-config-provider:{KUBERNETES_CONFIG_PROVIDER_VERSION}",
     ),
 )
 

@@ -22,6 +22,7 @@ CHART = ROOT / "charts" / "distributary"
 RELEASE, NAMESPACE = "pipelines", "distributary-system"
 FULLNAME = f"{RELEASE}-distributary"
 SPARK_ACCOUNT = f"{RELEASE}-distributary-spark"  # named after the release
+CONNECT_ACCOUNT = f"{RELEASE}-distributary-connect"  # the chart's Kafka Connect (connect.worker)
 
 Rule = tuple[str, str, str]  # (apiGroup, resource, verb)
 Manifest = dict[str, Any]
@@ -104,7 +105,7 @@ def one(objects: list[Manifest], kind: str, name: str | None = None) -> Manifest
 
 
 def container(objects: list[Manifest]) -> Manifest:
-    (operator,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    (operator,) = one(objects, "Deployment", FULLNAME)["spec"]["template"]["spec"]["containers"]
     return dict(operator)
 
 
@@ -146,7 +147,7 @@ def granted(objects: list[Manifest]) -> dict[tuple[str, str | None], set[Rule]]:
     operator = {"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}
     for binding in (o for o in objects if o["kind"] in ("ClusterRoleBinding", "RoleBinding")):
         if binding["subjects"] != [operator]:  # the Spark drivers' (test_helm_chart_spark)
-            assert binding["subjects"][0]["name"] == SPARK_ACCOUNT, binding
+            assert binding["subjects"][0]["name"] in (SPARK_ACCOUNT, CONNECT_ACCOUNT), binding
             continue
         ref = binding["roleRef"]
         namespace = binding["metadata"].get("namespace")
@@ -194,6 +195,14 @@ VARIANTS = [
         id="strimzi-connect-beside",
     ),
     pytest.param({"connect": {"cluster": "cdc", "namespace": "kafka"}}, id="strimzi-connect"),
+    pytest.param({"connect": {"worker": {"create": True}}}, id="connect-worker"),
+    pytest.param(
+        {
+            "connect": {"worker": {"create": True, "secretNames": ["shop-db"]}},
+            "watchNamespaces": ["team-a", "team-b"],
+        },
+        id="connect-worker-namespaces",
+    ),
 ]
 
 
@@ -238,7 +247,7 @@ def test_rbac_grants_exactly_what_the_operator_needs(
     local = values.get("sparkRuntime", "spark-operator") == "local"
     connect = values.get("connect", {})
     runtime_rules = set() if local else set(SPARK_RULES)
-    if local or connect.get("url") or connect.get("cluster"):
+    if local or connect.get("url") or connect.get("cluster") or connect.get("worker"):
         runtime_rules |= SECRET_RULES
     if connect.get("cluster") and not connect.get("namespace"):
         runtime_rules |= KAFKACONNECTOR_RULES
@@ -270,8 +279,11 @@ def test_rbac_has_no_wildcards(helm: str, tmp_path: Path, values: Manifest) -> N
             for field in ("apiGroups", "resources", "verbs"):
                 assert "*" not in rule[field], f"{role['metadata']['name']}: {rule}"
             assert "nonResourceURLs" not in rule
-            if "resourceNames" in rule:  # only kube-system's get, which narrows a rule
-                assert rules_of({"rules": [rule]}) == {KUBE_SYSTEM}, rule
+            if "resourceNames" in rule:  # kube-system's get, or Secrets Connect may read
+                narrowed = rules_of({"rules": [rule]})
+                assert narrowed == {KUBE_SYSTEM} or narrowed == {("", "secrets:shop-db", "get")}, (
+                    rule
+                )
 
 
 def test_defaults_render_the_cli_contract(helm: str, tmp_path: Path) -> None:
@@ -595,6 +607,13 @@ def test_schema_refuses_bad_values(helm: str, tmp_path: Path, values: Manifest, 
             {
                 "DISTRIBUTARY_CONNECT_CLUSTER": "cdc",
                 "DISTRIBUTARY_CONNECT_NAMESPACE": "kafka",
+                "DISTRIBUTARY_CONNECT_SECRETS": "kubernetes",
+            },
+        ),
+        (
+            {"worker": {"create": True}},
+            {
+                "DISTRIBUTARY_CONNECT_URL": f"http://{CONNECT_ACCOUNT}.{NAMESPACE}.svc:8083",
                 "DISTRIBUTARY_CONNECT_SECRETS": "kubernetes",
             },
         ),

@@ -101,14 +101,14 @@ namespace. Each rule is what the operator does, nothing more:
 - apiGroups: ["distributary.dev"]
   resources: ["logs/finalizers", "derivedviews/finalizers", "streamjobs/finalizers", "sources/finalizers", "sinks/finalizers"]
   verbs: ["update"]
-{{- if or .Values.connect.url .Values.connect.cluster (eq .Values.sparkRuntime "local") }}
+{{- if or (include "distributary.connectUrl" .) .Values.connect.cluster (eq .Values.sparkRuntime "local") }}
 # A Source's and a Sink's password, read by name (spec.*.passwordSecret), never listed: only
 # where Sources (a Connect is given) or Sinks (the local runtime) can run.
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]
 {{- end }}
-{{- if and .Values.connect.cluster (not .Values.connect.namespace) (not .Values.connect.url) }}
+{{- if and .Values.connect.cluster (not .Values.connect.namespace) (not (include "distributary.connectUrl" .)) }}
 # Sources' connectors as Strimzi KafkaConnectors beside each Source, and the ConfigMaps Strimzi
 # lists their offsets into (read only).
 - apiGroups: ["kafka.strimzi.io"]

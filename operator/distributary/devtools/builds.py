@@ -3,7 +3,7 @@
 On a fresh machine the integration tests need seven programs built from Go modules (etcd,
 kube-apiserver with its garbage collector and namespace controller, helm, the Spark operator, kwok,
 CoreDNS, the kubelet),
-several CPU-minutes of compiling, Kafka Connect's jars, and the two images (`devtools.images`,
+several CPU-minutes of compiling, Kafka Connect's jars, and the three images (`devtools.images`,
 about two minutes with pip's cache filled by `make install`). Built lazily, the first test that
 needs each one waits for it while the other test worker waits for the same lock. `make test` starts
 this instead as soon as the integration tests start, while the tests that need none of it run first
@@ -43,10 +43,11 @@ PARTS: list[tuple[str, Callable[[], object]]] = [
     ("kube-apiserver and kube-controllers", lambda: controlplane.build(quiet=True)),
     ("helm", _helm),
     ("the Spark operator", lambda: sparkoperator.spark_operator_programs().build(quiet=True)),
-    ("kwok", lambda: sparkoperator.kwok_programs().build(quiet=True)),
     ("the images", lambda: images.build_all(list(images.IMAGES))),
     ("CoreDNS", lambda: dns.coredns_binary(quiet=True)),
     ("the kubelet", lambda: node.kubelet_binary(quiet=True)),
+    # Last: the pods tests, whose one worker is the suite's longest chain, need none of it.
+    ("kwok", lambda: sparkoperator.kwok_programs().build(quiet=True)),
 ]
 
 

@@ -1,8 +1,10 @@
-"""`make images`: the operator image and the job image, built on a machine with no Docker engine
-and no registry, from the same Dockerfiles that `docker build` reads where a registry is.
+"""`make images`: the operator image, the job image and the Connect image, built on a machine with
+no Docker engine and no registry, from the same Dockerfiles that `docker build` reads where a
+registry is.
 
-The Dockerfiles (`operator_image/`, `spark_images/`) stand on `debian:bookworm-slim` and install
-everything else from Debian's packages, PyPI and Maven Central. Here:
+The Dockerfiles (`operator_image/`, `spark_images/`, `connect_image/`) stand on
+`debian:bookworm-slim` and install everything else from Debian's packages, PyPI and Maven Central.
+Here:
 
 1. **The base** is made from Debian's packages: `debootstrap --variant=minbase` of bookworm into
    a buildah container, tidied as Debian's slim images are (no package lists, logs, manuals or
@@ -122,7 +124,12 @@ SPARK = Image(
     "spark_images/Dockerfile",
     ("spark_images", "pyproject.toml", "README.md", "operator/distributary"),
 )
-IMAGES = {"operator": OPERATOR, "spark": SPARK}
+CONNECT = Image(
+    "distributary-connect",
+    "connect_image/Dockerfile",
+    ("connect_image", "spark_images/java_cacerts.py"),
+)
+IMAGES = {"operator": OPERATOR, "spark": SPARK, "connect": CONNECT}
 
 
 def say(message: str) -> None:

@@ -148,6 +148,7 @@ class PostgresServer:
         hba = PG_HBA
         if self.pods_cidr:
             hba += f"host all all {self.pods_cidr} scram-sha-256\n"
+            hba += f"host replication all {self.pods_cidr} scram-sha-256\n"  # Debezium's
         (self.home / "data" / "pg_hba.conf").write_text(hba)
         self._chown(self.home / "data" / "pg_hba.conf")
         settings = {

@@ -1,6 +1,7 @@
 """A throw-away Redis server for tests and benchmarks: the Debian package's `redis-server`.
 
-It listens on a free loopback port only, keeps nothing on disk (no snapshots, no append-only
+It listens on a free loopback port (and, with `pods_at`, on the address a test node's pods reach
+the host at), keeps nothing on disk (no snapshots, no append-only
 file), so each start is empty, and is asked to die with this process, so a killed test run leaves
 no server behind. Its working folder and log are under the given folder.
 """
@@ -26,11 +27,14 @@ class RedisError(DistributaryError, RuntimeError):
 
 
 class RedisServer:
-    """A Redis server on 127.0.0.1 without persistence, working in `folder`."""
+    """A Redis server on 127.0.0.1 (and `pods_at`) without persistence, working in `folder`."""
 
-    def __init__(self, folder: Path, port: int | None = None) -> None:
+    def __init__(
+        self, folder: Path, port: int | None = None, *, pods_at: str | None = None
+    ) -> None:
         self.folder = folder.resolve()
         self._port = port or 0
+        self.pods_at = pods_at
         self._process: processes.Supervised | None = None
 
     @property
@@ -58,7 +62,10 @@ class RedisServer:
         command = [
             binary,
             "--bind",
-            "127.0.0.1",
+            *(["127.0.0.1", self.pods_at] if self.pods_at else ["127.0.0.1"]),
+            # With an address beside loopback and no password, Redis would refuse its clients.
+            "--protected-mode",
+            "no" if self.pods_at else "yes",
             "--port",
             str(self._port),
             "--dir",

@@ -11,6 +11,7 @@ image (`make images`).
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -81,6 +82,12 @@ def job_image(node: Node, pytestconfig: pytest.Config) -> str:
 
 
 @pytest.fixture(scope="session")
+def connect_image(node: Node, pytestconfig: pytest.Config) -> str:
+    """The Connect image (Kafka Connect with Debezium), built unless cached and loaded."""
+    return loaded(node, pytestconfig, "connect")
+
+
+@pytest.fixture(scope="session")
 def operator_image(node: Node, pytestconfig: pytest.Config) -> str:
     """The operator image, built unless cached and loaded into the node."""
     return loaded(node, pytestconfig, "operator")
@@ -128,6 +135,7 @@ def installed(
     pods_broker: EmbeddedBroker,
     operator_image: str,
     job_image: str,
+    connect_image: str,
     spark_operator_on_node: SparkOperatorBed,
     checkpoint_volume: Path,
 ) -> Iterator[Cluster]:
@@ -135,8 +143,9 @@ def installed(
     made directly on the test broker at its listener for pods: the operator watches
     `PIPELINES`, runs views as SparkApplications of the job image, checkpoints on the chart's
     claim, bound to a volume of the node (a folder of the host) made beforehand as a cluster's
-    administrator would. Uninstalled at the end; the claim and the volume are kept, as the
-    chart keeps them."""
+    administrator would, and runs Sources on the chart's Kafka Connect (`connect.worker`, one
+    worker of the Connect image, its topics on the test broker). Uninstalled at the end; the
+    claim and the volume are kept, as the chart keeps them."""
     kube = Cluster(pods_plane.kubeconfig, PIPELINES)
     kube.kubectl("create", "namespace", PIPELINES)
     volume = {
@@ -156,15 +165,36 @@ def installed(
         "kafka.bootstrapServers": pods_broker.pods_bootstrap_servers,
         "watchNamespaces[0]": PIPELINES,
         "intervals.observeSeconds": "5",
+        "connect.worker.create": "true",
+        "connect.worker.replicationFactor": "1",
+        "connect.worker.javaOptions": "-Xms128m -Xmx384m",
     }
     settings = [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
-    helm_run(helm, pods_plane, "install", RELEASE, str(ROOT / "charts" / "distributary"),
-             "--namespace", SYSTEM, "--create-namespace", *settings,
-             "--wait", "--timeout", "5m")  # fmt: skip
+    try:
+        helm_run(helm, pods_plane, "install", RELEASE, str(ROOT / "charts" / "distributary"),
+                 "--namespace", SYSTEM, "--create-namespace", *settings,
+                 "--wait", "--timeout", "5m")  # fmt: skip
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{unready(kube)}") from None
     try:
         yield kube
     finally:
         helm_run(helm, pods_plane, "uninstall", RELEASE, "--namespace", SYSTEM, "--wait")
+
+
+def unready(kube: Cluster) -> str:
+    """What the release's pods that are not ready say: their state and their logs' last lines."""
+    said = [kube.kubectl("get", "pods", "-n", SYSTEM, "-o", "wide", check=False)]
+    found = json.loads(kube.kubectl("get", "pods", "-n", SYSTEM, "-o", "json", check=False) or "{}")
+    for pod in found.get("items", []):
+        statuses = pod["status"].get("containerStatuses") or []
+        if statuses and all(s.get("ready") for s in statuses):
+            continue
+        name = pod["metadata"]["name"]
+        said.append(f"{name}: {json.dumps(statuses)[:1500]}")
+        log = kube.kubectl("logs", "-n", SYSTEM, name, "--tail=40", check=False)
+        said.append(f"{name} log:\n{log}")
+    return "\n".join(said)
 
 
 def helm_run(helm: str, plane: ControlPlane, *args: str) -> str:

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import time
 from typing import Any
+from urllib.parse import quote
 
 from distributary.devtools.node import Node
 
@@ -14,6 +15,8 @@ PIPELINES = "pipelines"  # the namespace of the pipelines the installed operator
 SYSTEM = "distributary-system"  # where the chart is installed (`conftest.installed`)
 RELEASE = "distributary"
 SELECTOR = "app.kubernetes.io/name=distributary"  # the operator's pod
+CONNECT = "distributary-connect"  # the chart's Kafka Connect: its Deployment, Service, topics
+CONNECT_SELECTOR = "app.kubernetes.io/name=distributary-connect"  # its pods
 
 
 def create_pod(
@@ -71,3 +74,19 @@ def logs(node: Node, name: str, namespace: str = "default") -> str:
     result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0, f"kubectl logs {name} failed: {result.stderr}"
     return result.stdout
+
+
+def pods(node: Node, namespace: str, selector: str) -> list[dict[str, Any]]:
+    """The pods of `namespace` that `selector` (a label selector) matches."""
+    path = f"/api/v1/namespaces/{namespace}/pods?labelSelector={quote(selector)}"
+    return list(node.api("GET", path)["items"])
+
+
+def ready_pods(node: Node, namespace: str, selector: str) -> list[dict[str, Any]]:
+    """Those of `pods` that are ready and not being deleted."""
+    return [
+        pod
+        for pod in pods(node, namespace, selector)
+        if "deletionTimestamp" not in pod["metadata"]
+        and all(c.get("ready") for c in pod["status"].get("containerStatuses") or [{}])
+    ]

@@ -4,10 +4,15 @@ a SparkApplication whose driver and executor run on the node; page views arrive 
 malformed and some that the filters drop; `enriched-page-views` is edited (its filter's
 threshold) while they arrive, and cuts over, and `views-per-country` (which reads it) follows.
 
-When the page views stop, every output is compared exactly with what the records imply
-(`kube/chaos_clicks.py` computes it without I/O): the enriched stream's serving topic holds each
-kept record once, as its new SQL shapes it; the per-user table is the count, sum and latest time
-of every parsed page view per user; the per-country table aggregates the enriched stream.
+Each revision's SparkApplication is submitted by the real Spark operator's controller; its driver
+(the job image) is placed on the node by the scheduler and creates its executor pod with the
+chart's drivers' account; both read from the broker's listener for pods and checkpoint on the
+chart's claim (a volume of the node). When the page views stop, every output is compared exactly
+with what the records imply (`kube/chaos_clicks.py` computes it without I/O): the enriched
+stream's serving topic holds each kept record once, as its new SQL shapes it, and its first
+revision's topic each record its first SQL kept, once; the per-user table is the count, sum and
+latest time of every parsed page view per user; the per-country table aggregates the enriched
+stream.
 """
 
 from __future__ import annotations
@@ -33,10 +38,13 @@ from tests.integration.kube.chaos_clicks import (
     views_per_user,
 )
 from tests.integration.kube.operator_harness import Cluster, is_true, read_to_the_end, wait_for
-from tests.integration.pods.pods import PIPELINES
+from tests.integration.pods.pods import PIPELINES, pods
 from tests.integration.spark_pipelines import latest_table, read_topic
 
+from distributary.devtools.images import SPARK
+from distributary.devtools.node import Node
 from distributary.local.broker import EmbeddedBroker
+from distributary.plan.applications.spark import application_name
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "clickstream"
 ENRICHED, PER_USER, PER_COUNTRY = "enriched-page-views", "views-per-user", "views-per-country"
@@ -64,8 +72,25 @@ def status(kube: Cluster, view: str) -> dict[str, Any]:
     return dict((kube.get("dview", view) or {}).get("status") or {})
 
 
+def in_containers_on_the_node(node: Node, application: str) -> None:
+    """The revision's driver and executor run on the node, in the job image (the executor comes
+    some seconds after its driver)."""
+
+    def running() -> list[dict[str, Any]]:
+        selector = f"sparkoperator.k8s.io/app-name={application}"
+        found = pods(node, PIPELINES, selector)
+        roles = sorted(pod["metadata"]["labels"]["spark-role"] for pod in found)
+        phases = {pod["status"].get("phase") for pod in found}
+        return found if roles == ["driver", "executor"] and phases == {"Running"} else []
+
+    for pod in wait_for(f"the driver and executor of {application} running", running, 180):
+        assert pod["spec"]["nodeName"] == node.name
+        [container] = pod["status"]["containerStatuses"]
+        assert container["image"].endswith(SPARK.tag), container["image"]
+
+
 def test_the_clickstream_example_runs_in_pods_with_an_edit_and_its_cutover(
-    installed: Cluster, pods_broker: EmbeddedBroker
+    installed: Cluster, pods_broker: EmbeddedBroker, node: Node, checkpoint_volume: Path
 ) -> None:
     bootstrap = pods_broker.bootstrap_servers
     [log, *views] = example(0)
@@ -84,6 +109,9 @@ def test_the_clickstream_example_runs_in_pods_with_an_edit_and_its_cutover(
             )
 
         wait_for("the three views serving revision 1", all_reading, timeout=900)
+        for view in VIEWS:
+            in_containers_on_the_node(node, application_name(view, 1))
+        first_topic = status(installed, ENRICHED)["outputTopic"]
         installed.apply(*example(THRESHOLD)[1:])  # only the enriched view's SQL changed
 
         def cut_over() -> bool:
@@ -94,6 +122,7 @@ def test_the_clickstream_example_runs_in_pods_with_an_edit_and_its_cutover(
             )
 
         wait_for("the edit cut over, and its reader following", cut_over, timeout=900)
+        in_containers_on_the_node(node, application_name(ENRICHED, 2))
     finally:
         appended = clicks.stop()
     for view in VIEWS:
@@ -114,6 +143,12 @@ def test_the_clickstream_example_runs_in_pods_with_an_edit_and_its_cutover(
     )
     enriched = difference(expected_rows, found_rows, enriched_topic)
     assert enriched is None, enriched
+    # Revision 1 wrote what its SQL kept (every parsed view), each once, until it was retired.
+    first = Counter(canonical(r.json()) for r in read_topic(bootstrap, first_topic) if r.value)
+    assert first, "revision 1 wrote nothing"
+    assert [row for row, n in first.items() if n > 1] == []
+    kept_by_1 = Counter(out for out in output_offsets(records, positions, 0).values())
+    assert not first - kept_by_1, sorted(first - kept_by_1)[:5]
 
     def table(view: str, key: str) -> dict[str, str]:
         reads = read_topic(bootstrap, status(installed, view)["outputTopic"])
@@ -124,5 +159,11 @@ def test_the_clickstream_example_runs_in_pods_with_an_edit_and_its_cutover(
     countries = views_per_country(expected_rows)
     per_country = table_difference(countries, table(PER_COUNTRY, "country"), PER_COUNTRY)
     assert per_country is None, per_country
+    # Every revision's driver checkpointed on the volume the chart's claim is bound to: the
+    # offsets and commits of its batches.
+    offsets = {path.parent for path in checkpoint_volume.rglob("offsets") if path.is_dir()}
+    assert len(offsets) >= 5, sorted(checkpoint_volume.rglob("*"))[:20]  # 3 views, 2 edited
+    for folder in offsets:
+        assert any((folder / "commits").iterdir()), f"no batch committed in {folder}"
     for view in VIEWS:  # their pods leave the node
         installed.kubectl("delete", "dview", view, "-n", PIPELINES)

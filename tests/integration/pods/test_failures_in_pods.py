@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import quote
 
 import pytest
 from tests.integration.kube.operator_harness import (
@@ -22,7 +21,7 @@ from tests.integration.kube.operator_harness import (
     wait_for,
     with_reason,
 )
-from tests.integration.pods.pods import PIPELINES, SELECTOR, SYSTEM
+from tests.integration.pods.pods import PIPELINES, SELECTOR, SYSTEM, pods
 from tests.integration.spark_pipelines import SteadyProducer, read_topic
 
 from distributary.devtools.node import Node
@@ -32,11 +31,6 @@ from distributary.plan.applications.spark import application_name
 INPUT, VIEW = "f-events", "f-big"
 SMALL = {"memory": "512m", "cpuRequest": "250m"}
 APPLICATION = application_name(VIEW, 1)
-
-
-def pods(node: Node, namespace: str, selector: str) -> list[dict[str, Any]]:
-    path = f"/api/v1/namespaces/{namespace}/pods?labelSelector={quote(selector)}"
-    return list(node.api("GET", path)["items"])
 
 
 def spark_pods(node: Node, role: str) -> list[dict[str, Any]]:
