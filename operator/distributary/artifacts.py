@@ -162,31 +162,29 @@ def _fetch(bundle: Bundle, target: Path, quiet: bool) -> Path:
             flush=True,
         )
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{bundle.key}-") as work:
-        work_dir = Path(work)
-        (work_dir / "pom.xml").write_text(_pom(bundle))
-        staging = work_dir / "lib"
-        result = subprocess.run(
-            [
-                mvn,
-                "-B",
-                "-q",
-                "-f",
-                str(work_dir / "pom.xml"),
-                "dependency:copy-dependencies",
-                "-DincludeScope=runtime",
-                f"-DoutputDirectory={staging}",
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if result.returncode != 0:
-            tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
-            raise ArtifactError(f"mvn could not resolve the {bundle.name} jars:\n{tail}")
+        staging = copy_dependencies(bundle, Path(work), mvn)
         (staging / ".complete").write_text("\n".join(bundle.artifacts) + "\n")
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)
     return target
+
+
+def copy_dependencies(
+    bundle: Bundle, work: Path, mvn: str, *, repository_layout: bool = False
+) -> Path:
+    """The bundle's jars as Maven resolves them, copied into `work`/lib (in a repository's
+    layout, GROUP/ARTIFACT/VERSION/, with `repository_layout`); that folder."""
+    (work / "pom.xml").write_text(_pom(bundle))
+    output = work / "lib"
+    command = [mvn, "-B", "-q", "-f", str(work / "pom.xml"), "dependency:copy-dependencies",
+               "-DincludeScope=runtime", f"-DoutputDirectory={output}"]  # fmt: skip
+    if repository_layout:
+        command.append("-Dmdep.useRepositoryLayout=true")
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
+        raise ArtifactError(f"mvn could not resolve the {bundle.name} jars:\n{tail}")
+    return output
 
 
 def jars(bundle: Bundle, *, quiet: bool = False) -> list[Path]:

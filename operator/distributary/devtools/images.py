@@ -127,7 +127,7 @@ SPARK = Image(
 CONNECT = Image(
     "distributary-connect",
     "connect_image/Dockerfile",
-    ("connect_image", "spark_images/java_cacerts.py"),
+    ("connect_image", "spark_images/java_cacerts.py", "spark_images/fetch_jars.sh"),
 )
 IMAGES = {"operator": OPERATOR, "spark": SPARK, "connect": CONNECT}
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -33,28 +32,7 @@ def locked(bundle: Bundle) -> str:
             "Maven (mvn) is needed to lock jars: install it (apt-get install maven)"
         )
     with tempfile.TemporaryDirectory(prefix="distributary-jar-lock-") as work:
-        folder = Path(work)
-        (folder / "pom.xml").write_text(artifacts._pom(bundle))
-        result = subprocess.run(
-            [
-                mvn,
-                "-B",
-                "-q",
-                "-f",
-                str(folder / "pom.xml"),
-                "dependency:copy-dependencies",
-                "-DincludeScope=runtime",
-                "-Dmdep.useRepositoryLayout=true",
-                f"-DoutputDirectory={folder / 'repository'}",
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if result.returncode != 0:
-            tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
-            raise ArtifactError(f"mvn could not resolve the {bundle.name} jars:\n{tail}")
-        repository = folder / "repository"
+        repository = artifacts.copy_dependencies(bundle, Path(work), mvn, repository_layout=True)
         lines = [
             f"{hashlib.sha256(jar.read_bytes()).hexdigest()}  {jar.relative_to(repository)}"
             for jar in sorted(repository.rglob("*.jar"))

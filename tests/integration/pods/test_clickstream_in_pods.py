@@ -1,5 +1,7 @@
 """The clickstream example in pods: its Log and three views as the example's files say (only
-their pods made small for a two-core node, their trigger and cutover made quick), each revision
+their pods made small for a two-core node, their cutover made quick; `views-per-user` named with
+100 characters; every view's pods given what a real cluster asks of them: environment from a
+Secret, a Secret's volume, a node selector, a toleration, an image pull secret), each revision
 a SparkApplication whose driver and executor run on the node; page views arrive throughout, some
 malformed and some that the filters drop; `enriched-page-views` is edited (its filter's
 threshold) while they arrive, and cuts over, and `views-per-country` (which reads it) follows.
@@ -7,7 +9,9 @@ threshold) while they arrive, and cuts over, and `views-per-country` (which read
 Each revision's SparkApplication is submitted by the real Spark operator's controller; its driver
 (the job image) is placed on the node by the scheduler and creates its executor pod with the
 chart's drivers' account; both read from the broker's listener for pods and checkpoint on the
-chart's claim (a volume of the node). When the page views stop, every output is compared exactly
+chart's claim (a volume of the node); each carries the view's pod settings, and every name derived
+from the long one (pods' labels, the driver's Service) fits in 63 characters. When the page views
+stop, every output is compared exactly
 with what the records imply (`kube/chaos_clicks.py` computes it without I/O): the enriched
 stream's serving topic holds each kept record once, as its new SQL shapes it, and its first
 revision's topic each record its first SQL kept, once; the per-user table is the count, sum and
@@ -46,14 +50,44 @@ from distributary.devtools.node import Node
 from distributary.local.broker import EmbeddedBroker
 from distributary.plan.applications.spark import application_name
 
+APP_LABEL = "sparkoperator.k8s.io/app-name"
+
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "clickstream"
-ENRICHED, PER_USER, PER_COUNTRY = "enriched-page-views", "views-per-user", "views-per-country"
+ENRICHED, PER_COUNTRY = "enriched-page-views", "views-per-country"
+# The example's views-per-user under a name of 100 characters, valid for Kubernetes objects: the
+# names derived from it (application, driver pod, Services, labels) must fit Kubernetes' limits.
+PER_USER = "views-per-user-" + "of-a-platform-team-whose-names-are-long" * 2 + "-abcdef"
 VIEWS = (ENRICHED, PER_USER, PER_COUNTRY)
 SEED, RATE, THRESHOLD = 28, 20, 2000
 SMALL = {"memory": "512m", "cpuRequest": "100m"}  # three drivers and executors on two cores
+SECRET = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "clicks-s3"},
+          "stringData": {"key": "not-a-real-key"}}  # fmt: skip
 
 
-def example(threshold: int) -> list[dict[str, Any]]:
+def pod_settings(node: Node) -> dict[str, Any]:
+    """What a real cluster asks of a view's pods (`spec.spark.pods`): environment from a Secret,
+    a Secret's volume, a node selector, a toleration, an image pull secret."""
+    return {
+        "env": [
+            {"name": "S3_REGION", "value": "eu-west-1"},
+            {"name": "S3_KEY", "secretKeyRef": {"name": "clicks-s3", "key": "key"}},
+        ],
+        "envFrom": [{"secretRef": {"name": "clicks-s3"}}],
+        "volumes": [
+            {
+                "name": "certs",
+                "mountPath": "/etc/certs",
+                "readOnly": True,
+                "secret": {"secretName": "clicks-s3"},
+            }
+        ],
+        "nodeSelector": {"kubernetes.io/hostname": node.name},
+        "tolerations": [{"key": "dedicated", "value": "spark", "effect": "NoSchedule"}],
+        "imagePullSecrets": ["clicks-registry"],
+    }
+
+
+def example(threshold: int, node: Node) -> list[dict[str, Any]]:
     """The example's Log and views, its enriched view filtering at `threshold`."""
     [log] = [d for d in yaml.safe_load_all((EXAMPLE / "logs.yaml").read_text()) if d]
     log["spec"]["topicName"] = INPUT_TOPIC
@@ -61,8 +95,13 @@ def example(threshold: int) -> list[dict[str, Any]]:
     assert KEPT in text, f"the example's enriched view no longer filters on {KEPT}"
     views = [v for v in yaml.safe_load_all(text.replace(KEPT, f"duration_ms >= {threshold}")) if v]
     for view in views:
+        if view["metadata"]["name"] == "views-per-user":
+            view["metadata"]["name"] = PER_USER
         spark = view["spec"].setdefault("spark", {})
-        spark.update(trigger="2s", driver=SMALL, executor={**SMALL, "instances": 1})
+        # The example's own triggers (5 s, 10 s): each micro-batch costs the machine about 0.2
+        # CPU-seconds, and five drivers share two cores with the rest of the suite.
+        spark.update(driver=SMALL, executor={**SMALL, "instances": 1})
+        spark["pods"] = pod_settings(node)
         view["spec"]["upgrade"] = {"cutoverWindow": "2s", "cutoverMaxLag": 100, "retireAfter": "2s"}
     assert sorted(v["metadata"]["name"] for v in views) == sorted(VIEWS)
     return [log, *views]
@@ -77,7 +116,7 @@ def in_containers_on_the_node(node: Node, application: str) -> None:
     some seconds after its driver)."""
 
     def running() -> list[dict[str, Any]]:
-        selector = f"sparkoperator.k8s.io/app-name={application}"
+        selector = f"{APP_LABEL}={application}"
         found = pods(node, PIPELINES, selector)
         roles = sorted(pod["metadata"]["labels"]["spark-role"] for pod in found)
         phases = {pod["status"].get("phase") for pod in found}
@@ -87,14 +126,42 @@ def in_containers_on_the_node(node: Node, application: str) -> None:
         assert pod["spec"]["nodeName"] == node.name
         [container] = pod["status"]["containerStatuses"]
         assert container["image"].endswith(SPARK.tag), container["image"]
+        carries_the_pod_settings(pod, node)
+    services = node.api("GET", f"/api/v1/namespaces/{PIPELINES}/services")["items"]
+    ours = [s["metadata"]["name"] for s in services
+            if (s["metadata"].get("labels") or {}).get(APP_LABEL) == application]  # fmt: skip
+    assert ours, f"no Service of {application}"
+    assert all(len(name) <= 63 for name in ours), ours
+
+
+def carries_the_pod_settings(pod: dict[str, Any], node: Node) -> None:
+    """The view's pod settings as the running pod has them: it started, so the kubelet found
+    the Secret's key for its environment and mounted the Secret's volume."""
+    spec, name = pod["spec"], pod["metadata"]["name"]
+    [container] = [c for c in spec["containers"] if c["name"] in ("spark-kubernetes-driver",
+                   "spark-kubernetes-executor")]  # fmt: skip
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+    assert env["S3_REGION"] == "eu-west-1", name
+    assert env["S3_KEY"] == {"secretKeyRef": {"name": "clicks-s3", "key": "key"}}, name
+    assert {"secretRef": {"name": "clicks-s3"}} in container.get("envFrom", []), name
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert (mounts["certs"]["mountPath"], mounts["certs"].get("readOnly")) == ("/etc/certs", True)
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["certs"]["secret"]["secretName"] == "clicks-s3", name
+    assert spec["nodeSelector"] == {"kubernetes.io/hostname": node.name}, name
+    wanted = {"key": "dedicated", "operator": "Equal", "value": "spark", "effect": "NoSchedule"}
+    assert wanted in spec["tolerations"], name
+    assert {"name": "clicks-registry"} in spec["imagePullSecrets"], name
+    assert all(len(value) <= 63 for value in pod["metadata"]["labels"].values()), name
 
 
 def test_the_clickstream_example_runs_in_pods_with_an_edit_and_its_cutover(
     installed: Cluster, pods_broker: EmbeddedBroker, node: Node, checkpoint_volume: Path
 ) -> None:
     bootstrap = pods_broker.bootstrap_servers
-    [log, *views] = example(0)
-    installed.apply(log)
+    [log, *views] = example(0, node)
+    assert len(PER_USER) == 100
+    installed.apply(SECRET, log)
     wait_for("Log page-views Ready", lambda: is_true(installed.get("dlog", "page-views"), "Ready"))
     clicks = Clicks(bootstrap, SEED, RATE)
     clicks.start()
@@ -112,7 +179,7 @@ def test_the_clickstream_example_runs_in_pods_with_an_edit_and_its_cutover(
         for view in VIEWS:
             in_containers_on_the_node(node, application_name(view, 1))
         first_topic = status(installed, ENRICHED)["outputTopic"]
-        installed.apply(*example(THRESHOLD)[1:])  # only the enriched view's SQL changed
+        installed.apply(*example(THRESHOLD, node)[1:])  # only the enriched view's SQL changed
 
         def cut_over() -> bool:
             return (

@@ -72,7 +72,7 @@ def documents(shop: Shop, node: Node) -> list[dict[str, Any]]:
                 assert spec[store]["host"] == "127.0.0.1", doc
                 spec[store]["host"] = node.address
         if doc["kind"] == "DerivedView":
-            spec["spark"] = {"trigger": "2s", "driver": SMALL, "executor": SMALL}
+            spec["spark"] = {"driver": SMALL, "executor": SMALL}
     assert sorted(d["kind"] for d in found) == ["DerivedView", "Sink", "Sink", "Source"]
     return found
 

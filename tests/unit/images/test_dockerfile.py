@@ -107,8 +107,10 @@ def test_pinned_jars_are_the_connector_of_this_spark_version() -> None:
         _group, artifact, version, name = path.rsplit("/", 3)
         assert name == f"{artifact}-{version}.jar", path  # a Maven repository's layout
     stage = stages()[0]
-    assert "sha256sum -c /build/jars.sha256" in stage
-    assert "curl --fail" in stage
+    assert "sh /build/fetch_jars.sh /build/connector.sha256 /build/jars" in stage
+    fetch = (ROOT / "spark_images" / "fetch_jars.sh").read_text()
+    assert "sha256sum --quiet -c" in fetch
+    assert "curl --fail" in fetch
 
 
 def test_pinned_jars_are_what_the_local_runtime_resolves_less_what_spark_ships() -> None:
