@@ -117,6 +117,11 @@ class StatusModel(ApiModel):
     model_config = ConfigDict(extra="ignore")
 
 
+HANDLED_SPEC = (
+    "The spec the operator's last finished reconcile carried out, as compact JSON: an edit made "
+    "while no operator ran is classified against it."
+)
+
 ConditionStatus = Literal["True", "False", "Unknown"]
 
 

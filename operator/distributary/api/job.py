@@ -14,6 +14,7 @@ from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
 from distributary.api.common import (
     GROUP_VERSION,
+    HANDLED_SPEC,
     ApiModel,
     Change,
     Conditions,
@@ -161,6 +162,7 @@ class JobStatus(StatusModel):
 
     conditions: Conditions
     observed_generation: int | None = Field(default=None, description="The generation observed.")
+    handled_spec: str | None = Field(default=None, description=HANDLED_SPEC)
     revision: int | None = Field(default=None, description="The running revision.")
     spec_hash: str | None = Field(default=None, description="Hash of the running revision's spec.")
     consumer_group: str | None = Field(

@@ -15,6 +15,7 @@ from pydantic import ConfigDict, Field, StringConstraints, field_validator, mode
 
 from distributary.api.common import (
     GROUP_VERSION,
+    HANDLED_SPEC,
     ApiModel,
     ColumnName,
     Conditions,
@@ -326,6 +327,7 @@ class LogStatus(StatusModel):
 
     conditions: Conditions
     observed_generation: int | None = Field(default=None, description="The generation observed.")
+    handled_spec: str | None = Field(default=None, description=HANDLED_SPEC)
     topic_name: str | None = Field(
         default=None,
         description="The topic readers follow (for a view's output: the serving revision's topic).",

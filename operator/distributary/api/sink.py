@@ -15,6 +15,7 @@ from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
 from distributary.api.common import (
     GROUP_VERSION,
+    HANDLED_SPEC,
     ApiModel,
     ColumnName,
     Conditions,
@@ -126,6 +127,7 @@ class SinkStatus(StatusModel):
 
     conditions: Conditions
     observed_generation: int | None = Field(default=None, description="The generation observed.")
+    handled_spec: str | None = Field(default=None, description=HANDLED_SPEC)
     topic: str | None = Field(default=None, description="The topic it reads.")
     position: dict[str, int] = Field(
         default_factory=dict,

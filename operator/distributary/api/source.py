@@ -20,6 +20,7 @@ from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from distributary.api.common import (
     GROUP_VERSION,
+    HANDLED_SPEC,
     ApiModel,
     ColumnName,
     Conditions,
@@ -233,6 +234,7 @@ class SourceStatus(StatusModel):
 
     conditions: Conditions
     observed_generation: int | None = Field(default=None, description="The generation observed.")
+    handled_spec: str | None = Field(default=None, description=HANDLED_SPEC)
     connector: str | None = Field(default=None, description="The Kafka Connect connector.")
     connector_state: str | None = Field(
         default=None, description="RUNNING, PAUSED, FAILED, UNASSIGNED (Connect's word)."

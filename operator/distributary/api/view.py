@@ -14,6 +14,7 @@ from pydantic import ConfigDict, Field, StringConstraints, field_validator, mode
 
 from distributary.api.common import (
     GROUP_VERSION,
+    HANDLED_SPEC,
     ApiModel,
     Change,
     ColumnName,
@@ -465,6 +466,7 @@ class ViewStatus(StatusModel):
 
     conditions: Conditions
     observed_generation: int | None = Field(default=None, description="The generation observed.")
+    handled_spec: str | None = Field(default=None, description=HANDLED_SPEC)
     serving_revision: int | None = Field(default=None, description="The revision readers follow.")
     revisions: list[Revision] = Field(
         default_factory=list, description="Current and past revisions."

@@ -14,7 +14,6 @@ event, is logged in one line (the traceback at debug level) and runs again with 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ import kopf
 from distributary.api.log import Log
 from distributary.controllers import metrics
 from distributary.controllers.events import KubeEvents
+from distributary.controllers.handled import HANDLED
 from distributary.controllers.indexes import (
     indexes_of,
     namespace_indexes,
@@ -171,28 +171,14 @@ def _will_serve(log: Mapping[str, Any], topic: str) -> bool:
     return isinstance(found, Log) and served_topic(found).name == topic
 
 
-# Where kopf records the configuration its update handlers last handled (`main._configure`).
-DIFFBASE_PREFIX, DIFFBASE_KEY = "distributary.dev", "last-handled-configuration"
-LAST_HANDLED = f"{DIFFBASE_PREFIX}/{DIFFBASE_KEY}"
-
-
 def unhandled_spec(body: Mapping[str, Any]) -> Any:
-    """The spec an edit replaced while kopf's update handler has not handled the edit yet (the
-    configuration kopf records once it has), None when no edit is pending or nothing is recorded.
+    """The spec an edit replaced while kopf's update handler has not handled the edit yet (what
+    kopf last handled: `handled.HANDLED`), None when no edit is pending or nothing is recorded.
     A reconcile started by anything else meanwhile (an application's change, the observer) then
     classifies the edit as the update handler does, field by field ("arguments changed"), and
     records it so; without it, it carried the edit out as an unknown change of definition and the
     update handler, coming second, found it done."""
-    annotations = (body.get("metadata") or {}).get("annotations") or {}
-    text = annotations.get(LAST_HANDLED)
-    if not text:
-        return None
-    try:
-        handled = json.loads(text)
-    except ValueError:
-        return None
-    spec = handled.get("spec") if isinstance(handled, dict) else None
-    return spec if spec is not None and spec != body.get("spec") else None
+    return HANDLED.replaced_spec(body)
 
 
 async def reconcile_resource(

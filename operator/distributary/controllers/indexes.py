@@ -15,6 +15,7 @@ from typing import Any
 import kopf
 
 from distributary.api.common import GROUP_VERSION
+from distributary.controllers.handled import HANDLED_FIELD
 from distributary.plan.views.view_plan import LATEST_ANNOTATION, SERVING_ANNOTATION
 
 GROUP, VERSION = GROUP_VERSION.split("/")
@@ -33,6 +34,8 @@ def index_entry(body: kopf.Body) -> dict[str, Any]:
     annotations = meta.get("annotations") or {}
     kept["annotations"] = {k: annotations[k] for k in INDEXED_ANNOTATIONS if k in annotations}
     entry = {key: copy.deepcopy(body[key]) for key in ("spec", "status") if key in body}
+    if isinstance(entry.get("status"), dict):  # a copy of the spec, read by no planner
+        entry["status"].pop(HANDLED_FIELD, None)
     return {
         "apiVersion": body.get("apiVersion"),
         "kind": body.get("kind"),

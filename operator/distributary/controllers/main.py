@@ -21,7 +21,7 @@ from distributary.api.names import (
 )
 from distributary.backends.direct import DirectTopics
 from distributary.controllers import metrics
-from distributary.controllers.handling import DIFFBASE_KEY, DIFFBASE_PREFIX
+from distributary.controllers.handled import HANDLED, ProgressRecords
 from distributary.controllers.observer import application_changed, observe_forever
 from distributary.controllers.services import build
 from distributary.controllers.settings import OperatorSettings
@@ -108,12 +108,9 @@ def fewer_malloc_arenas(arenas: int = 2) -> bool:
 
 def _configure(settings: kopf.OperatorSettings) -> None:
     settings.persistence.finalizer = FINALIZER
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
-        prefix="distributary.dev"
-    )
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=DIFFBASE_PREFIX, key=DIFFBASE_KEY
-    )
+    # kopf's records without a PATCH of every object it handles (`handled.py`).
+    settings.persistence.progress_storage = ProgressRecords()
+    settings.persistence.diffbase_storage = HANDLED
     settings.posting.level = logging.WARNING  # events for notable transitions, not every log line
     settings.watching.server_timeout = 300
 

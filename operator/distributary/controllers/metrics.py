@@ -8,6 +8,7 @@ Labels are bounded by the resources that exist, never by record contents.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
@@ -38,11 +39,22 @@ LOG_END_OFFSET = Gauge(
 )
 
 
+_RUNNING = [0]  # reconciles running now (`reconciling`)
+_RUNNING_LOCK = threading.Lock()
+
+
+def reconciles_running() -> bool:
+    """Whether a reconcile is running now (the operator's events wait for none to be)."""
+    return _RUNNING[0] > 0
+
+
 @contextmanager
 def reconciling(kind: str) -> Iterator[None]:
     """Count and time one reconcile of `kind`; an exception counts as its outcome."""
     started = time.perf_counter()
     outcome = "error"
+    with _RUNNING_LOCK:
+        _RUNNING[0] += 1
     try:
         yield
         outcome = "ok"
@@ -50,6 +62,8 @@ def reconciling(kind: str) -> Iterator[None]:
         outcome = "temporary" if type(exc).__name__ == "TemporaryError" else "error"
         raise
     finally:
+        with _RUNNING_LOCK:
+            _RUNNING[0] -= 1
         RECONCILE_SECONDS.labels(kind).observe(time.perf_counter() - started)
         RECONCILES.labels(kind, outcome).inc()
 

@@ -122,7 +122,7 @@ async def _observe_log(
     update["subscribers"] = subscribers(log["metadata"]["name"], views)
     # Written meanwhile (by its handler, or a view's cutover): the next round looks again.
     with contextlib.suppress(StatusConflictError):
-        await StatusRecorder.of(services.kube, log).finish(update)
+        await StatusRecorder.of(services.kube, log, reconciles=False).finish(update)
 
 
 async def _observe(

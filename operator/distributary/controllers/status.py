@@ -6,7 +6,8 @@ another reconcile's write-ahead record or cutover. Each write it makes moves its
 a reconcile's write-ahead record and its final status chain onto each other. When the object
 changed meanwhile, the write is refused (`StatusConflictError`) and the reconcile is run again from
 what is there now. The final status is written only where it changes something, and the
-kind's metrics are published from it.
+kind's metrics are published from it. A reconcile's final status also says which spec it carried
+out (`status.handledSpec`, `handled.py`), which a write of observations only does not.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from distributary.controllers import metrics
+from distributary.controllers.handled import HANDLED_FIELD, handled_text
 from distributary.kube.errors import KubeError
 from distributary.kube.resources import Kube
 from distributary.plan.status.status_patch import changes, merged
@@ -57,10 +59,12 @@ class StatusRecorder:
     name: str
     version: str | None
     status: dict[str, Any] = field(default_factory=dict)  # as written last (or read)
+    handled: str | None = None  # the spec a reconcile carries out (`handled.handled_text`)
 
     @classmethod
-    def of(cls, kube: Kube, body: Mapping[str, Any]) -> StatusRecorder:
-        """A recorder for the object `body` as read (its version and status)."""
+    def of(cls, kube: Kube, body: Mapping[str, Any], reconciles: bool = True) -> StatusRecorder:
+        """A recorder for the object `body` as read (its version and status); `reconciles`:
+        its writer carries out the spec read, and its final status says so."""
         meta = body.get("metadata") or {}
         return cls(
             kube,
@@ -70,6 +74,7 @@ class StatusRecorder:
             str(meta.get("name")),
             meta.get("resourceVersion"),
             dict(body.get("status") or {}),
+            handled_text(body.get("spec")) if reconciles and "spec" in body else None,
         )
 
     async def record_ahead(self, record: Mapping[str, Any]) -> None:
@@ -80,6 +85,8 @@ class StatusRecorder:
     async def finish(self, status: Mapping[str, Any]) -> bool:
         """Write the reconcile's status where it changes something, and publish its metrics;
         whether it was written. Raises `StatusConflictError` as `record_ahead` does."""
+        if self.handled is not None and self.status.get(HANDLED_FIELD) != self.handled:
+            status = {**status, HANDLED_FIELD: self.handled}
         written = changes(self.status, status)
         if written:
             await self._write(status)

@@ -178,6 +178,41 @@ def test_an_in_place_edit_keeps_the_revision_and_updates_the_application(
     assert job(cluster)["status"]["revision"] == 1
 
 
+def test_an_edit_made_while_no_operator_ran_is_classified_against_the_spec_it_replaced(
+    created: dict[str, Any], cluster: Cluster, operator: Operator
+) -> None:
+    """What kopf last handled is kept in memory, and each finished reconcile records the spec it
+    carried out in status (`status.handledSpec`), never in a write of its own: an operator that
+    starts after an edit compares with that record, as the update handler would have. Without it
+    the edit was an unknown change of definition ("the job's definition changed")."""
+
+    def handled() -> bool:
+        found = job(cluster)
+        return json.loads((found.get("status") or {}).get("handledSpec") or "null") == found["spec"]
+
+    waiting(operator, "the last edit recorded as carried out", handled)
+    assert "distributary.dev/last-handled-configuration" not in (
+        job(cluster)["metadata"].get("annotations") or {}
+    )  # nothing but status holds the record
+    operator.kill()
+    cluster.apply(job_manifest(arguments=["--mode", "thorough"]))
+    operator.start()
+
+    def recorded() -> dict[str, Any] | None:
+        found = job(cluster)
+        change = (found.get("status") or {}).get("lastChange") or {}
+        return change if change.get("generation") == found["metadata"]["generation"] else None
+
+    change = waiting(operator, "lastChange of the edit made while no operator ran", recorded)
+    assert change["classification"] == "RestartInPlace"
+    assert any("arguments changed" in r for r in change["reasons"]), change
+    app = application(cluster, 1)
+    assert app is not None
+    assert app["spec"]["arguments"] == ["--mode", "thorough"]
+    assert app["metadata"]["uid"] == created["metadata"]["uid"]
+    assert job(cluster)["status"]["revision"] == 1
+
+
 def test_changing_the_inputs_in_place_is_refused_with_the_fix(
     created: dict[str, Any], cluster: Cluster, operator: Operator
 ) -> None:

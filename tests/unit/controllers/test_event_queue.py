@@ -1,11 +1,14 @@
 """The operator's events go through a queue of their own: a reconcile never waits for them, they
-never take the threads reconciles wait with, and a flood of them is bounded."""
+never take the threads reconciles wait with, a flood of them is bounded, and Normal events wait
+while reconciles run (warnings do not)."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 from typing import Any
+
+import pytest
 
 from distributary.controllers import events
 from distributary.controllers.events import EventQueue, KubeEvents
@@ -54,7 +57,7 @@ def test_a_flood_of_events_is_bounded_and_the_drops_are_counted() -> None:
     assert taken == [True, True, True, False, False]
     assert queue.dropped == 2
     release.set()
-    queue._pool.shutdown(wait=True)
+    assert queue.drain(5)
     assert sent == [0, 1, 2]  # one sender: in the order given
 
 
@@ -72,3 +75,54 @@ def test_a_failing_send_frees_its_place_in_the_queue() -> None:
     assert queue._waiting == 0
     assert queue.submit(lambda: None, "second")
     assert events.QUEUED >= 100  # the operator's bound is not a handful
+
+
+def test_normal_events_wait_while_reconciles_run_and_warnings_do_not() -> None:
+    busy = threading.Event()
+    busy.set()
+    queue = EventQueue(senders=1, queued=10, busy=busy.is_set, patience=30)
+    sent: list[str] = []
+    queue.submit(lambda: sent.append("made topic"), "normal", urgent=False)
+    queue.submit(lambda: sent.append("refused"), "warning")
+    assert not queue.drain(0.6)  # the warning went; the Normal event waits for the reconciles
+    assert sent == ["refused"]
+    busy.clear()
+    assert queue.drain(5)
+    assert sent == ["refused", "made topic"]
+
+
+def test_a_normal_event_waits_its_patience_at_most() -> None:
+    queue = EventQueue(senders=1, queued=10, busy=lambda: True, patience=0.3)
+    sent: list[str] = []
+    queue.submit(lambda: sent.append("started revision"), "normal", urgent=False)
+    assert queue.drain(5)  # reconciles never stop running here: posted after 0.3 s all the same
+    assert sent == ["started revision"]
+
+
+def test_the_operators_queue_waits_for_its_reconciles(monkeypatch: pytest.MonkeyPatch) -> None:
+    from distributary.controllers import metrics
+
+    assert not metrics.reconciles_running()
+    with metrics.reconciling("Log"):
+        assert metrics.reconciles_running()
+    assert not metrics.reconciles_running()
+    assert events._QUEUE._busy is metrics.reconciles_running
+    posted: list[tuple[str, bool]] = []
+
+    def recorded(send: Any, what: str, urgent: bool = True) -> bool:
+        posted.append((what.split(" ")[0], urgent))
+        return True
+
+    class Kube:
+        def create(self, manifest: dict[str, Any]) -> None:
+            raise AssertionError("queued, not sent")
+
+    body = {"kind": "Log", "metadata": {"namespace": "ns", "name": "clicks", "uid": "u-1"}}
+
+    async def reconcile() -> None:
+        KubeEvents(Kube(), body).info("CreateTopic", "Topic clicks: created.")  # type: ignore[arg-type]
+        KubeEvents(Kube(), body).warn("TopicTaken", "Topic clicks is taken.")  # type: ignore[arg-type]
+
+    monkeypatch.setattr(events._QUEUE, "submit", recorded)
+    asyncio.run(reconcile())
+    assert posted == [("CreateTopic", False), ("TopicTaken", True)]

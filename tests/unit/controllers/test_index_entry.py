@@ -35,7 +35,7 @@ def test_an_entry_keeps_identity_spec_and_status_but_not_managed_fields() -> Non
             "creationTimestamp": "2026-11-22T12:00:00Z",
         },
         "spec": {"partitions": 2},
-        "status": {"topicName": "sums.r2"},
+        "status": {"topicName": "sums.r2", "handledSpec": '{"partitions":2}'},
     }
     entry = index_entry(kopf.Body(cast(kopf.RawBody, raw)))
     assert entry == {

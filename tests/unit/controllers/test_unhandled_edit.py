@@ -21,7 +21,8 @@ from tests.unit.controllers.test_reconcile_failure import FakeKube, log, service
 from tests.unit.reconcile.fakes import NS, parts
 
 from distributary.controllers import handling
-from distributary.controllers.handling import LAST_HANDLED, handle, unhandled_spec
+from distributary.controllers.handled import LAST_HANDLED
+from distributary.controllers.handling import handle, unhandled_spec
 
 OLD = {"inputs": [{"log": "clicks", "alias": "src"}], "sql": "SELECT user FROM src"}
 NEW = {"inputs": [{"log": "clicks", "alias": "src"}], "sql": "SELECT user, n FROM src"}

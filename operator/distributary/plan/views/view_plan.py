@@ -87,16 +87,13 @@ def planning_bodies(
     of its namespace, so it is checked there rather than in the whole namespace's graph: a
     reconcile then costs what the view's own lineage costs, not what a namespace of a thousand
     Logs does."""
-    logs_by_name: dict[str, list[Mapping[str, Any]]] = {}
-    for body in logs:
-        logs_by_name.setdefault(_name(body), []).append(body)
     start_key = (start.get("kind"), _name(start))
     others = [w for w in writers if (w.get("kind"), _name(w)) != start_key]
     by_output: dict[str, list[Mapping[str, Any]]] = {}
     for body in [start, *others]:
         for name in _named_logs(body, "outputs"):
             by_output.setdefault(name, []).append(body)
-    chosen_logs: dict[int, Mapping[str, Any]] = {}
+    named: set[str] = set()
     chosen: dict[int, Mapping[str, Any]] = {}
     queue = [start]
     while queue:
@@ -105,10 +102,11 @@ def planning_bodies(
             continue
         chosen[id(body)] = body
         for name in _named_logs(body, "inputs") + _named_logs(body, "outputs"):
-            for log in logs_by_name.get(name, ()):
-                chosen_logs[id(log)] = log
+            named.add(name)
             queue.extend(w for w in by_output.get(name, ()) if id(w) not in chosen)
-    return list(chosen_logs.values()), list(chosen.values())
+    # One pass over the namespace's Logs, which may be thousands, for the few named.
+    chosen_logs = [log for log in logs if str((log.get("metadata") or {}).get("name")) in named]
+    return chosen_logs, list(chosen.values())
 
 
 def reprocessing_outputs(bodies: Iterable[Mapping[str, Any]]) -> frozenset[str]:
