@@ -216,6 +216,26 @@ def test_an_input_rate_is_measured_over_ten_seconds_or_more_never_over_a_moment(
     assert input_rate(mark, None, 10, t0 + timedelta(seconds=11))[1] == 0.0
 
 
+def test_an_idle_input_keeps_its_mark_so_an_idle_views_status_stays_as_it_is() -> None:
+    """The mark moved on at each observation of an idle view: a status write per view per round,
+    for nothing. It stays now while nothing grows; growth is then measured from it."""
+    from datetime import UTC, datetime, timedelta
+
+    from distributary.plan.revisions.positions import input_rate
+
+    t0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+    mark, rate = input_rate(None, None, 1000, t0)
+    mark, rate = input_rate(mark, rate, 1000, t0 + timedelta(seconds=30))
+    assert (mark["records"], rate) == (1000, 0.0)  # measured once: nothing grew
+    for minutes in (1, 10, 60):  # idle: nothing changes, so nothing is written
+        assert input_rate(mark, rate, 1000, t0 + timedelta(minutes=minutes)) == (mark, 0.0)
+    moved, rate = input_rate(mark, rate, 4600, t0 + timedelta(minutes=60, seconds=30))
+    assert moved == {"at": "2026-11-22T13:00:30.000Z", "records": 4600}
+    assert rate == 1.0  # 3,600 records over the hour since the mark: lower than now, once
+    _, rate = input_rate(moved, rate, 7600, t0 + timedelta(minutes=61))
+    assert rate == 100.0
+
+
 def test_a_rewind_records_where_the_group_stood_when_it_moved() -> None:
     from distributary.plan.revisions.positions import moved_from
 

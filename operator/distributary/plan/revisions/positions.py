@@ -42,7 +42,13 @@ def input_rate(
     one, until `RATE_SECONDS` have passed since the mark). The rate is measured from the mark
     once that long has passed, and the mark moves on then, so every rate is measured over that
     long or more, never over a moment between two reads. The mark's time keeps milliseconds: a
-    time to the second would overstate the seconds by up to one, and understate the rate."""
+    time to the second would overstate the seconds by up to one, and understate the rate.
+
+    Inputs that do not grow keep the mark where it is and the rate at 0, so an idle view's status
+    does not change at every observation (it was written anew each time, for nothing). The first
+    growth after that is measured from the mark, over the idle time too: for one observation the
+    rate is lower than the inputs grow now (a cutover that waits for lag under the rate x 2 s
+    then waits for a little less lag, never for more)."""
     moment = now.astimezone(UTC) if now.tzinfo is not None else now
     here = {
         "at": moment.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
@@ -54,6 +60,8 @@ def input_rate(
         at = None
     if mark is None or at is None:
         return here, rate
+    if rate == 0 and records == int(mark.get("records") or 0):  # idle: nothing to measure
+        return dict(mark), rate
     seconds = (now - at).total_seconds()
     if seconds < RATE_SECONDS:
         return dict(mark), rate
