@@ -79,7 +79,7 @@ class HandledSpecs(kopf.AnnotationsDiffBaseStorage):
         super().__init__(prefix=DIFFBASE_PREFIX, key=DIFFBASE_KEY)
         self._memory: dict[str, tuple[Any, float]] = {}  # uid -> (essence or None, last use)
         self._lock = threading.Lock()
-        self._stored = 0
+        self._uses = 0  # records made (`_used`)
 
     def fetch(self, *, body: kopf.Body) -> Any:
         """What kopf last handled of `body` (None: nothing, the object is new to it)."""
@@ -95,6 +95,7 @@ class HandledSpecs(kopf.AnnotationsDiffBaseStorage):
         if uid:
             with self._lock:
                 self._memory.setdefault(uid, (essence, time.monotonic()))
+                self._used()
         return essence
 
     def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: Any) -> None:
@@ -102,14 +103,9 @@ class HandledSpecs(kopf.AnnotationsDiffBaseStorage):
         uid = body.metadata.uid
         if not uid:
             return
-        now = time.monotonic()
         with self._lock:
-            self._memory[uid] = (essence, now)
-            self._stored += 1
-            if self._stored % PRUNE_EVERY == 0:
-                old = [key for key, (_, at) in self._memory.items() if now - at > KEEP_SECONDS]
-                for key in old:
-                    del self._memory[key]
+            self._memory[uid] = (essence, time.monotonic())
+            self._used()
 
     def replaced_spec(self, body: Mapping[str, Any]) -> Any:
         """The spec an edit of `body` replaced while kopf's update handler has not handled the
@@ -120,6 +116,16 @@ class HandledSpecs(kopf.AnnotationsDiffBaseStorage):
         else:
             spec = recorded_spec(body)
         return spec if spec is not None and spec != body.get("spec") else None
+
+    def _used(self) -> None:
+        """Count a record made; every `PRUNE_EVERY`, let go of those unused for `KEEP_SECONDS`
+        (deleted objects', and quiet ones', which status answers for). Called under the lock."""
+        self._uses += 1
+        if self._uses % PRUNE_EVERY:
+            return
+        now = time.monotonic()
+        for key in [key for key, (_, at) in self._memory.items() if now - at > KEEP_SECONDS]:
+            del self._memory[key]
 
     def _kept(self, body: Mapping[str, Any]) -> tuple[bool, Any]:
         """Whether kopf's record of `body` is held, and the record (None: nothing handled)."""

@@ -14,6 +14,7 @@ import json
 from typing import Any, cast
 
 import kopf
+import pytest
 
 from distributary.controllers.handled import (
     HANDLED_FIELD,
@@ -143,3 +144,27 @@ def test_a_reconciles_final_status_records_the_spec_it_carried_out_and_observing
     assert HANDLED_FIELD not in kube.written[-1]
     done = StatusRecorder.of(cast(Any, kube), body(NEW, {HANDLED_FIELD: handled_text(NEW)}))
     assert not asyncio.run(done.finish({}))  # recorded already: nothing to write
+
+
+def test_records_unused_for_an_hour_are_let_go_so_deleted_objects_do_not_pile_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every object kopf sees gets a record, SparkApplications included, and nothing tells the
+    record that its object was deleted: records unused for `KEEP_SECONDS` are let go (a quiet
+    object's status answers for it again when it is next seen)."""
+    from distributary.controllers import handled
+
+    storage = HandledSpecs()
+    now = [1000.0]
+    monkeypatch.setattr(handled.time, "monotonic", lambda: now[0])
+    for n in range(handled.PRUNE_EVERY - 2):
+        deleted = body(NEW)
+        deleted["metadata"]["uid"] = f"gone-{n}"
+        assert storage.fetch(body=kopf.Body(cast(kopf.RawBody, deleted))) is None
+    now[0] += handled.KEEP_SECONDS - 1
+    storage.fetch(body=body(NEW, {HANDLED_FIELD: handled_text(NEW)}))  # u-1, used lately
+    now[0] += 2
+    new = body(OLD)
+    new["metadata"]["uid"] = "u-2"
+    storage.fetch(body=kopf.Body(cast(kopf.RawBody, new)))  # the 1,000th record: prunes
+    assert set(storage._memory) == {"u-1", "u-2"}
