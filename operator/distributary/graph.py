@@ -50,6 +50,7 @@ from distributary.sql import (
     to_ddl,
     unsafe_calls,
 )
+from distributary.table_queries import TABLE, TableQueryError, input_read, table_query
 
 _KIND_RANK = {"Log": 0, "Source": 1, "DerivedView": 2, "StreamJob": 3, "Sink": 4}
 _FIELD_MESSAGE = re.compile(r"^([A-Za-z][\w.\[\]-]*): (.*)$", re.DOTALL)
@@ -684,7 +685,10 @@ class _Builder:
                 f"start the operator with {ALLOW_FUNCTIONS_FLAG} {name} "
                 f"({ALLOW_FUNCTIONS_ENV}={name})",
             )
-        if analysis is not None:
+        tables = self._table_inputs(ref, view, inputs)
+        if tables:
+            self._check_table_query(ref, view, inputs, analysis, tables)
+        elif analysis is not None:
             aliases = [i.alias for i in view.spec.inputs]
             for message in query_problems(view.spec.sql, aliases, view.spec.output.mode):
                 self._problem(ref, "spec.sql", message)
@@ -708,6 +712,98 @@ class _Builder:
         log = Ref.log(view.output_log, ref.namespace)
         if pipeline._writers.get(log) == ref:
             pipeline.logs[log] = _derive(view, list(inputs.values()), analysis)
+
+    def _table_inputs(self, ref: Ref, view: DerivedView, inputs: Mapping[str, Log]) -> list[str]:
+        """The aliases the view reads as tables (`table_queries.input_read`); a table read of a
+        Log that is not one, or a watermark on a table, is a problem."""
+        tables = []
+        for index, item in enumerate(view.spec.inputs):
+            log = inputs.get(item.alias)
+            if log is None:
+                continue
+            read = input_read(item.read, log.spec.compaction)
+            if read == TABLE and not log.spec.compaction:
+                self._problem(
+                    ref,
+                    f"spec.inputs[{index}].read",
+                    f"is table, but Log {log.metadata.name!r} is not compacted, so its records "
+                    "are events, not rows: set compaction: true (and a key) on the Log, or remove "
+                    "read",
+                )
+                continue
+            if read != TABLE:
+                continue
+            tables.append(item.alias)
+            if item.starting_position.from_ != "Earliest":
+                self._problem(
+                    ref,
+                    f"spec.inputs[{index}].startingPosition.from",
+                    f"is {item.starting_position.from_}, but {item.alias!r} is read as a table "
+                    f"(Log {log.metadata.name!r} is compacted): its rows are the records from the "
+                    "start of the topic, and a table read from elsewhere lacks the rows written "
+                    "before; remove startingPosition, or read the input as a stream "
+                    "(read: changes)",
+                )
+            if item.watermark is not None:
+                self._problem(
+                    ref,
+                    f"spec.inputs[{index}].watermark",
+                    f"is set, but {item.alias!r} is read as a table (Log {log.metadata.name!r} "
+                    "is compacted), whose rows are replaced rather than left behind by time: "
+                    "remove the watermark, or read the input as a stream (read: changes)",
+                )
+        return tables
+
+    def _check_table_query(
+        self,
+        ref: Ref,
+        view: DerivedView,
+        inputs: Mapping[str, Log],
+        analysis: QueryAnalysis | None,
+        tables: list[str],
+    ) -> None:
+        """A query over a table is kept exact (`table_queries`) or refused."""
+        index = {item.alias: i for i, item in enumerate(view.spec.inputs)}
+        table = tables[0]
+        log = inputs[table]
+        as_changes = f"spec.inputs[{index[table]}].read: changes"
+        output = view.spec.output
+        if output.mode != "upsert":
+            self._problem(
+                ref,
+                "spec.output.mode",
+                f"is append, but the query reads {table!r} as a table (Log "
+                f"{log.metadata.name!r} is compacted): a query over a table is a table, kept "
+                "exact as rows change; set mode: upsert with the output's key columns, or read "
+                f"the input as a stream of changes ({as_changes})",
+            )
+            return
+        if analysis is None:
+            return
+        others = [alias for alias in analysis.tables if alias.lower() != table.lower()]
+        if others:
+            self._problem(
+                ref,
+                "spec.sql",
+                f"reads table {table!r} together with {', '.join(map(repr, others))}: joins "
+                "with a table are not kept exact yet; read one table per view, or read the "
+                f"table as a stream of changes ({as_changes})",
+            )
+            return
+        columns = log_columns(log)
+        # A Source's table without a declared key is keyed by its primary key, read from the
+        # database before the view runs: not known here.
+        pending = not log.spec.key and self.pipeline.is_captured(log)
+        try:
+            table_query(
+                view.spec.sql,
+                table,
+                None if pending else (log.spec.key or ()),
+                output.key or [],
+                [c.name for c in columns] if columns else None,
+            )
+        except TableQueryError as exc:
+            self._problem(ref, "spec.sql", str(exc))
 
     def _check_sink(self, ref: Ref) -> None:
         """A Sink's table is keyed as its Log is (upsert), and made from the Log's columns."""

@@ -49,6 +49,7 @@ metadata: {name: big-orders}
 spec:
   inputs: [{log: shop-orders, alias: o}]
   sql: SELECT id, customer, amount FROM o WHERE amount >= 10
+  output: {mode: upsert, key: [id, customer]}
 """
 TABLES = """
 CREATE TABLE IF NOT EXISTS orders (id int PRIMARY KEY, customer text NOT NULL,

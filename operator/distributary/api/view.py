@@ -70,6 +70,13 @@ class ViewInput(ApiModel):
         default_factory=Position,
         description="Where to start when there is no checkpoint and no committed offset.",
     )
+    read: Literal["table", "changes"] | None = Field(
+        default=None,
+        description="How the view reads the Log: table (each record replaces its key's row, a "
+        "tombstone deletes it; the query is kept exact over the current rows) or changes (every "
+        "record is a new row, as a stream). Unset: table when the Log is compacted and keyed (a "
+        "Source's table, an upsert view's output), changes otherwise.",
+    )
     watermark: Watermark | None = Field(
         default=None,
         description="The input's event-time column and allowed lateness. An append view that "

@@ -51,7 +51,9 @@ def _describe_view(planned: PlannedView, pipeline: Pipeline) -> list[str]:
     view = pipeline.views[planned.view]
     spark = view.spec.spark
     reads = ", ".join(
-        f"{i.topic} as {i.alias} from {i.starting_position.kind}"
+        f"{i.topic} as {i.alias}"
+        + (" (a table: each key's latest row)" if i.read == "table" else " (a stream)")
+        + f" from {i.starting_position.kind}"
         + (f", watermark {i.watermark.column} - {i.watermark.delay_ms}ms" if i.watermark else "")
         for i in runner.inputs
     )

@@ -43,6 +43,7 @@ from distributary.runner.query import (
     revision_session,
 )
 from distributary.runner.refusals import refusal, spark_words
+from distributary.runner.tables import reads_table, table_view
 
 # The columns of Spark's Kafka source (without headers, which the runner does not ask for).
 KAFKA_COLUMNS = (
@@ -235,7 +236,10 @@ class QueryCheck:
                 yield problem
                 return
         try:
-            result = session.sql(spec.sql)
+            if reads_table(spec):  # run as the runner runs it: taken apart, over the table
+                result = table_view(session, spec, raw=lambda _: self._empty_stream(session))
+            else:
+                result = session.sql(spec.sql)
         except PySparkException as exc:
             yield "spec.sql", refusal(str(exc), aliases, mode)
             return

@@ -84,6 +84,7 @@ from distributary.runner.dead_letters import send_dead_letters
 from distributary.runner.exactly_once import ExactlyOnceOutput
 from distributary.runner.query import revision_session, start_query
 from distributary.runner.refusals import refusal
+from distributary.runner.tables import reads_table, table_view
 
 POLL_SECONDS = 0.5
 STOP_TIMEOUT = 30.0  # seconds a stop waits for the running micro-batch to finish
@@ -151,7 +152,8 @@ class Revision:
         for alias, source in starting.items():
             offsets = source.starting_position.offsets
             _log(f"{self.label}: no checkpoint; {alias} starts at the group's offsets {offsets}")
-        self.query = start_query(self.session, self.spec, starting, self.output)
+        table = table_view(self.session, self.spec, starting) if reads_table(self.spec) else None
+        self.query = start_query(self.session, self.spec, starting, self.output, table)
         if self.output is not None:
             self.output.attach(self.query)
         self.state = "Running"

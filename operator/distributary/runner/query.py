@@ -86,11 +86,16 @@ def input_frame(
 ) -> DataFrame:
     """One input as the SQL sees it: parsed rows only, with the corrupt ones counted, and its
     watermark when it declares one."""
+    return input_rows(kafka_rows(session, spec, source), source, index)
+
+
+def kafka_rows(session: SparkSession, spec: RunnerSpec, source: RunnerInput) -> DataFrame:
+    """An input's records as Spark's Kafka source gives them."""
     reader = session.readStream.format("kafka")
     options = {**kafka_source_options(spec, source), **spark_options(spec.kafka_security)}
     for key, value in options.items():
         reader = reader.option(key, value)
-    return input_rows(reader.load(), source, index)
+    return reader.load()
 
 
 def input_rows(raw: DataFrame, source: RunnerInput, index: int) -> DataFrame:
@@ -148,19 +153,23 @@ def start_query(
     spec: RunnerSpec,
     starting: Mapping[str, RunnerInput] | None = None,
     sink: Callable[[DataFrame, int], None] | None = None,
+    result: DataFrame | None = None,
 ) -> StreamingQuery:
     """Start the streaming query of `spec`; `starting` replaces inputs (by alias) whose starting
     position the runner decided (a fresh checkpoint starts from the group's committed offsets).
     With `sink`, each micro-batch goes to it (`foreachBatch`: the exactly-once output) instead
-    of Spark's Kafka sink."""
+    of Spark's Kafka sink. `result` is the view's rows when the caller made them (a view over a
+    table: `tables.table_view`); else the SQL runs over the inputs as streams."""
     if spec.output is None or spec.sql is None:
         raise ValueError(f"{spec.kind} {spec.namespace}/{spec.name}: the spec has no SQL or output")
-    for index, source in enumerate(spec.inputs):
-        chosen = (starting or {}).get(source.alias or source.log, source)
-        input_frame(session, spec, chosen, index).createOrReplaceTempView(
-            source.alias or source.log
-        )
-    records = output_frame(session.sql(spec.sql), spec)
+    if result is None:
+        for index, source in enumerate(spec.inputs):
+            chosen = (starting or {}).get(source.alias or source.log, source)
+            input_frame(session, spec, chosen, index).createOrReplaceTempView(
+                source.alias or source.log
+            )
+        result = session.sql(spec.sql)
+    records = output_frame(result, spec)
     writer = (
         records.writeStream.queryName(f"{spec.namespace}.{spec.name}.r{spec.revision}")
         .option("checkpointLocation", spec.checkpoint_location)

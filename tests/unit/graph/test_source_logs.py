@@ -32,6 +32,7 @@ VIEW: dict[str, Any] = {
     "spec": {
         "inputs": [{"log": "shop-orders", "alias": "orders"}],
         "sql": "SELECT customer, id FROM orders",
+        "output": {"mode": "upsert", "key": ["id"]},
     },
 }
 

@@ -460,3 +460,51 @@ def test_job_starting_position_alone_is_ignored() -> None:
 def test_job_strategy_change_alone_is_ignored_and_no_change_has_no_reason() -> None:
     assert classify_job_change(make_job(), make_job("Reprocess")).kind == "Ignore"
     assert classify_job_change(make_job(), make_job()) == Classification("Ignore")
+
+
+# --- Views over a table ---------------------------------------------------------------------
+
+TABLE = {
+    "pv": Log.model_validate(
+        {"metadata": {"name": "pageviews"}, "spec": {"schema": SCHEMA, "compaction": True}}
+    )
+}
+UPSERT = {"output": {"mode": "upsert", "key": ["user"]}}
+
+
+@pytest.mark.parametrize("strategy", ["Reprocess", "Auto"])
+def test_a_query_over_a_table_that_changes_reads_the_table_anew(strategy: str) -> None:
+    old = make_view("SELECT user, page FROM pv", strategy, **UPSERT)
+    new = make_view("SELECT user, upper(page) AS page FROM pv", strategy, **UPSERT)
+    result = classify(old, new, TABLE, TABLE)
+    assert result.kind == "Reprocess"
+    assert any("over table pv" in r or "sql changed" in r for r in result.reasons), result.reasons
+
+
+def test_reading_a_table_as_changes_instead_is_a_new_revision() -> None:
+    old = make_view(COUNTS, "Auto", **UPSERT)
+    new = make_view(
+        COUNTS, "Auto", **UPSERT, inputs=[{"log": "pageviews", "alias": "pv", "read": "changes"}]
+    )
+    result = classify(old, new, TABLE, TABLE)
+    assert result.kind == "Reprocess"
+    assert any("read as a stream of changes instead of a table" in r for r in result.reasons)
+
+
+def test_a_view_over_a_log_that_becomes_compacted_computes_its_rows_anew() -> None:
+    view = make_view(COUNTS, "Auto", **UPSERT)
+    result = classify(view, view, INPUTS, TABLE)
+    assert result.kind == "Reprocess"
+    assert "inputs[pv].read changed from changes to table" in result.reasons[-1] or any(
+        "read as a table" in r for r in result.reasons
+    )
+
+
+def test_a_stream_views_revision_hash_does_not_change_with_tables() -> None:
+    from distributary.plan.revisions.classify import revision_hash, view_definition
+
+    definition = view_definition(make_view(COUNTS, **UPSERT), INPUTS)
+    assert '"read"' not in definition.canonical_json()
+    assert revision_hash(definition) != revision_hash(
+        view_definition(make_view(COUNTS, **UPSERT), TABLE)
+    )

@@ -40,6 +40,7 @@ from distributary.api.names import (
 from distributary.api.view import DerivedView, Watermark
 from distributary.plan.access.kafka_connection import SPARK_REDACTION, KafkaSecurity
 from distributary.plan.revisions.classify import stateful_parts
+from distributary.table_queries import CHANGES, TABLE, input_read
 
 SPEC_JSON_ARG = "--spec-json"  # the runner's argument for the spec inline, as JSON
 SPEC_FILE_ARG = "--spec"  # ...and for the spec in a file
@@ -78,14 +79,21 @@ class RunnerInput(_Contract):
     format: Literal["json"] = "json"
     starting_position: StartingPosition = StartingPosition()
     watermark: EventTime | None = None
+    read: Literal["changes", "table"] = "changes"  # `table_queries.input_read`
+    key: tuple[str, ...] | None = None  # a table's key columns, when its Log declares them
 
     @model_serializer(mode="wrap")
     def _without_unset_watermark(self, handler: SerializerFunctionWrapHandler) -> Any:
-        # An input without a watermark is written as before there were watermarks, so the
-        # runner spec (a SparkApplication's argument) of a view without one does not change.
+        # An input without a watermark, read as a stream, is written as before there were
+        # watermarks and tables, so the runner spec (a SparkApplication's argument) of such a
+        # view does not change.
         data = handler(self)
-        if self.watermark is None and isinstance(data, dict):
-            data.pop("watermark", None)
+        if isinstance(data, dict):
+            if self.watermark is None:
+                data.pop("watermark", None)
+            if self.read == "changes":
+                data.pop("read", None)
+                data.pop("key", None)
         return data
 
 
@@ -329,8 +337,13 @@ def log_partitions(log: Log) -> int:
 
 
 def runner_input(
-    alias: str | None, log: Log, position: StartingPosition, watermark: EventTime | None = None
+    alias: str | None,
+    log: Log,
+    position: StartingPosition,
+    watermark: EventTime | None = None,
+    read: str = CHANGES,
 ) -> RunnerInput:
+    table = read == TABLE
     return RunnerInput(
         alias=alias,
         log=log.metadata.name,
@@ -340,6 +353,8 @@ def runner_input(
         format=log.spec.format,
         starting_position=position,
         watermark=watermark,
+        read=TABLE if table else CHANGES,
+        key=tuple(log.spec.key) if table and log.spec.key else None,
     )
 
 
@@ -378,7 +393,8 @@ def view_runner_spec(
         position = (starting_positions or {}).get(item.alias) or starting_position(
             item.starting_position
         )
-        sources.append(runner_input(item.alias, log, position, event_time(item.watermark)))
+        read = input_read(item.read, log.spec.compaction)
+        sources.append(runner_input(item.alias, log, position, event_time(item.watermark), read))
     sink = RunnerOutput(
         log=output.metadata.name,
         topic=output_topic,
@@ -404,7 +420,8 @@ def view_runner_spec(
         ),
         trigger=spec.spark.trigger,
         max_offsets_per_trigger=spec.spark.max_offsets_per_trigger,
-        stateful=keeps_state(spec.sql),
+        # A table's rows are kept in the checkpoint: a view over one always keeps state.
+        stateful=keeps_state(spec.sql) or any(s.read == TABLE for s in sources),
         fail_on_data_loss=not spec.upgrade.allow_partial_history,
         bootstrap_servers=bootstrap_servers,
         kafka_security=_secured(kafka_security),

@@ -27,6 +27,7 @@ from distributary.api.job import StreamJob
 from distributary.api.log import Log
 from distributary.api.view import DerivedView
 from distributary.sql import DIALECT, canonical_sql, parse_ddl, parse_query, to_ddl
+from distributary.table_queries import CHANGES, TABLE, input_read
 
 # From the weakest to the strongest: with several differences, the strongest wins.
 ChangeKind = Literal["Ignore", "RestartInPlace", "Reprocess", "Forbidden"]
@@ -49,6 +50,7 @@ class InputDefinition:
     format: str
     watermark_column: str | None = None
     watermark_delay_ms: int | None = None
+    read: str = CHANGES  # `table_queries.input_read`
 
     @property
     def watermark(self) -> str | None:
@@ -70,13 +72,17 @@ class ViewDefinition:
     def canonical_json(self) -> str:
         """The definition as canonical JSON: sorted keys, no spaces; what `revision_hash` hashes.
 
-        An input without a watermark has no watermark keys, so views that declare none keep the
-        revision hash they had before watermarks existed."""
+        An input without a watermark has no watermark keys, and one read as a stream no read
+        key, so views that declare neither keep the revision hash they had before watermarks and
+        tables existed. A view over a compacted Log made before tables were read as tables gets a
+        new hash, so its rows are computed anew by a revision of their own."""
         data = asdict(self)
         for item in data["inputs"]:
             for name in ("watermark_column", "watermark_delay_ms"):
                 if item[name] is None:
                     del item[name]
+            if item["read"] == CHANGES:
+                del item["read"]
         return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -120,6 +126,7 @@ def view_definition(view: DerivedView, inputs: Mapping[str, Log]) -> ViewDefinit
                 format=log.spec.format,
                 watermark_column=watermark.column.lower() if watermark else None,
                 watermark_delay_ms=duration_ms(watermark.delay) if watermark else None,
+                read=input_read(item.read, log.spec.compaction),
             )
         )
     items.sort(key=lambda i: (i.alias.lower(), i.alias))
@@ -292,6 +299,31 @@ def _source_blockers(old: ViewDefinition, new: ViewDefinition) -> list[str]:
     ]
 
 
+def _table_blockers(old: ViewDefinition, new: ViewDefinition) -> list[str]:
+    """A table's rows live in the state the query made of them (`runner/tables.py`): a change of
+    how an input is read, or of a query over a table, rebuilds them."""
+    found = []
+    reads = {i.alias.lower(): i.read for i in old.inputs}
+    for item in new.inputs:
+        before = reads.get(item.alias.lower(), item.read)
+        if before != item.read:
+            found.append(
+                f"inputs: {item.alias} is read as {_read_name(item.read)} instead of "
+                f"{_read_name(before)}: its rows are computed anew"
+            )
+    tables = [i.alias for i in new.inputs if i.read == TABLE]
+    if not found and tables and old.sql != new.sql:
+        found.append(
+            f"sql changed over table {tables[0]}: the view keeps the table's rows as the query "
+            "needs them, so a new query reads the table anew"
+        )
+    return found
+
+
+def _read_name(read: str) -> str:
+    return "a table" if read == TABLE else "a stream of changes"
+
+
 def _output_blockers(old: ViewDefinition, new: ViewDefinition) -> list[str]:
     found = []
     if old.mode != new.mode:
@@ -426,7 +458,7 @@ def _in_place_notes(old: ViewDefinition, new: ViewDefinition) -> dict[str, str]:
 def in_place_blockers(old: ViewDefinition, new: ViewDefinition) -> list[str]:
     """Why Spark's checkpoint of `old` cannot run `new`; empty when a restart in place is safe."""
     old_parts, new_parts = stateful_parts(old.sql), stateful_parts(new.sql)
-    found = _source_blockers(old, new) + _output_blockers(old, new)
+    found = _source_blockers(old, new) + _table_blockers(old, new) + _output_blockers(old, new)
     found += _state_blockers(old_parts, new_parts)
     if not found and not new_parts.stateless:
         found += _schema_blockers(old, new) + _watermark_blockers(old, new)
@@ -462,6 +494,8 @@ def _definition_differences(old: ViewDefinition, new: ViewDefinition) -> list[st
             )
         if was.log == now.log and (was.schema, was.format) != (now.schema, now.format):
             found.append(f"inputs[{alias}]: the schema of log {now.log} changed")
+        if was.read != now.read:
+            found.append(f"inputs[{alias}].read changed from {was.read} to {now.read}")
     found += [line for _, _, line in _watermark_changes(old, new)]
     if old.sql != new.sql:
         found.append("sql changed")

@@ -1,0 +1,368 @@
+"""A view over a table input, run by Spark and kept exact in the query's own state.
+
+`table_queries` takes the query apart; here it runs, as one streaming query with the checkpoint
+holding all of its state (so exactly-once output, restarts and a lost checkpoint behave as for
+any stateful view):
+
+1. The table's Kafka records, tombstones included: the key's text, whether the record deletes its
+   row (a tombstone, or a captured delete's `__deleted` marker), the record's columns. Records
+   that do not parse are counted for the dead-letter topic as a stream's are, and change nothing.
+2. The pre-projection (`TableQuery.pre_sql`), per record: what the output needs of the row, and
+   whether it matches the WHERE condition.
+3. `LatestRows`, keyed by the record key: each key's current row, in its state. A batch's records
+   of a key are applied in their partition's order; what is left is compared with the row the
+   key had. Rows: the new row is written, or a tombstone when the row is gone or stopped matching.
+   Groups: the old row's contribution is taken back (weight -1) and the new one added (+1).
+4. `Groups`, keyed by the group: a count of rows; per aggregate, a count and an exact sum (a
+   fraction: integers, decimals and doubles add up without rounding until written), and for MIN,
+   MAX and COUNT(DISTINCT) the count of each value. Each group a batch touched is written with
+   its aggregates, or deleted when no row is left in it (a query without GROUP BY keeps its one
+   group, with a count of 0).
+5. The post-projection: the query's SELECT list over the groups, and HAVING as the tombstone flag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from decimal import ROUND_HALF_UP, Context, Decimal
+from fractions import Fraction
+from typing import Any
+
+from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import functions as fn
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
+from pyspark.sql.types import (
+    BooleanType,
+    DataType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from distributary.plan.applications.runner_spec import RunnerInput, RunnerSpec
+from distributary.plan.revisions.progress import CORRUPT_METRIC
+from distributary.runner.query import (
+    CORRUPT_COLUMN,
+    is_corrupt,
+    kafka_rows,
+    metric_name,
+    parse_schema,
+)
+from distributary.table_queries import (
+    DELETE,
+    DELETED,
+    GONE,
+    GROUPS_VIEW,
+    INTERNAL,
+    KEY,
+    MATCH,
+    OFFSET,
+    PARTITION,
+    TABLE,
+    Aggregate,
+    TableQuery,
+    table_query,
+)
+
+WEIGHT = "_dtry_w"
+_VALUES = ("min", "max", "count_distinct")  # kept as counts of each value
+_PRECISION = 100  # digits of a decimal quotient before it is rounded to its scale (38 at most)
+
+
+def reads_table(spec: RunnerSpec) -> bool:
+    """Whether the view reads a table (the graph lets a view read one, alone)."""
+    return any(source.read == TABLE for source in spec.inputs)
+
+
+def table_view(
+    session: SparkSession,
+    spec: RunnerSpec,
+    starting: Mapping[str, RunnerInput] | None = None,
+    raw: Callable[[RunnerInput], DataFrame] | None = None,
+) -> DataFrame:
+    """The rows of a view over a table, as `output_frame` writes them; `starting` replaces
+    inputs as in `start_query`, `raw` gives an input's Kafka rows (by default its topic's)."""
+    assert spec.sql is not None
+    assert spec.output is not None
+    index, source = next((i, s) for i, s in enumerate(spec.inputs) if s.read == TABLE)
+    alias = source.alias or source.log
+    source = (starting or {}).get(alias, source)
+    schema = parse_schema(source)
+    columns = StructType([f for f in schema.fields if f.name != CORRUPT_COLUMN])
+    query = table_query(spec.sql, alias, source.key, spec.output.key or (), columns.fieldNames())
+    kafka = raw(source) if raw is not None else kafka_rows(session, spec, source)
+    rows = table_rows(kafka, source, index)
+    names = [n for n in output_names(session, spec.sql, alias, columns) if n.lower() != DELETED]
+    return table_result(session, query, rows, names, update=spec.output.mode == "upsert")
+
+
+def table_rows(raw: DataFrame, source: RunnerInput, index: int) -> DataFrame:
+    """A table input's Kafka rows as its rows: `INTERNAL` columns, then the record's columns
+    (null for a tombstone)."""
+    schema = parse_schema(source)
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COLUMN}
+    text = fn.col("value").cast("string")
+    rows = raw.select(
+        fn.col("key").cast("string").alias(KEY),
+        fn.from_json(text, schema, options).alias("record"),
+        fn.col("value").isNull().alias("_tombstone"),
+        fn.col("partition").alias(PARTITION),
+        fn.col("offset").alias(OFFSET),
+    )
+    counted = rows.observe(
+        metric_name(source, index),
+        fn.sum(fn.when(is_corrupt(), 1).otherwise(0)).alias(CORRUPT_METRIC),
+    )
+    columns = [c for c in schema.fieldNames() if c != CORRUPT_COLUMN]
+    deleted = fn.col("_tombstone")
+    if DELETED in [c.lower() for c in columns]:
+        marker = next(c for c in columns if c.lower() == DELETED)
+        deleted = deleted | fn.coalesce(fn.col(f"record.`{marker}`").cast("boolean"), fn.lit(False))
+    return counted.where(~fn.coalesce(is_corrupt(), fn.lit(False))).select(
+        KEY,
+        deleted.alias(DELETE),
+        PARTITION,
+        OFFSET,
+        *(fn.col(f"record.`{c}`").alias(c) for c in columns),
+    )
+
+
+def table_result(
+    session: SparkSession, query: TableQuery, rows: DataFrame, names: Sequence[str], update: bool
+) -> DataFrame:
+    """The view's output rows (with `__deleted` for tombstones) from the table's rows `rows`,
+    registered under the query's table alias; `names` are the query's output column names."""
+    rows.createOrReplaceTempView(query.table)
+    pre = session.sql(query.pre_sql)
+    values = [c for c in pre.columns if c not in (*INTERNAL, MATCH)]
+    state = StructType([f for f in pre.schema.fields if f.name in values])
+    mode = "Update" if update else "Append"
+    if not query.grouping:
+        output = StructType([*state.fields, StructField(DELETED, BooleanType())])
+        latest = LatestRows(values, state, weighted=False)
+        return (
+            pre.groupBy(KEY).transformWithState(latest, output, mode, "None").toDF(*names, DELETED)
+        )
+    weighted = StructType([*state.fields, StructField(WEIGHT, LongType())])
+    changes = pre.groupBy(KEY).transformWithState(
+        LatestRows(values, state, weighted=True), weighted, "Append", "None"
+    )
+    result = aggregate_types(session, state, query)
+    groups = StructType(
+        [
+            *(f for f in state.fields if f.name in query.groups),
+            *(StructField(a.column, result[a.column]) for a in query.aggregates),
+            StructField(GONE, BooleanType()),
+        ]
+    )
+    processor = Groups(query, state, result)
+    grouped = changes.groupBy(*query.groups).transformWithState(processor, groups, mode, "None")
+    grouped.createOrReplaceTempView(GROUPS_VIEW)
+    having = f"COALESCE(({query.having}), FALSE)" if query.having else "TRUE"
+    items = [f"{text} AS `{name}`" for text, name in zip(query.post, names, strict=True)]
+    deleted = f"({GONE} OR NOT {having}) AS {DELETED}"
+    return session.sql(f"SELECT {', '.join(items)}, {deleted} FROM {GROUPS_VIEW}")
+
+
+def output_names(session: SparkSession, sql: str, alias: str, schema: StructType) -> list[str]:
+    """The query's output column names as Spark names them (`count(1)` for an unnamed
+    COUNT(*)), from the query over an empty table of the input's columns."""
+    spark = session.newSession()
+    spark.createDataFrame([], schema).createOrReplaceTempView(alias)
+    return spark.sql(sql).columns
+
+
+def aggregate_types(
+    session: SparkSession, state: StructType, query: TableQuery
+) -> dict[str, DataType]:
+    """Each aggregate's result type as Spark gives it (SUM of an INT is a BIGINT, AVG of a
+    DECIMAL(10,2) a DECIMAL(14,6), ...)."""
+    frame = session.newSession().createDataFrame([], state)
+    calls = []
+    for aggregate in query.aggregates:
+        argument = fn.col(aggregate.argument) if aggregate.argument else fn.lit(1)
+        call = {
+            "count": fn.count,
+            "count_distinct": fn.count_distinct,
+            "sum": fn.sum,
+            "avg": fn.avg,
+            "min": fn.min,
+            "max": fn.max,
+        }[aggregate.function](argument)
+        calls.append(call.alias(aggregate.column))
+    fields = frame.groupBy(*query.groups).agg(*calls).schema.fields
+    return {f.name: f.dataType for f in fields if f.name not in query.groups}
+
+
+class LatestRows(StatefulProcessor):
+    """Per record key: the row the key has (what the pre-projection kept of it, while it matches
+    the WHERE condition), and what a batch changed of it."""
+
+    def __init__(self, values: Sequence[str], state: StructType, weighted: bool) -> None:
+        self.values, self.schema, self.weighted = list(values), state, weighted
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.row = handle.getValueState("row", self.schema)
+
+    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:  # noqa: N802, N803 (Spark's names)
+        stored = self.row.get() if self.row.exists() else None
+        old = tuple(stored) if stored is not None else None
+        new = latest(old, rows, self.values)
+        if new == old:
+            return
+        if new is None:
+            self.row.clear()
+        else:
+            self.row.update(new)
+        names = [*self.values, WEIGHT if self.weighted else DELETED]
+        yield from (
+            Row(**dict(zip(names, r, strict=True))) for r in changes(old, new, self.weighted)
+        )
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def latest(old: tuple[Any, ...] | None, rows: Iterator[Any], values: Sequence[str]) -> Any:
+    """The key's row after `rows` (its records of one batch, applied in partition order): None
+    when the last one deletes it or does not match."""
+    new = old
+    for row in sorted(rows, key=lambda r: (r[PARTITION], r[OFFSET])):
+        new = None if row[DELETE] or not row[MATCH] else tuple(row[v] for v in values)
+    return new
+
+
+def changes(
+    old: tuple[Any, ...] | None, new: tuple[Any, ...] | None, weighted: bool
+) -> list[tuple[Any, ...]]:
+    """What a key's change from `old` to `new` writes. Weighted: the old row taken back (-1) and
+    the new one added (+1). Else the new row, or the old one as a tombstone when none is left."""
+    if weighted:
+        return [(*row, weight) for row, weight in ((old, -1), (new, 1)) if row is not None]
+    if new is not None:
+        return [(*new, False)]
+    return [(*old, True)] if old is not None else []
+
+
+class Groups(StatefulProcessor):
+    """Per group: its aggregates, kept exact as rows join and leave it (see the module)."""
+
+    def __init__(self, query: TableQuery, state: StructType, result: dict[str, DataType]) -> None:
+        self.query, self.result = query, result
+        self.types = {f.name: f.dataType for f in state.fields}
+        self.columns = [f.name for f in state.fields]
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        fields = [StructField("rows", LongType())]
+        for index in range(len(self.query.aggregates)):
+            fields += [StructField(f"n{index}", LongType()), StructField(f"s{index}", StringType())]
+        self.totals = handle.getValueState("totals", StructType(fields))
+        self.values = {
+            index: handle.getMapState(
+                f"values{index}",
+                StructType([StructField("v", self.types[str(a.argument)])]),
+                StructType([StructField("c", LongType())]),
+            )
+            for index, a in enumerate(self.query.aggregates)
+            if a.function in _VALUES
+        }
+
+    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:  # noqa: N802, N803 (Spark's names)
+        count = len(self.query.aggregates)
+        totals = Totals.read(self.totals.get() if self.totals.exists() else None, count)
+        for row in rows:
+            weight = int(row[WEIGHT])
+            totals.rows += weight
+            for index, aggregate in enumerate(self.query.aggregates):
+                value = row[aggregate.argument] if aggregate.argument else 1
+                if value is None:
+                    continue
+                totals.add(index, aggregate, value, weight)
+                if index in self.values:
+                    _count_value(self.values[index], value, weight)
+        gone = totals.rows <= 0 and not self.query.global_group
+        if gone:
+            self.totals.clear()
+            for state in self.values.values():
+                state.clear()
+        else:
+            self.totals.update(totals.written())
+        results = [
+            None if gone else self._result(index, aggregate, totals)
+            for index, aggregate in enumerate(self.query.aggregates)
+        ]
+        names = [*self.query.groups, *(a.column for a in self.query.aggregates), GONE]
+        yield Row(**dict(zip(names, [*key, *results, gone], strict=True)))
+
+    def _result(self, index: int, aggregate: Aggregate, totals: Totals) -> Any:
+        kind = self.result[aggregate.column]
+        if aggregate.function == "count":
+            return totals.counts[index]
+        if aggregate.function in _VALUES:
+            present = [k[0] for k, _ in self.values[index].iterator()]
+            if aggregate.function == "count_distinct":
+                return len(present)
+            if not present:
+                return None
+            return min(present) if aggregate.function == "min" else max(present)
+        if totals.counts[index] == 0:
+            return None
+        exact = totals.sums[index]
+        return typed(exact if aggregate.function == "sum" else exact / totals.counts[index], kind)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def _count_value(state: Any, value: Any, weight: int) -> None:
+    key = (value,)
+    count = (state.getValue(key)[0] if state.containsKey(key) else 0) + weight
+    if count > 0:
+        state.updateValue(key, (count,))
+    elif state.containsKey(key):
+        state.removeKey(key)
+
+
+class Totals:
+    """A group's counts and exact sums, as its state holds them (sums as fraction text)."""
+
+    def __init__(self, rows: int, counts: list[int], sums: list[Fraction]) -> None:
+        self.rows, self.counts, self.sums = rows, counts, sums
+
+    @classmethod
+    def read(cls, stored: Any, aggregates: int) -> Totals:
+        """From the state's row (None: a new group)."""
+        if stored is None:
+            return cls(0, [0] * aggregates, [Fraction(0)] * aggregates)
+        counts = [int(stored[1 + 2 * i] or 0) for i in range(aggregates)]
+        sums = [Fraction(stored[2 + 2 * i] or "0") for i in range(aggregates)]
+        return cls(int(stored[0] or 0), counts, sums)
+
+    def add(self, index: int, aggregate: Aggregate, value: Any, weight: int) -> None:
+        """A row's non-null argument joins (weight 1) or leaves (-1) aggregate `index`."""
+        self.counts[index] += weight
+        if aggregate.function in ("sum", "avg"):
+            self.sums[index] += weight * Fraction(value)
+
+    def written(self) -> tuple[Any, ...]:
+        """The state's row."""
+        parts: list[Any] = [self.rows]
+        for count, total in zip(self.counts, self.sums, strict=True):
+            parts += [count, str(total)]
+        return tuple(parts)
+
+
+def typed(value: Fraction, kind: DataType) -> Any:
+    """An exact value as a column of type `kind`: a double rounded once, a decimal to its scale
+    (half up, as Spark rounds), an integer as is."""
+    if isinstance(kind, DoubleType | FloatType):
+        return float(value)
+    if isinstance(kind, DecimalType):
+        context = Context(prec=_PRECISION)
+        exact = context.divide(Decimal(value.numerator), Decimal(value.denominator))
+        return exact.quantize(Decimal(1).scaleb(-kind.scale), rounding=ROUND_HALF_UP)
+    return int(value)

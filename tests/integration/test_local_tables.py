@@ -1,0 +1,235 @@
+"""Views over a table, on real Kafka and real Spark: exact as its rows are updated and deleted.
+
+A compacted, keyed Log of 300 customers gets its rows inserted, then updated (a customer moves to
+another city, its balance changes; some twice) and deleted (tombstones; some keys deleted and
+inserted again), in rounds appended while the runner runs, with the runner killed with SIGKILL in
+the middle of one round and started again. Four views read it as a table (the default for a
+compacted Log): counts, sums, averages, extremes and distinct counts per city; rows selected and
+projected; one global group; groups kept by HAVING. Once caught up, each output topic read as a
+table equals, row for row, the query evaluated over the customers' final rows.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+import pytest
+from tests.integration.spark_pipelines import PipelineRun, latest_table, produce, read_topic
+
+from distributary.local.broker import EmbeddedBroker
+
+PIPELINE = """
+apiVersion: distributary.dev/v1alpha1
+kind: Log
+metadata: {name: tb-customers}
+spec:
+  partitions: 3
+  compaction: true
+  key: [id]
+  schema: id INT, city STRING, balance DECIMAL(10,2), segment STRING
+---
+apiVersion: distributary.dev/v1alpha1
+kind: DerivedView
+metadata: {name: tb-cities}
+spec:
+  inputs: [{log: tb-customers, alias: c}]
+  sql: |
+    SELECT city, count(*) AS customers, sum(balance) AS balance, avg(balance) AS mean,
+           min(balance) AS lowest, max(balance) AS highest, count(DISTINCT segment) AS segments
+    FROM c GROUP BY city
+  output: {mode: upsert, key: [city]}
+  spark: {trigger: 500ms}
+---
+apiVersion: distributary.dev/v1alpha1
+kind: DerivedView
+metadata: {name: tb-rich}
+spec:
+  inputs: [{log: tb-customers, alias: c}]
+  sql: SELECT id, upper(city) AS city, balance FROM c WHERE balance >= 500
+  output: {mode: upsert, key: [id]}
+  spark: {trigger: 500ms}
+---
+apiVersion: distributary.dev/v1alpha1
+kind: DerivedView
+metadata: {name: tb-all}
+spec:
+  inputs: [{log: tb-customers, alias: c}]
+  sql: SELECT 'all' AS scope, count(*) AS customers, sum(balance) AS total FROM c
+  output: {mode: upsert, key: [scope]}
+  spark: {trigger: 500ms}
+---
+apiVersion: distributary.dev/v1alpha1
+kind: DerivedView
+metadata: {name: tb-big-segments}
+spec:
+  inputs: [{log: tb-customers, alias: c}]
+  sql: SELECT segment, count(*) AS n FROM c GROUP BY segment HAVING n > 62
+  output: {mode: upsert, key: [segment]}
+  spark: {trigger: 500ms}
+"""
+LOG = "tb-customers"
+VIEWS = ("tb-cities", "tb-rich", "tb-all", "tb-big-segments")
+CITIES = ("Lyon", "Oslo", "Lima", "Pune", "Kobe")
+SEGMENTS = ("retail", "smb", "enterprise", "public")
+CUSTOMERS = 300
+PARTITIONS = 3
+CENT = Decimal("0.01")
+
+Rows = dict[int, dict[str, Any] | None]  # id -> its row, None once deleted
+
+
+class Customers:
+    """The table as the test writes it: what each key holds now, and the records appended."""
+
+    def __init__(self, run: PipelineRun, seed: int) -> None:
+        self.run, self.random = run, random.Random(seed)
+        self.rows: Rows = {}
+        self.schema = run.schema(LOG)
+
+    def row(self, i: int) -> dict[str, Any]:
+        balance = Decimal(self.random.randrange(0, 100_000)) * CENT
+        return {
+            "id": i,
+            "city": self.random.choice(CITIES),
+            "balance": float(balance),
+            "segment": self.random.choice(SEGMENTS),
+        }
+
+    def write(self, changes: list[tuple[int, dict[str, Any] | None]]) -> None:
+        """Append each change (a row, or None: a tombstone) to the key's partition, in order."""
+        records = []
+        for i, row in changes:
+            key = self.schema.encode({"id": i, "city": "", "balance": 0, "segment": ""}).key
+            value = None if row is None else self.schema.encode(row).value
+            records.append((i % PARTITIONS, key, value))
+            self.rows[i] = row
+        produce(self.run.bootstrap, self.run.topics[LOG], records)
+
+    def inserts(self) -> list[tuple[int, dict[str, Any] | None]]:
+        return [(i, self.row(i)) for i in range(CUSTOMERS)]
+
+    def churn(self, share: float) -> list[tuple[int, dict[str, Any] | None]]:
+        """Updates (moves, new balances), deletes, and keys deleted and inserted again."""
+        changes: list[tuple[int, dict[str, Any] | None]] = []
+        for i in range(CUSTOMERS):
+            if self.random.random() >= share:
+                continue
+            pick = self.random.random()
+            if pick < 0.6:
+                changes.append((i, self.row(i)))
+                if pick < 0.2:  # a second version in the same round
+                    changes.append((i, self.row(i)))
+            elif pick < 0.8:
+                changes.append((i, None))
+            else:
+                changes += [(i, None), (i, self.row(i))]
+        return changes
+
+    def live(self) -> list[dict[str, Any]]:
+        return [dict(row, balance=_money(row["balance"])) for row in self.rows.values() if row]
+
+
+def _money(value: Any) -> Decimal:
+    return Decimal(str(value)).quantize(CENT)
+
+
+def _decimal_table(topic_rows: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """An output table with its numbers read exactly (JSON numbers as decimals)."""
+    return {
+        key: json.loads(json.dumps(value), parse_float=Decimal) for key, value in topic_rows.items()
+    }
+
+
+def _key(**columns: Any) -> str:
+    return json.dumps(columns, separators=(",", ":"))
+
+
+@pytest.fixture(scope="module")
+def outcome(
+    broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[PipelineRun, Customers, dict[str, dict[str, Any]]]]:
+    run = PipelineRun(tmp_path_factory.mktemp("tables"), PIPELINE, broker.bootstrap_servers)
+    customers = Customers(run, seed=29)
+    try:
+        customers.write(customers.inserts())
+        run.start()
+        run.wait_caught_up(VIEWS, timeout=300)
+        customers.write(customers.churn(0.5))  # while the runner runs
+        time.sleep(customers.random.uniform(1.0, 4.0))
+        run.kill()  # SIGKILL, whatever it was doing
+        customers.write(customers.churn(0.3))
+        run.start()
+        customers.write(customers.churn(0.3))
+        run.wait_caught_up(VIEWS, timeout=300)
+        run.stop()
+        tables = {
+            name: _decimal_table(latest_table(read_topic(run.bootstrap, spec.output.topic)))
+            for name in VIEWS
+            if (spec := run.view(name)).output is not None
+        }
+        yield run, customers, tables
+    finally:
+        run.stop()
+
+
+def test_counts_sums_averages_extremes_and_distinct_counts_per_group_are_exact(
+    outcome: tuple[PipelineRun, Customers, dict[str, dict[str, Any]]],
+) -> None:
+    _, customers, tables = outcome
+    by_city: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in customers.live():
+        by_city[row["city"]].append(row)
+    expected = {}
+    for city, rows in by_city.items():
+        balances = [r["balance"] for r in rows]
+        total = sum(balances, Decimal(0))
+        expected[_key(city=city)] = {
+            "city": city,
+            "customers": len(rows),
+            "balance": total,
+            "mean": (total / len(rows)).quantize(Decimal("0.000001"), rounding=ROUND_HALF_UP),
+            "lowest": min(balances),
+            "highest": max(balances),
+            "segments": len({r["segment"] for r in rows}),
+        }
+    assert tables["tb-cities"] == expected
+    assert sum(r["customers"] for r in tables["tb-cities"].values()) == len(customers.live())
+
+
+def test_selected_rows_follow_updates_and_deletes_and_leave_when_they_stop_matching(
+    outcome: tuple[PipelineRun, Customers, dict[str, dict[str, Any]]],
+) -> None:
+    _, customers, tables = outcome
+    expected = {
+        _key(id=r["id"]): {"id": r["id"], "city": r["city"].upper(), "balance": r["balance"]}
+        for r in customers.live()
+        if r["balance"] >= 500
+    }
+    assert tables["tb-rich"] == expected
+
+
+def test_a_global_group_counts_the_live_rows(
+    outcome: tuple[PipelineRun, Customers, dict[str, dict[str, Any]]],
+) -> None:
+    _, customers, tables = outcome
+    live = customers.live()
+    total = sum((r["balance"] for r in live), Decimal(0))
+    assert tables["tb-all"] == {
+        _key(scope="all"): {"scope": "all", "customers": len(live), "total": total}
+    }
+
+
+def test_groups_that_fail_having_are_deleted_from_the_output(
+    outcome: tuple[PipelineRun, Customers, dict[str, dict[str, Any]]],
+) -> None:
+    _, customers, tables = outcome
+    counts = Counter(r["segment"] for r in customers.live())
+    expected = {_key(segment=s): {"segment": s, "n": n} for s, n in counts.items() if n > 62}
+    assert tables["tb-big-segments"] == expected
+    assert 0 < len(expected) < len(counts), f"HAVING must keep some groups and drop some: {counts}"
