@@ -50,6 +50,7 @@ from distributary.sql import (
     to_ddl,
     unsafe_calls,
 )
+from distributary.table_joins import stream_table_join
 from distributary.table_queries import TABLE, TableQueryError, input_read, table_query
 
 _KIND_RANK = {"Log": 0, "Source": 1, "DerivedView": 2, "StreamJob": 3, "Sink": 4}
@@ -762,12 +763,31 @@ class _Builder:
         analysis: QueryAnalysis | None,
         tables: list[str],
     ) -> None:
-        """A query over a table is kept exact (`table_queries`) or refused."""
+        """A query over a table is kept exact (`table_queries`, `table_joins`) or refused."""
         index = {item.alias: i for i, item in enumerate(view.spec.inputs)}
         table = tables[0]
         log = inputs[table]
         as_changes = f"spec.inputs[{index[table]}].read: changes"
         output = view.spec.output
+        read = analysis.tables if analysis is not None else ()
+        others = [alias for alias in read if alias.lower() != table.lower()]
+        # A Source's table without a declared key is keyed by its primary key, read from the
+        # database before the view runs: not known here.
+        pending = not log.spec.key and self.pipeline.is_captured(log)
+        key = None if pending else (log.spec.key or ())
+        if others and (len(others) > 1 or others[0] in tables):
+            self._problem(
+                ref,
+                "spec.sql",
+                f"reads table {table!r} together with {', '.join(map(repr, others))}: a table "
+                "is kept exact alone, or joined with one stream; joins of tables are not kept "
+                f"exact yet: read one table per view, or read the table as a stream of changes "
+                f"({as_changes})",
+            )
+            return
+        if others:
+            self._check_stream_table_join(ref, view, inputs, others[0], table, key, as_changes)
+            return
         if output.mode != "upsert":
             self._problem(
                 ref,
@@ -780,28 +800,44 @@ class _Builder:
             return
         if analysis is None:
             return
-        others = [alias for alias in analysis.tables if alias.lower() != table.lower()]
-        if others:
-            self._problem(
-                ref,
-                "spec.sql",
-                f"reads table {table!r} together with {', '.join(map(repr, others))}: joins "
-                "with a table are not kept exact yet; read one table per view, or read the "
-                f"table as a stream of changes ({as_changes})",
-            )
-            return
         columns = log_columns(log)
-        # A Source's table without a declared key is keyed by its primary key, read from the
-        # database before the view runs: not known here.
-        pending = not log.spec.key and self.pipeline.is_captured(log)
         try:
             table_query(
                 view.spec.sql,
                 table,
-                None if pending else (log.spec.key or ()),
+                key,
                 output.key or [],
                 [c.name for c in columns] if columns else None,
             )
+        except TableQueryError as exc:
+            self._problem(ref, "spec.sql", str(exc))
+
+    def _check_stream_table_join(
+        self,
+        ref: Ref,
+        view: DerivedView,
+        inputs: Mapping[str, Log],
+        stream: str,
+        table: str,
+        key: Sequence[str] | None,
+        as_changes: str,
+    ) -> None:
+        """A stream joined with a table: each event written once (`table_joins`)."""
+        if view.spec.output.mode != "append":
+            self._problem(
+                ref,
+                "spec.output.mode",
+                f"is upsert, but the query joins stream {stream!r} with table {table!r}, which "
+                "writes each event once, enriched with its row: set mode: append, or read the "
+                f"table as a stream of changes ({as_changes})",
+            )
+            return
+        columns = {
+            alias: [c.name for c in found] if (found := log_columns(inputs.get(alias))) else None
+            for alias in (stream, table)
+        }
+        try:
+            stream_table_join(view.spec.sql, stream, table, columns, key)
         except TableQueryError as exc:
             self._problem(ref, "spec.sql", str(exc))
 

@@ -48,7 +48,7 @@ _FUNCTIONS: dict[type[exp.Expr], Function] = {
     exp.Min: "min",
     exp.Max: "max",
 }
-_GENERATORS = (exp.Explode, exp.Posexplode, exp.Inline, exp.Unnest)
+GENERATORS = (exp.Explode, exp.Posexplode, exp.Inline, exp.Unnest)
 _KEEP_SHORT = "GROUP BY with COUNT, SUM, AVG, MIN, MAX, COUNT(DISTINCT x) and HAVING"
 _KEEP = "only COUNT, SUM, AVG, MIN, MAX and COUNT(DISTINCT x), with HAVING, are kept exact"
 
@@ -194,13 +194,13 @@ def _single_select(query: exp.Query, table: str) -> exp.Select:
         ((exp.Subquery, exp.Exists), "a subquery"),
         ((exp.Filter,), "an aggregate FILTER clause"),
         ((exp.Lateral,), "a LATERAL VIEW"),
-        (_GENERATORS, "a generator (explode, inline)"),
+        (GENERATORS, "a generator (explode, inline)"),
     )
     for kinds, what in refused:
         node = query.find(*kinds)
         if node is not None:
             raise TableQueryError(
-                f"uses {what}, {_text(node)}, over table {table!r}: over a table, selected and "
+                f"uses {what}, {short_sql(node)}, over table {table!r}: over a table, selected and "
                 f"projected rows are kept exact, and {_KEEP_SHORT}; rewrite it without, {fix}"
             )
     if query.args.get("distinct") is not None:
@@ -239,7 +239,7 @@ def _owned(node: exp.Expr, select: exp.Select) -> bool:
     return node.find_ancestor(exp.Select) is select
 
 
-def _text(node: exp.Expr) -> str:
+def short_sql(node: exp.Expr) -> str:
     text = node.sql(dialect=DIALECT)
     return text if len(text) <= 80 else f"{text[:77]}..."
 
@@ -400,15 +400,15 @@ def _aggregate(call: exp.Expr, table: str) -> tuple[Function, exp.Expr | None]:
             values = argument.expressions
             if len(values) != 1:
                 raise TableQueryError(
-                    f"uses {_text(call)} over table {table!r}: COUNT(DISTINCT ...) is kept exact "
-                    "over one expression; count a struct(...) of the columns instead"
+                    f"uses {short_sql(call)} over table {table!r}: COUNT(DISTINCT ...) is kept "
+                    "exact over one expression; count a struct(...) of the columns instead"
                 )
             return "count_distinct", values[0]
         return "count", argument
     function = _FUNCTIONS.get(type(call))
     if function is None or isinstance(argument, exp.Distinct):
         raise TableQueryError(
-            f"uses {_text(call)} over table {table!r}: {_KEEP} (the old row's part taken back "
+            f"uses {short_sql(call)} over table {table!r}: {_KEEP} (the old row's part taken back "
             "when it changes); compute it in a downstream view, or read the input as a stream "
             f"of changes (read: changes for {table!r})"
         )

@@ -43,7 +43,7 @@ from distributary.runner.query import (
     revision_session,
 )
 from distributary.runner.refusals import refusal, spark_words
-from distributary.runner.tables import reads_table, table_view
+from distributary.runner.table_joins import reads_table, table_view
 
 # The columns of Spark's Kafka source (without headers, which the runner does not ask for).
 KAFKA_COLUMNS = (

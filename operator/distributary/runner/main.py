@@ -84,7 +84,7 @@ from distributary.runner.dead_letters import send_dead_letters
 from distributary.runner.exactly_once import ExactlyOnceOutput
 from distributary.runner.query import revision_session, start_query
 from distributary.runner.refusals import refusal
-from distributary.runner.tables import reads_table, table_view
+from distributary.runner.table_joins import reads_table, table_view
 
 POLL_SECONDS = 0.5
 STOP_TIMEOUT = 30.0  # seconds a stop waits for the running micro-batch to finish

@@ -159,7 +159,7 @@ def start_query(
     position the runner decided (a fresh checkpoint starts from the group's committed offsets).
     With `sink`, each micro-batch goes to it (`foreachBatch`: the exactly-once output) instead
     of Spark's Kafka sink. `result` is the view's rows when the caller made them (a view over a
-    table: `tables.table_view`); else the SQL runs over the inputs as streams."""
+    table: `table_joins.table_view`); else the SQL runs over the inputs as streams."""
     if spec.output is None or spec.sql is None:
         raise ValueError(f"{spec.kind} {spec.namespace}/{spec.name}: the spec has no SQL or output")
     if result is None:

@@ -28,7 +28,7 @@ from decimal import ROUND_HALF_UP, Context, Decimal
 from fractions import Fraction
 from typing import Any
 
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as fn
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import (
@@ -48,7 +48,6 @@ from distributary.plan.revisions.progress import CORRUPT_METRIC
 from distributary.runner.query import (
     CORRUPT_COLUMN,
     is_corrupt,
-    kafka_rows,
     metric_name,
     parse_schema,
 )
@@ -69,40 +68,34 @@ from distributary.table_queries import (
 )
 
 WEIGHT = "_dtry_w"
+TIMESTAMP = "_dtry_timestamp"  # a record's Kafka timestamp (`table_joins` orders by it)
 _VALUES = ("min", "max", "count_distinct")  # kept as counts of each value
 _PRECISION = 100  # digits of a decimal quotient before it is rounded to its scale (38 at most)
 
 
-def reads_table(spec: RunnerSpec) -> bool:
-    """Whether the view reads a table (the graph lets a view read one, alone)."""
-    return any(source.read == TABLE for source in spec.inputs)
-
-
-def table_view(
+def single_table_view(
     session: SparkSession,
     spec: RunnerSpec,
-    starting: Mapping[str, RunnerInput] | None = None,
-    raw: Callable[[RunnerInput], DataFrame] | None = None,
+    inputs: Sequence[RunnerInput],
+    kafka: Callable[[RunnerInput], DataFrame],
 ) -> DataFrame:
-    """The rows of a view over a table, as `output_frame` writes them; `starting` replaces
-    inputs as in `start_query`, `raw` gives an input's Kafka rows (by default its topic's)."""
+    """The rows of a view over one table (`table_joins.table_view` picks it): `inputs` are the
+    spec's as they start, `kafka` gives an input's Kafka rows."""
     assert spec.sql is not None
     assert spec.output is not None
-    index, source = next((i, s) for i, s in enumerate(spec.inputs) if s.read == TABLE)
+    index, source = next((i, s) for i, s in enumerate(inputs) if s.read == TABLE)
     alias = source.alias or source.log
-    source = (starting or {}).get(alias, source)
     schema = parse_schema(source)
     columns = StructType([f for f in schema.fields if f.name != CORRUPT_COLUMN])
     query = table_query(spec.sql, alias, source.key, spec.output.key or (), columns.fieldNames())
-    kafka = raw(source) if raw is not None else kafka_rows(session, spec, source)
-    rows = table_rows(kafka, source, index)
-    names = [n for n in output_names(session, spec.sql, alias, columns) if n.lower() != DELETED]
+    rows = table_rows(kafka(source), source, index)
+    names = output_names(session, spec.sql, {alias: columns})
     return table_result(session, query, rows, names, update=spec.output.mode == "upsert")
 
 
 def table_rows(raw: DataFrame, source: RunnerInput, index: int) -> DataFrame:
-    """A table input's Kafka rows as its rows: `INTERNAL` columns, then the record's columns
-    (null for a tombstone)."""
+    """A table input's Kafka rows as its rows: `INTERNAL` columns, the record's columns (null
+    for a tombstone), and its `TIMESTAMP`."""
     schema = parse_schema(source)
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COLUMN}
     text = fn.col("value").cast("string")
@@ -112,6 +105,7 @@ def table_rows(raw: DataFrame, source: RunnerInput, index: int) -> DataFrame:
         fn.col("value").isNull().alias("_tombstone"),
         fn.col("partition").alias(PARTITION),
         fn.col("offset").alias(OFFSET),
+        fn.col("timestamp").alias(TIMESTAMP),
     )
     counted = rows.observe(
         metric_name(source, index),
@@ -122,12 +116,25 @@ def table_rows(raw: DataFrame, source: RunnerInput, index: int) -> DataFrame:
     if DELETED in [c.lower() for c in columns]:
         marker = next(c for c in columns if c.lower() == DELETED)
         deleted = deleted | fn.coalesce(fn.col(f"record.`{marker}`").cast("boolean"), fn.lit(False))
+    # A tombstone has no value: its key columns come from its key, so that a join on them
+    # finds the row it deletes.
+    keyed = {k.lower() for k in source.key or ()}
+    key_schema = StructType([f for f in schema.fields if f.name.lower() in keyed])
+    from_key = fn.from_json(fn.col(KEY), key_schema) if keyed else None
+
+    def column(name: str) -> Column:
+        value = fn.col(f"record.`{name}`")
+        if from_key is not None and name.lower() in keyed:
+            value = fn.coalesce(value, from_key.getField(name))
+        return value.alias(name)
+
     return counted.where(~fn.coalesce(is_corrupt(), fn.lit(False))).select(
         KEY,
         deleted.alias(DELETE),
         PARTITION,
         OFFSET,
-        *(fn.col(f"record.`{c}`").alias(c) for c in columns),
+        *(column(c) for c in columns),
+        TIMESTAMP,
     )
 
 
@@ -168,11 +175,12 @@ def table_result(
     return session.sql(f"SELECT {', '.join(items)}, {deleted} FROM {GROUPS_VIEW}")
 
 
-def output_names(session: SparkSession, sql: str, alias: str, schema: StructType) -> list[str]:
-    """The query's output column names as Spark names them (`count(1)` for an unnamed
-    COUNT(*)), from the query over an empty table of the input's columns."""
+def output_names(session: SparkSession, sql: str, schemas: Mapping[str, StructType]) -> list[str]:
+    """The query's output column names as Spark names them, from the query over empty tables of
+    the inputs' columns (`schemas`, by alias)."""
     spark = session.newSession()
-    spark.createDataFrame([], schema).createOrReplaceTempView(alias)
+    for alias, schema in schemas.items():
+        spark.createDataFrame([], schema).createOrReplaceTempView(alias)
     return spark.sql(sql).columns
 
 

@@ -125,8 +125,6 @@ def test_reading_the_table_as_changes_is_todays_stream_by_name() -> None:
 @pytest.mark.parametrize(
     ("sql", "fragment"),
     [
-        ("SELECT c.city, count(*) AS n FROM c JOIN o ON c.id = o.customer GROUP BY c.city",
-         "together with 'o'"),
         ("SELECT city, count(*) AS n FROM c GROUP BY city ORDER BY city", "ORDER BY"),
         ("SELECT DISTINCT city FROM c", "GROUP BY the selected columns"),
         ("SELECT city, count(*) OVER (PARTITION BY city) AS n FROM c", "window function"),
@@ -189,3 +187,38 @@ def test_a_query_is_taken_apart_into_per_record_columns_and_aggregates() -> None
 def test_a_refusal_is_an_error_the_caller_can_name_a_field_for() -> None:
     with pytest.raises(TableQueryError, match="LIMIT"):
         table_query("SELECT id FROM c LIMIT 3", "c", ["id"], ["id"])
+
+
+JOIN = "SELECT o.id, o.amount, c.city FROM o JOIN c ON o.customer = c.id"
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        JOIN,
+        "SELECT o.id, c.city FROM o LEFT JOIN c ON o.customer = c.id WHERE o.amount > 3",
+        "SELECT o.id, c.city FROM c JOIN o ON c.id = o.customer",
+        "SELECT o.*, c.city FROM o LEFT OUTER JOIN c ON c.id = o.customer + 0",
+    ],
+)
+def test_a_stream_joined_with_a_table_on_its_key_is_valid(sql: str) -> None:
+    assert problems(view(sql, mode="append"), key=["id"]) == []
+
+
+@pytest.mark.parametrize(
+    ("sql", "fragment"),
+    [
+        ("SELECT o.id, c.city FROM o JOIN c ON o.customer = c.segment", "not on its key (id)"),
+        ("SELECT o.id, c.city FROM o RIGHT JOIN c ON o.customer = c.id", "as a RIGHT JOIN"),
+        ("SELECT o.id, c.city FROM o FULL JOIN c ON o.customer = c.id", "as a FULL"),
+        ("SELECT o.id, c.city FROM o JOIN c ON o.customer > c.id", "an equality"),
+        ("SELECT c.city, count(*) AS n FROM o JOIN c ON o.customer = c.id GROUP BY c.city",
+         "aggregate"),
+    ],
+)  # fmt: skip
+def test_a_join_with_a_table_that_is_not_kept_exact_is_refused(sql: str, fragment: str) -> None:
+    the_problem(view(sql, mode="append"), "spec.sql", fragment, "read: changes", key=["id"])
+
+
+def test_a_join_with_a_table_writes_events_so_its_output_is_append() -> None:
+    the_problem(view(JOIN, ["id"]), "spec.output.mode", "is upsert", "set mode: append", key=["id"])
