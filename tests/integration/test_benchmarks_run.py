@@ -62,3 +62,13 @@ def test_cdc_smoke_captures_serves_and_sinks_every_row() -> None:
     assert capture["status"] == capture["snapshot"]["status"] == "ok", capture
     assert report["freshness"]["status"] == "ok", report["freshness"]
     assert report["sink"]["sink"]["status"] == report["sink"]["plain"]["status"] == "ok"
+
+
+def test_tables_smoke_keeps_the_view_exact_and_recomputes_the_same_answer() -> None:
+    report = smoke("tables", 900)
+    assert report["smoke"] is True
+    assert report["maintained"]["exact"] is True, report["maintained"]
+    assert report["maintained"]["batches"] > 0
+    assert report["recompute"]["exact"] is True, report["recompute"]
+    fresh = report["freshness"]
+    assert 0 < fresh["matched"] <= fresh["markers"], fresh
