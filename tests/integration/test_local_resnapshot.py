@@ -60,7 +60,9 @@ apiVersion: distributary.dev/v1alpha1
 kind: DerivedView
 metadata: {{name: resnap-big}}
 spec:
-  inputs: [{{log: {TOPIC}, alias: o}}]
+  # Every version, as the stream of changes it is, with the captured deletes' marker passed on:
+  # what this test follows is the Source's revisions, not the table.
+  inputs: [{{log: {TOPIC}, alias: o, read: changes}}]
   sql: SELECT id, customer, amount * 2 AS amount, __deleted FROM o
   output: {{mode: upsert, key: [id], partitions: 1}}
 """

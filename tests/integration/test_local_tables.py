@@ -5,7 +5,8 @@ another city, its balance changes; some twice) and deleted (tombstones; some key
 inserted again), in rounds appended while the runner runs, with the runner killed with SIGKILL in
 the middle of one round and started again. Four views read it as a table (the default for a
 compacted Log): counts, sums, averages, extremes and distinct counts per city; rows selected and
-projected; one global group; groups kept by HAVING. Once caught up, each output topic read as a
+projected; one global group; groups kept by HAVING (COUNT, SUM and AVG of decimals by Spark's own
+aggregation, the others by the runner's groups). Once caught up, each output topic read as a
 table equals, row for row, the query evaluated over the customers' final rows.
 """
 
@@ -66,7 +67,9 @@ kind: DerivedView
 metadata: {name: tb-all}
 spec:
   inputs: [{log: tb-customers, alias: c}]
-  sql: SELECT 'all' AS scope, count(*) AS customers, sum(balance) AS total FROM c
+  sql: |
+    SELECT 'all' AS scope, count(*) AS customers, sum(balance) AS total, avg(balance) AS mean
+    FROM c
   output: {mode: upsert, key: [scope]}
   spark: {trigger: 500ms}
 ---
@@ -282,8 +285,9 @@ def test_a_global_group_counts_the_live_rows(
     _, customers, tables = outcome
     live = customers.live()
     total = sum((r["balance"] for r in live), Decimal(0))
+    mean = (total / len(live)).quantize(Decimal("0.000001"), rounding=ROUND_HALF_UP)
     assert tables["tb-all"] == {
-        _key(scope="all"): {"scope": "all", "customers": len(live), "total": total}
+        _key(scope="all"): {"scope": "all", "customers": len(live), "total": total, "mean": mean}
     }
 
 

@@ -13,11 +13,13 @@ any stateful view):
    of a key are applied in their partition's order; what is left is compared with the row the
    key had. Rows: the new row is written, or a tombstone when the row is gone or stopped matching.
    Groups: the old row's contribution is taken back (weight -1) and the new one added (+1).
-4. `Groups`, keyed by the group: a count of rows; per aggregate, a count and an exact sum (a
-   fraction: integers, decimals and doubles add up without rounding until written), and for MIN,
-   MAX and COUNT(DISTINCT) the count of each value. Each group a batch touched is written with
-   its aggregates, or deleted when no row is left in it (a query without GROUP BY keeps its one
-   group, with a count of 0).
+4. The groups. COUNT, and SUM and AVG of integers and decimals: Spark's own streaming
+   aggregation of the weighted changes (`summed`), exact in those types. Otherwise `Groups`,
+   keyed by the group: a count of rows; per aggregate, a count and an exact sum (a fraction:
+   doubles add up without rounding until written), and for MIN, MAX and COUNT(DISTINCT) the count
+   of each value, so a deleted value gives way to the next one. Each group a batch touched is
+   written with its aggregates, or deleted when no row is left in it (a query without GROUP BY
+   keeps its one group, with a count of 0).
 5. The post-projection: the query's SELECT list over the groups, and HAVING as the tombstone flag.
 """
 
@@ -37,6 +39,7 @@ from pyspark.sql.types import (
     DecimalType,
     DoubleType,
     FloatType,
+    IntegralType,
     LongType,
     StringType,
     StructField,
@@ -148,12 +151,12 @@ def table_result(
     values = [c for c in pre.columns if c not in (*INTERNAL, MATCH)]
     state = StructType([f for f in pre.schema.fields if f.name in values])
     mode = "Update" if update else "Append"
-    if not query.grouping:
+    if not query.grouping:  # a selected `__deleted` is left to the runner (`table_queries`)
         output = StructType([*state.fields, StructField(DELETED, BooleanType())])
         latest = LatestRows(values, state, weighted=False)
-        return (
-            pre.groupBy(KEY).transformWithState(latest, output, mode, "None").toDF(*names, DELETED)
-        )
+        kept = [name for name in names if name.lower() != DELETED]
+        rows_out = pre.groupBy(KEY).transformWithState(latest, output, mode, "None")
+        return rows_out.toDF(*kept, DELETED)
     weighted = StructType([*state.fields, StructField(WEIGHT, LongType())])
     changes = pre.groupBy(KEY).transformWithState(
         LatestRows(values, state, weighted=True), weighted, "Append", "None"
@@ -166,13 +169,76 @@ def table_result(
             StructField(GONE, BooleanType()),
         ]
     )
-    processor = Groups(query, state, result)
-    grouped = changes.groupBy(*query.groups).transformWithState(processor, groups, mode, "None")
+    if summable(query, state):
+        grouped = summed(changes, query, result)
+    else:
+        processor = Groups(query, state, result)
+        grouped = changes.groupBy(*query.groups).transformWithState(processor, groups, mode, "None")
     grouped.createOrReplaceTempView(GROUPS_VIEW)
     having = f"COALESCE(({query.having}), FALSE)" if query.having else "TRUE"
-    items = [f"{text} AS `{name}`" for text, name in zip(query.post, names, strict=True)]
-    deleted = f"({GONE} OR NOT {having}) AS {DELETED}"
+    gone = [GONE, f"NOT {having}"]
+    items = []
+    for text, name in zip(query.post, names, strict=True):
+        if name.lower() == DELETED:  # the query's own deletion marker deletes its groups too
+            gone.append(f"COALESCE(CAST(({text}) AS BOOLEAN), FALSE)")
+        else:
+            items.append(f"{text} AS `{name}`")
+    deleted = f"({' OR '.join(gone)}) AS {DELETED}"
     return session.sql(f"SELECT {', '.join(items)}, {deleted} FROM {GROUPS_VIEW}")
+
+
+def summable(query: TableQuery, state: StructType) -> bool:
+    """Whether Spark's own streaming aggregation keeps the groups exact: COUNT, and SUM and AVG
+    of integers and decimals (their sums of weighted values are exact; a double's are not)."""
+    types = {f.name: f.dataType for f in state.fields}
+    return all(
+        a.function == "count"
+        or (
+            a.function in ("sum", "avg")
+            and isinstance(types[str(a.argument)], IntegralType | DecimalType)
+        )
+        for a in query.aggregates
+    )
+
+
+def summed(changes: DataFrame, query: TableQuery, result: Mapping[str, DataType]) -> DataFrame:
+    """The groups by Spark's streaming aggregation (update mode) over the weighted changes: per
+    group the weights' sum (its rows), and per aggregate the weights of its non-null arguments
+    and the sum of each argument times its weight; each changed group's aggregates from those,
+    typed and rounded as Spark's own COUNT, SUM and AVG are. A group left without rows stays in
+    Spark's state (at zero), and its row is deleted from the output."""
+    weight = fn.col(WEIGHT)
+    sums = [fn.sum(weight).alias("_dtry_rows")]
+    for index, a in enumerate(query.aggregates):
+        if a.argument is None:
+            continue
+        present = fn.col(f"`{a.argument}`").isNotNull()
+        sums.append(fn.sum(fn.when(present, weight).otherwise(0)).alias(f"_dtry_n{index}"))
+        if a.function != "count":
+            sums.append(fn.sum(fn.col(f"`{a.argument}`") * weight).alias(f"_dtry_s{index}"))
+    totals = changes.groupBy(*query.groups).agg(*sums)
+    columns = [fn.col(g) for g in query.groups]
+    for index, a in enumerate(query.aggregates):
+        kind = result[a.column]
+        if a.argument is None:
+            value = fn.col("_dtry_rows")
+        elif a.function == "count":
+            value = fn.col(f"_dtry_n{index}")
+        else:
+            count, total = fn.col(f"_dtry_n{index}"), fn.col(f"_dtry_s{index}")
+            value = total if a.function == "sum" else _average(total, count, kind)
+            value = fn.when(count > 0, value.cast(kind))
+        columns.append(value.cast(kind).alias(a.column))
+    gone = fn.lit(False) if query.global_group else fn.col("_dtry_rows") <= 0
+    return totals.select(*columns, gone.alias(GONE))
+
+
+def _average(total: Column, count: Column, kind: DataType) -> Column:
+    """AVG as Spark computes it: a decimal's sum over the count as a DECIMAL(20,0), cast to the
+    average's type (rounded half up); an integer's as doubles."""
+    if isinstance(kind, DecimalType):
+        return total / count.cast(DecimalType(20, 0))
+    return total.cast(DoubleType()) / count.cast(DoubleType())
 
 
 def output_names(session: SparkSession, sql: str, schemas: Mapping[str, StructType]) -> list[str]:
