@@ -3,9 +3,9 @@ examples/shop/run.py`).
 
 1. PostgreSQL 15 and Redis start from their Debian packages (`tools/system-packages.sh`), in the
    state folder; the database `shop` gets three roles: `shop_app` (the application: it may only
-   place, change and cancel orders), `shop_cdc` (the Source: it owns the table, with
-   REPLICATION) and `shop_serving` (the Sink: it makes its own table). Their passwords are new
-   each run, in a secrets folder laid out as Kubernetes mounts a Secret.
+   insert orders), `shop_cdc` (the Source: it owns the table, with REPLICATION) and
+   `shop_serving` (the Sink: it makes its own table). Their passwords are new each run, in a
+   secrets folder laid out as Kubernetes mounts a Secret.
 2. `distributary run` starts on the example's files (with this run's ports): the Source turns the
    orders table into the Log `shop-orders`, the view `customer-revenue` sums it per customer,
    and two Sinks keep `public.customer_revenue` in PostgreSQL and `revenue:<customer>` in Redis.

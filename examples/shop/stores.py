@@ -1,10 +1,10 @@
 """The shop's stores, as its operators set them up and as its readers see them.
 
 - `prepare`: the database `shop` and its three roles, each with its own password: `shop_app`
-  (the application: it may only read, place, change and cancel orders), `shop_cdc` (the Source:
-  it owns the table, with REPLICATION and CREATE on the database, for its publication) and
-  `shop_serving` (the Sink: it makes its own table). Run again, it sets the passwords anew and
-  changes nothing else.
+  (the application: it may only insert and read orders), `shop_cdc` (the Source: it owns the
+  table, with REPLICATION and CREATE on the database, for its publication) and `shop_serving`
+  (the Sink: it makes its own table). Run again, it sets the passwords anew and changes nothing
+  else.
 - `truth`, `serving`, `cache`: revenue and number of orders per customer, from the orders table
   (what the orders imply), from the serving table (what the reports read) and from the Redis
   cache (what the pages read); `differences` says, customer by customer, where two disagree.
@@ -59,7 +59,7 @@ def prepare(admin: str, passwords: Mapping[str, str]) -> None:
         db.execute("GRANT CREATE ON SCHEMA public TO shop_cdc, shop_serving")
     with psycopg.connect(dsn(admin, "cdc", passwords["cdc"]), autocommit=True) as db:
         db.execute(SCHEMA)
-        db.execute("GRANT SELECT, INSERT, UPDATE, DELETE ON orders TO shop_app")
+        db.execute("GRANT SELECT, INSERT ON orders TO shop_app")
 
 
 def truth(app_dsn: str) -> Table:
