@@ -38,6 +38,7 @@ from distributary.api.documents import BeyondLimits, yaml_documents
 from distributary.api.names import topic_names
 from distributary.api.source import SourceTable
 from distributary.event_time import event_time_problems, log_columns
+from distributary.joined_tables import joined_tables
 from distributary.query_rules import query_problems
 from distributary.sql import (
     ALLOW_FUNCTIONS_ENV,
@@ -775,15 +776,18 @@ class _Builder:
         # database before the view runs: not known here.
         pending = not log.spec.key and self.pipeline.is_captured(log)
         key = None if pending else (log.spec.key or ())
-        if others and (len(others) > 1 or others[0] in tables):
+        if len(others) > 1:
             self._problem(
                 ref,
                 "spec.sql",
                 f"reads table {table!r} together with {', '.join(map(repr, others))}: a table "
-                "is kept exact alone, or joined with one stream; joins of tables are not kept "
-                f"exact yet: read one table per view, or read the table as a stream of changes "
-                f"({as_changes})",
+                "is kept exact alone, joined with one stream, or joined with one other table: "
+                "split the query into views of two inputs each, or read the table as a stream "
+                f"of changes ({as_changes})",
             )
+            return
+        if others and others[0] in tables:
+            self._check_joined_tables(ref, view, inputs, (table, others[0]))
             return
         if others:
             self._check_stream_table_join(ref, view, inputs, others[0], table, key, as_changes)
@@ -809,6 +813,32 @@ class _Builder:
                 output.key or [],
                 [c.name for c in columns] if columns else None,
             )
+        except TableQueryError as exc:
+            self._problem(ref, "spec.sql", str(exc))
+
+    def _check_joined_tables(
+        self, ref: Ref, view: DerivedView, inputs: Mapping[str, Log], tables: tuple[str, str]
+    ) -> None:
+        """Two tables joined: the join is a table, kept exact (`joined_tables`)."""
+        if view.spec.output.mode != "upsert":
+            self._problem(
+                ref,
+                "spec.output.mode",
+                f"is append, but the query joins tables {tables[0]!r} and {tables[1]!r}: a join "
+                "of tables is a table, kept exact as rows change; set mode: upsert with the "
+                "output's key columns, or read one of them as a stream of changes "
+                "(read: changes)",
+            )
+            return
+        columns, keys = {}, {}
+        for alias in tables:
+            log = inputs[alias]
+            found = log_columns(log)
+            columns[alias] = [c.name for c in found] if found else None
+            pending = not log.spec.key and self.pipeline.is_captured(log)
+            keys[alias] = None if pending else (log.spec.key or ())
+        try:
+            joined_tables(view.spec.sql, tables, columns, keys, view.spec.output.key or [])
         except TableQueryError as exc:
             self._problem(ref, "spec.sql", str(exc))
 

@@ -657,6 +657,16 @@ def _unresolved(name: str, scope: Scope, inputs: _Inputs) -> SqlError:
         available = _source_columns(source, inputs) or []
         lacking = f"{_describe(source_name, source, inputs)} does not have"
         return _missing(name, lacking, available, table)
+    having = [
+        _describe(n, s, inputs)
+        for n, s in sources
+        if name.lower() in {c.lower() for c in _source_columns(s, inputs) or []}
+    ]
+    if len(having) > 1:
+        return SqlError(
+            f"uses column {name!r}, which {' and '.join(having)} both have: qualify it "
+            f"({', '.join(f'{n}.{name}' for n, _ in sources)})"
+        )
     available = [c for _, source in sources for c in _source_columns(source, inputs) or []]
     lacking = "none of " + ", ".join(_describe(n, s, inputs) for n, s in sources) + " has"
     return _missing(name, lacking, available, None)

@@ -6,8 +6,12 @@ inserted again), in rounds appended while the runner runs, with the runner kille
 the middle of one round and started again. Four views read it as a table (the default for a
 compacted Log): counts, sums, averages, extremes and distinct counts per city; rows selected and
 projected; one global group; groups kept by HAVING (COUNT, SUM and AVG of decimals by Spark's own
-aggregation, the others by the runner's groups). Once caught up, each output topic read as a
-table equals, row for row, the query evaluated over the customers' final rows.
+aggregation, the others by the runner's groups). A stream of orders is joined with it, each order
+written once. A second table, of accounts that move between customers (some that never were),
+change and are deleted in the same rounds, is joined with it: accounts and amounts per city, and
+each account with its customer's city (a RIGHT JOIN: accounts of no customer kept). Once caught
+up, each output topic read as a table equals, row for row, the query evaluated over the final
+rows.
 """
 
 from __future__ import annotations
@@ -98,12 +102,52 @@ spec:
     SELECT o.order_id, o.customer, c.city, c.segment
     FROM o LEFT JOIN c ON o.customer = c.id WHERE o.amount > 0
   spark: {trigger: 500ms}
+---
+apiVersion: distributary.dev/v1alpha1
+kind: Log
+metadata: {name: tb-accounts}
+spec:
+  partitions: 2
+  compaction: true
+  key: [account]
+  schema: account INT, customer INT, amount INT
+---
+apiVersion: distributary.dev/v1alpha1
+kind: DerivedView
+metadata: {name: tb-city-accounts}
+spec:
+  inputs: [{log: tb-accounts, alias: a}, {log: tb-customers, alias: c}]
+  sql: |
+    SELECT c.city, count(*) AS accounts, sum(a.amount) AS amount
+    FROM a JOIN c ON a.customer = c.id GROUP BY c.city
+  output: {mode: upsert, key: [city]}
+  spark: {trigger: 500ms}
+---
+apiVersion: distributary.dev/v1alpha1
+kind: DerivedView
+metadata: {name: tb-account-cities}
+spec:
+  inputs: [{log: tb-customers, alias: c}, {log: tb-accounts, alias: a}]
+  sql: |
+    SELECT a.account, a.amount, c.city
+    FROM c RIGHT JOIN a ON c.id = a.customer WHERE a.amount > 100
+  output: {mode: upsert, key: [account]}
+  spark: {trigger: 500ms}
 """
-LOG, ORDERS = "tb-customers", "tb-orders"
-VIEWS = ("tb-cities", "tb-rich", "tb-all", "tb-big-segments", "tb-enriched")
+LOG, ORDERS, ACCOUNTS = "tb-customers", "tb-orders", "tb-accounts"
+VIEWS = (
+    "tb-cities",
+    "tb-rich",
+    "tb-all",
+    "tb-big-segments",
+    "tb-enriched",
+    "tb-city-accounts",
+    "tb-account-cities",
+)
 CITIES = ("Lyon", "Oslo", "Lima", "Pune", "Kobe")
 SEGMENTS = ("retail", "smb", "enterprise", "public")
 CUSTOMERS = 300
+ACCOUNT_COUNT = 400
 PARTITIONS = 3
 CENT = Decimal("0.01")
 
@@ -119,6 +163,7 @@ class Customers:
         self.schema = run.schema(LOG)
         self.expected_events: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
+        self.accounts: Accounts | None = None
 
     def row(self, i: int) -> dict[str, Any]:
         balance = Decimal(self.random.randrange(0, 100_000)) * CENT
@@ -191,6 +236,41 @@ class Customers:
         return [dict(row, balance=_money(row["balance"])) for row in self.rows.values() if row]
 
 
+class Accounts:
+    """A second table, joined with the customers: each account belongs to a customer (or to
+    one that never was), and moves between customers, changes its amount, is deleted."""
+
+    def __init__(self, run: PipelineRun, seed: int) -> None:
+        self.run, self.random = run, random.Random(seed)
+        self.rows: Rows = {}
+        self.schema = run.schema(ACCOUNTS)
+
+    def row(self, i: int) -> dict[str, Any]:
+        customer = self.random.randrange(0, CUSTOMERS + 10)  # ten customers that never were
+        return {"account": i, "customer": customer, "amount": self.random.randrange(0, 1_000)}
+
+    def write(self, changes: list[tuple[int, dict[str, Any] | None]]) -> None:
+        records = []
+        for i, row in changes:
+            key = self.schema.encode({"account": i, "customer": 0, "amount": 0}).key
+            value = None if row is None else self.schema.encode(row).value
+            records.append((i % 2, key, value))
+            self.rows[i] = row
+        produce(self.run.bootstrap, self.run.topics[ACCOUNTS], records)
+
+    def churn(self, share: float, first: bool = False) -> list[tuple[int, dict[str, Any] | None]]:
+        changes: list[tuple[int, dict[str, Any] | None]] = []
+        for i in range(ACCOUNT_COUNT):
+            if first:
+                changes.append((i, self.row(i)))
+            elif self.random.random() < share:
+                changes.append((i, None if self.random.random() < 0.2 else self.row(i)))
+        return changes
+
+    def live(self) -> list[dict[str, Any]]:
+        return [row for row in self.rows.values() if row]
+
+
 def _money(value: Any) -> Decimal:
     return Decimal(str(value)).quantize(CENT)
 
@@ -212,18 +292,24 @@ def outcome(
 ) -> Iterator[tuple[PipelineRun, Customers, dict[str, dict[str, Any]]]]:
     run = PipelineRun(tmp_path_factory.mktemp("tables"), PIPELINE, broker.bootstrap_servers)
     customers = Customers(run, seed=29)
+    accounts = Accounts(run, seed=31)
+    customers.accounts = accounts
     try:
         customers.write(customers.inserts())
+        accounts.write(accounts.churn(0, first=True))
         run.start()
         run.wait_caught_up(VIEWS, timeout=300)
         customers.expected_events = customers.enriched(customers.orders(0))
         run.wait_caught_up(VIEWS, timeout=120)
         customers.write(customers.churn(0.5))  # while the runner runs
+        accounts.write(accounts.churn(0.5))
         time.sleep(customers.random.uniform(1.0, 4.0))
         run.kill()  # SIGKILL, whatever it was doing
         customers.write(customers.churn(0.3))
+        accounts.write(accounts.churn(0.3))
         run.start()
         customers.write(customers.churn(0.3))
+        accounts.write(accounts.churn(0.3))
         run.wait_caught_up(VIEWS, timeout=300)
         customers.expected_events += customers.enriched(customers.orders(10_000))
         run.wait_caught_up(VIEWS, timeout=120)
@@ -309,3 +395,39 @@ def test_a_stream_joined_with_a_table_writes_each_event_once_with_the_row_curren
     # first round's were never written again when the customers changed afterwards.
     assert as_multiset(customers.events) == as_multiset(customers.expected_events)
     assert any(e["city"] is None for e in customers.events), "a LEFT JOIN keeps orders of no one"
+
+
+def test_two_tables_joined_and_grouped_are_exact_as_both_change(
+    outcome: tuple[PipelineRun, Customers, dict[str, dict[str, Any]]],
+) -> None:
+    _, customers, tables = outcome
+    assert customers.accounts is not None
+    city = {r["id"]: r["city"] for r in customers.live()}
+    totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for account in customers.accounts.live():
+        if account["customer"] in city:
+            total = totals[city[account["customer"]]]
+            total[0] += 1
+            total[1] += account["amount"]
+    expected = {
+        _key(city=c): {"city": c, "accounts": n, "amount": amount}
+        for c, (n, amount) in totals.items()
+    }
+    assert tables["tb-city-accounts"] == expected
+
+
+def test_two_tables_left_joined_follow_moves_updates_and_deletes_of_either(
+    outcome: tuple[PipelineRun, Customers, dict[str, dict[str, Any]]],
+) -> None:
+    _, customers, tables = outcome
+    assert customers.accounts is not None
+    city = {r["id"]: r["city"] for r in customers.live()}
+    expected = {}
+    for account in customers.accounts.live():
+        if account["amount"] > 100:
+            row = {"account": account["account"], "amount": account["amount"]}
+            if account["customer"] in city:  # a null column is not written
+                row["city"] = city[account["customer"]]
+            expected[_key(account=account["account"])] = row
+    assert tables["tb-account-cities"] == expected
+    assert any("city" not in row for row in expected.values()), "accounts of no customer"

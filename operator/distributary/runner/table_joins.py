@@ -8,7 +8,7 @@ same instant, then in offset order. The rows are in the checkpoint's state, so a
 and written exactly once, and a change of the table never writes an earlier event again.
 
 Also the entry of every view that reads a table (`table_view`): a table read alone goes to
-`runner/tables.py`.
+`runner/tables.py`, two tables joined to `runner/joined_tables.py`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from sqlglot import exp
 
 from distributary.plan.applications.runner_spec import RunnerInput, RunnerSpec
 from distributary.plan.revisions.progress import CORRUPT_METRIC
+from distributary.runner.joined_tables import joined_tables_view
 from distributary.runner.query import (
     CORRUPT_COLUMN,
     is_corrupt,
@@ -68,6 +69,11 @@ def table_view(
         (i, s) for i, s in enumerate(inputs) if s.read != TABLE and _alias(s).lower() in read
     ]
     if not streams:
+        tables = [
+            (i, s) for i, s in enumerate(inputs) if s.read == TABLE and _alias(s).lower() in read
+        ]
+        if len(tables) == 2:
+            return joined_tables_view(session, spec, tables, kafka)
         return single_table_view(session, spec, inputs, kafka)
     index, table = next((i, s) for i, s in enumerate(inputs) if s.read == TABLE)
     ((stream_index, stream),) = streams

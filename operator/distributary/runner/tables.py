@@ -25,6 +25,7 @@ any stateful view):
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from decimal import ROUND_HALF_UP, Context, Decimal
 from fractions import Fraction
@@ -142,10 +143,17 @@ def table_rows(raw: DataFrame, source: RunnerInput, index: int) -> DataFrame:
 
 
 def table_result(
-    session: SparkSession, query: TableQuery, rows: DataFrame, names: Sequence[str], update: bool
+    session: SparkSession,
+    query: TableQuery,
+    rows: DataFrame,
+    names: Sequence[str],
+    update: bool,
+    weighted: bool = False,
 ) -> DataFrame:
     """The view's output rows (with `__deleted` for tombstones) from the table's rows `rows`,
-    registered under the query's table alias; `names` are the query's output column names."""
+    registered under the query's table alias; `names` are the query's output column names.
+    `weighted`: `rows` are changes already (`runner/joined_tables.py`: a row added, or taken
+    back when `DELETE` is set), not a table's records."""
     rows.createOrReplaceTempView(query.table)
     pre = session.sql(query.pre_sql)
     values = [c for c in pre.columns if c not in (*INTERNAL, MATCH)]
@@ -153,14 +161,20 @@ def table_result(
     mode = "Update" if update else "Append"
     if not query.grouping:  # a selected `__deleted` is left to the runner (`table_queries`)
         output = StructType([*state.fields, StructField(DELETED, BooleanType())])
-        latest = LatestRows(values, state, weighted=False)
+        latest = (NetRows if weighted else LatestRows)(values, state, weighted=False)
         kept = [name for name in names if name.lower() != DELETED]
         rows_out = pre.groupBy(KEY).transformWithState(latest, output, mode, "None")
         return rows_out.toDF(*kept, DELETED)
-    weighted = StructType([*state.fields, StructField(WEIGHT, LongType())])
-    changes = pre.groupBy(KEY).transformWithState(
-        LatestRows(values, state, weighted=True), weighted, "Append", "None"
-    )
+    if weighted:
+        weight = fn.when(fn.col(DELETE), fn.lit(-1)).otherwise(fn.lit(1)).cast(LongType())
+        changes = pre.where(fn.col(MATCH)).select(*values, weight.alias(WEIGHT))
+    else:
+        changes = pre.groupBy(KEY).transformWithState(
+            LatestRows(values, state, weighted=True),
+            StructType([*state.fields, StructField(WEIGHT, LongType())]),
+            "Append",
+            "None",
+        )
     result = aggregate_types(session, state, query)
     groups = StructType(
         [
@@ -285,7 +299,7 @@ class LatestRows(StatefulProcessor):
     def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:  # noqa: N802, N803 (Spark's names)
         stored = self.row.get() if self.row.exists() else None
         old = tuple(stored) if stored is not None else None
-        new = latest(old, rows, self.values)
+        new = self.after(key, old, rows)
         if new == old:
             return
         if new is None:
@@ -297,8 +311,30 @@ class LatestRows(StatefulProcessor):
             Row(**dict(zip(names, r, strict=True))) for r in changes(old, new, self.weighted)
         )
 
+    def after(self, key: Any, old: tuple[Any, ...] | None, rows: Iterator[Row]) -> Any:
+        """The key's row after a batch's `rows`."""
+        return latest(old, rows, self.values)
+
     def close(self) -> None:
         """Nothing to release."""
+
+
+class NetRows(LatestRows):
+    """Per output row's identity: the row it has, from weighted changes (a row added, or taken
+    back when `DELETE` is set) rather than records; in any order, as weights add up."""
+
+    def after(self, key: Any, old: tuple[Any, ...] | None, rows: Iterator[Row]) -> Any:
+        counts: Counter[tuple[Any, ...]] = Counter({old: 1} if old is not None else {})
+        for row in rows:
+            if row[MATCH]:
+                counts[tuple(row[v] for v in self.values)] += -1 if row[DELETE] else 1
+        present = [row for row, count in counts.items() if count > 0]
+        if len(present) > 1 or any(count > 1 for count in counts.values()):
+            raise RuntimeError(
+                f"the join's row {key!r} has {sum(c for c in counts.values() if c > 0)} versions "
+                "at once; the view's state is not what its input implies: rebuild the view"
+            )
+        return present[0] if present else None
 
 
 def latest(old: tuple[Any, ...] | None, rows: Iterator[Any], values: Sequence[str]) -> Any:

@@ -313,9 +313,10 @@ def _table_blockers(old: ViewDefinition, new: ViewDefinition) -> list[str]:
             )
     tables = [i.alias for i in new.inputs if i.read == TABLE]
     if not found and tables and old.sql != new.sql:
+        which = f"table {tables[0]}" if len(tables) == 1 else f"tables {' and '.join(tables)}"
         found.append(
-            f"sql changed over table {tables[0]}: the view keeps the table's rows as the query "
-            "needs them, so a new query reads the table anew"
+            f"sql changed over {which}: the view keeps the table's rows as the query needs "
+            "them, so a new query reads the table anew"
         )
     return found
 
