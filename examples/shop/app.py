@@ -2,7 +2,9 @@
 
 There is no second write to a cache, a search index or a report table, and no message to publish
 beside the transaction: everything else the shop shows is derived from the database's log of
-changes. An order is never changed or deleted; a refund is an order of a negative amount.
+changes. As in any shop, orders change after they are placed: an amount is corrected, an order is
+moved to another customer's account, an order is cancelled (deleted); a refund is an order of a
+negative amount.
 
     python examples/shop/app.py --dsn postgresql://shop_app:PASSWORD@127.0.0.1:5432/shop \\
         --orders 1000 --rate 100
@@ -36,11 +38,31 @@ def order(number: int, rng: random.Random) -> tuple[int, str, Decimal]:
     return number, rng.choice(CUSTOMERS), Decimal(cents) / 100
 
 
+# After each order placed, the chance that an earlier order is changed, by kind of change.
+CORRECTED, MOVED, CANCELLED = 0.15, 0.05, 0.05
+
+
+def change_an_order(db: psycopg.Connection, number: int, rng: random.Random) -> None:
+    """Maybe change one of orders 1 .. `number`: correct its amount (never to the same amount),
+    move it to another customer, or cancel it. An order already cancelled stays so."""
+    pick, target = rng.random(), rng.randint(1, number)
+    if pick < CORRECTED:
+        cents = rng.choice([-1, 1]) * rng.randint(1, 2_000)
+        db.execute("UPDATE orders SET amount = amount + %s WHERE id = %s",
+                   (Decimal(cents) / 100, target))  # fmt: skip
+    elif pick < CORRECTED + MOVED:
+        db.execute("UPDATE orders SET customer = %s WHERE id = %s AND customer <> %s",
+                   (customer := rng.choice(CUSTOMERS), target, customer))  # fmt: skip
+    elif pick < CORRECTED + MOVED + CANCELLED:
+        db.execute("DELETE FROM orders WHERE id = %s", (target,))
+
+
 def place_orders(
     dsn: str, count: int, rate: float, first: int = 1, seed: int = 7, stop: float | None = None
 ) -> int:
     """Place orders `first` .. `first + count - 1`, one transaction each, about `rate` a second
-    (until `stop`, a `time.monotonic()` deadline, if given). Returns how many were placed."""
+    (until `stop`, a `time.monotonic()` deadline, if given), and after each maybe change an
+    earlier one (`change_an_order`). Returns how many were placed."""
     rng = random.Random(seed + first)
     placed = 0
     started = time.monotonic()
@@ -50,6 +72,7 @@ def place_orders(
                 break
             db.execute("INSERT INTO orders (id, customer, amount) VALUES (%s, %s, %s)",
                        order(number, rng))  # fmt: skip
+            change_an_order(db, number, rng)
             placed += 1
             ahead = started + placed / rate - time.monotonic()
             if ahead > 0:

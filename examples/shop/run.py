@@ -3,9 +3,9 @@ examples/shop/run.py`).
 
 1. PostgreSQL 15 and Redis start from their Debian packages (`tools/system-packages.sh`), in the
    state folder; the database `shop` gets three roles: `shop_app` (the application: it may only
-   insert orders), `shop_cdc` (the Source: it owns the table, with REPLICATION) and
-   `shop_serving` (the Sink: it makes its own table). Their passwords are new each run, in a
-   secrets folder laid out as Kubernetes mounts a Secret.
+   place, change and cancel orders), `shop_cdc` (the Source: it owns the table, with
+   REPLICATION) and `shop_serving` (the Sink: it makes its own table). Their passwords are new
+   each run, in a secrets folder laid out as Kubernetes mounts a Secret.
 2. `distributary run` starts on the example's files (with this run's ports): the Source turns the
    orders table into the Log `shop-orders`, the view `customer-revenue` sums it per customer,
    and two Sinks keep `public.customer_revenue` in PostgreSQL and `revenue:<customer>` in Redis.
@@ -34,7 +34,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -208,6 +208,10 @@ class Shop:
     def cache(self) -> Table:
         """The Sink's cache, as the shop's pages read it."""
         return stores.cache(redis.Redis(host="127.0.0.1", port=self.redis_port))
+
+    def log_problems(self, records: Iterable[tuple[bytes | None, bytes | None]]) -> list[str]:
+        """What is wrong with the table Log's records (key, value) against the orders table."""
+        return stores.log_problems(records, stores.orders(self.dsn("app")))
 
 
 @contextlib.contextmanager

@@ -1,13 +1,15 @@
 """The shop's stores, as its operators set them up and as its readers see them.
 
 - `prepare`: the database `shop` and its three roles, each with its own password: `shop_app`
-  (the application: it may only insert and read orders), `shop_cdc` (the Source: it owns the
-  table, with REPLICATION and CREATE on the database, for its publication) and `shop_serving`
-  (the Sink: it makes its own table). Run again, it sets the passwords anew and changes nothing
-  else.
+  (the application: it may only read, place, change and cancel orders), `shop_cdc` (the Source:
+  it owns the table, with REPLICATION and CREATE on the database, for its publication) and
+  `shop_serving` (the Sink: it makes its own table). Run again, it sets the passwords anew and
+  changes nothing else.
 - `truth`, `serving`, `cache`: revenue and number of orders per customer, from the orders table
   (what the orders imply), from the serving table (what the reports read) and from the Redis
   cache (what the pages read); `differences` says, customer by customer, where two disagree.
+- `orders`, `log_problems`: the orders table row by row, and what is wrong with the table Log's
+  records against it (a change written twice, an order missing, deleted or different).
 
 `run.py` (one machine) and the kind run's Jobs (`e2e/kind/shop.py`) both use these.
 """
@@ -15,7 +17,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from decimal import Decimal
 
 import psycopg
@@ -30,6 +32,7 @@ PREFIX = "revenue:"
 ROLES = ("app", "cdc", "serving")
 
 Table = dict[str, tuple[Decimal, int]]
+Orders = dict[int, tuple[str, Decimal]]  # each order's customer and amount, by its id
 
 
 def dsn(admin: str, role: str | None = None, password: str = "", database: str = DATABASE) -> str:
@@ -59,7 +62,7 @@ def prepare(admin: str, passwords: Mapping[str, str]) -> None:
         db.execute("GRANT CREATE ON SCHEMA public TO shop_cdc, shop_serving")
     with psycopg.connect(dsn(admin, "cdc", passwords["cdc"]), autocommit=True) as db:
         db.execute(SCHEMA)
-        db.execute("GRANT SELECT, INSERT ON orders TO shop_app")
+        db.execute("GRANT SELECT, INSERT, UPDATE, DELETE ON orders TO shop_app")
 
 
 def truth(app_dsn: str) -> Table:
@@ -101,3 +104,42 @@ def differences(expected: Table, actual: Table) -> list[str]:
                 f"{customer}: expected {expected.get(customer)}, found {actual.get(customer)}"
             )
     return lines
+
+
+def orders(app_dsn: str) -> Orders:
+    """Every order as the orders table holds it now."""
+    with psycopg.connect(app_dsn) as db:
+        rows = db.execute("SELECT id, customer, amount FROM orders").fetchall()
+    return {int(i): (str(c), Decimal(a)) for i, c, a in rows}
+
+
+def log_problems(records: Iterable[tuple[bytes | None, bytes | None]], table: Orders) -> list[str]:
+    """What is wrong (empty when nothing) with the table Log's records, (key, value) in the order
+    of one partition's offsets per key, against the orders table `table`:
+
+    - a change written twice: a record equal to its key's record before it (every change of an
+      order makes its row differ from its last version, so an equal neighbour is a repeat, from
+      a crash of the Connect worker or of the run);
+    - an order whose latest row (a captured delete's `__deleted` and a tombstone delete it) is
+      missing from the table, or differs from its row there, or a row of the table missing.
+    """
+    problems: list[str] = []
+    last: dict[bytes, bytes | None] = {}
+    for key, value in records:
+        if key is None:
+            problems.append(f"a record without a key: {value!r}")
+            continue
+        if key in last and value == last[key]:
+            problems.append(f"written twice: {key.decode()} {value!r}")
+        last[key] = value
+    logged: Orders = {}
+    for key, value in last.items():
+        row = json.loads(value) if value is not None else None
+        if row is not None and not row.get("__deleted"):
+            logged[int(json.loads(key)["id"])] = (str(row["customer"]), Decimal(str(row["amount"])))
+    for number in sorted(set(table) | set(logged)):
+        if table.get(number) != logged.get(number):
+            problems.append(
+                f"order {number}: the table has {table.get(number)}, the Log {logged.get(number)}"
+            )
+    return problems

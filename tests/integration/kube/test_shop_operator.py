@@ -6,29 +6,28 @@ as the cluster's Connect (its REST endpoint, `--connect-url`), which reads the p
 folder laid out as Kubernetes mounts the Secrets into a Connect pod. Real PostgreSQL 15, Redis,
 Kafka, Debezium and Spark.
 
-Orders exist before the Source is applied (the snapshot); more arrive while the Sink of the table,
-the Connect worker (started again, as Kubernetes restarts its pod), the view's Spark driver, the
-Sink of the cache and the operator itself are killed with SIGKILL in turn. Afterwards the serving
-table and the cache equal, exactly, each customer's revenue and number of orders as the orders
-table implies; the table Log holds every order exactly once; status says so (the Source
-Capturing, with its slot; each Sink Serving with no lag and its position). Then the Source is
-paused while orders arrive (Ready with reason Paused, the connector PAUSED, the slot keeping WAL
-past `walWarning`: DataLossRisk) and resumed (the orders arrive, the stores equal again). Last,
-deleting the Source drops its slot and publication and keeps its Log's topic.
+Orders exist before the Source is applied (the snapshot); more arrive, and earlier ones are
+corrected, moved to another customer and cancelled, while the Sink of the table, the Connect worker
+(started again, as Kubernetes restarts its pod), the view's Spark driver, the Sink of the cache and
+the operator itself are killed with SIGKILL in turn. Afterwards the serving table and the cache
+equal, exactly, each customer's revenue and number of orders as the orders table implies; the table
+Log holds every change once and ends as the orders table; status says so (the Source Capturing,
+with its slot; each Sink Serving with no lag and its position). Then the Source is paused while
+orders arrive (Ready with reason Paused, the connector PAUSED, the slot keeping WAL past
+`walWarning`: DataLossRisk) and resumed (the orders arrive, the stores equal again). Last, deleting
+the Source drops its slot and publication and keeps its Log's topic.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
-import json
 import os
 import signal
 import sys
 import threading
 import time
 import urllib.request
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -254,22 +253,19 @@ def test_the_stores_equal_exactly_what_the_orders_imply(
     crashed: dict[str, Any], shop: Shop
 ) -> None:
     expected = crashed["expected"]
-    assert sum(n for _, n in expected.values()) == EXISTING + LIVE
+    live = sum(n for _, n in expected.values())
+    assert EXISTING < live < EXISTING + LIVE, "orders were cancelled, most were not"
     assert shop.serving() == expected
     assert shop.cache() == expected
 
 
-def test_the_table_log_holds_every_order_exactly_once(
-    crashed: dict[str, Any], cluster: Cluster, broker: EmbeddedBroker
+def test_the_table_log_holds_every_change_once_and_ends_as_the_orders_table(
+    crashed: dict[str, Any], cluster: Cluster, broker: EmbeddedBroker, shop: Shop
 ) -> None:
     log = cluster.get("log", "shop-orders")
     assert log is not None
-    topic = log["status"]["topicName"]
-    ids = Counter(
-        json.loads(r.value)["id"] for r in read_topic(broker.bootstrap_servers, topic) if r.value
-    )
-    assert set(ids) == set(range(1, EXISTING + LIVE + 1))
-    assert [i for i, n in ids.items() if n > 1] == []
+    records = read_topic(broker.bootstrap_servers, log["status"]["topicName"])
+    assert shop.log_problems([(r.key, r.value) for r in records]) == []
 
 
 def test_status_shows_the_source_capturing_and_each_sink_serving(
@@ -401,7 +397,7 @@ def test_a_paused_source_keeps_changes_in_its_slot_and_resumes_exactly(
         '{"spec":{"paused":false}}',
     )
     expected = shop.truth()
-    assert sum(n for _, n in expected.values()) == EXISTING + LIVE + PAUSED_ORDERS
+    assert EXISTING < sum(n for _, n in expected.values()) < EXISTING + LIVE + PAUSED_ORDERS
     waiting(
         operator,
         "the orders placed while paused in the stores",
@@ -432,7 +428,7 @@ def test_a_paused_source_keeps_changes_in_its_slot_and_resumes_exactly(
         stop.set()
         writer.join()
     expected = shop.truth()
-    assert sum(n for _, n in expected.values()) == EXISTING + LIVE + PAUSED_ORDERS + more[0]
+    assert sum(n for _, n in expected.values()) < EXISTING + LIVE + PAUSED_ORDERS + more[0]
     waiting(
         operator,
         "the orders placed since in the stores",
@@ -519,14 +515,10 @@ def test_a_raised_epoch_snapshots_again_beside_and_the_stores_follow_exactly(
     log = cluster.get("log", "shop-orders")
     assert log["status"]["topicName"] == f"{before}.r2"  # type: ignore[index]
     assert status["tables"][0]["topic"] == f"{before}.r2"
-    # Revision 2's topic holds every order exactly once, snapshot and changes alike.
-    ids = Counter(
-        json.loads(r.value)["id"]
-        for r in read_topic(broker.bootstrap_servers, f"{before}.r2")
-        if r.value
-    )
-    assert set(ids) == set(range(1, first + placed[0]))
-    assert [i for i, n in ids.items() if n > 1] == []
+    # Revision 2's topic holds every change once, snapshot and changes alike, and ends as the
+    # orders table.
+    records = read_topic(broker.bootstrap_servers, f"{before}.r2")
+    assert shop.log_problems([(r.key, r.value) for r in records]) == []
     # The view reprocessed the new topic and serves the revision that read it.
     view = cluster.get("derivedview", "customer-revenue") or {}
     serving = view["status"]["servingRevision"]

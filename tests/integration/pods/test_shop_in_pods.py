@@ -5,18 +5,17 @@
 small: the Source's Debezium connector runs in the Connect image's pod that the chart makes
 (`connect.worker`), reading its password from the Source's Secret through the worker's
 ServiceAccount; the view is a SparkApplication whose driver and executor run on the node; each
-Sink is a Deployment. Orders exist before the Source (its snapshot); more arrive while the
-Connect pod and the cache Sink's pod are deleted (the Deployments start new ones). Afterwards
-the serving table and the cache equal, exactly, each customer's revenue and number of orders as
-the orders table answers, and the table Log holds every order once.
+Sink is a Deployment. Orders exist before the Source (its snapshot); more arrive, and earlier ones
+are corrected, moved to another customer and cancelled, while the Connect pod and the cache Sink's
+pod are deleted (the Deployments start new ones). Afterwards the serving table and the cache
+equal, exactly, each customer's revenue and number of orders as the orders table answers, and the
+table Log holds every change once and ends as the orders table.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -144,20 +143,19 @@ def test_the_stores_equal_exactly_what_the_orders_imply(ran: dict[str, Any], sho
     assert sorted(ran["deleted"]) == ["cache sink", "connect"]
     expected = ran["expected"]
     assert ran["orders"] == EXISTING + LIVE
-    assert sum(n for _, n in expected.values()) == EXISTING + LIVE
+    live = sum(n for _, n in expected.values())
+    assert EXISTING < live < EXISTING + LIVE, "orders were cancelled, most were not"
     assert shop.serving() == expected
     assert shop.cache() == expected
 
 
-def test_the_table_log_holds_every_order_exactly_once(
-    ran: dict[str, Any], installed: Cluster, pods_broker: EmbeddedBroker
+def test_the_table_log_holds_every_change_once_and_ends_as_the_orders_table(
+    ran: dict[str, Any], installed: Cluster, pods_broker: EmbeddedBroker, shop: Shop
 ) -> None:
     log = installed.get("dlog", "shop-orders")
     assert log is not None
     records = read_topic(pods_broker.bootstrap_servers, log["status"]["topicName"])
-    ids = Counter(json.loads(r.value)["id"] for r in records if r.value)
-    assert set(ids) == set(range(1, EXISTING + LIVE + 1))
-    assert [i for i, n in ids.items() if n > 1] == []
+    assert shop.log_problems([(r.key, r.value) for r in records]) == []
 
 
 def test_the_source_captures_on_the_charts_connect_which_keeps_no_password(
