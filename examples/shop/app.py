@@ -3,8 +3,8 @@
 There is no second write to a cache, a search index or a report table, and no message to publish
 beside the transaction: everything else the shop shows is derived from the database's log of
 changes. As in any shop, orders change after they are placed: an amount is corrected, an order is
-moved to another customer's account, an order is cancelled (deleted); a refund is an order of a
-negative amount.
+moved to another customer's account, an order is cancelled (deleted); customers move to another
+city; a refund is an order of a negative amount.
 
     python examples/shop/app.py --dsn postgresql://shop_app:PASSWORD@127.0.0.1:5432/shop \\
         --orders 1000 --rate 100
@@ -25,9 +25,16 @@ CREATE TABLE IF NOT EXISTS orders (
     customer text NOT NULL,
     amount numeric(10,2) NOT NULL,
     placed_at timestamptz NOT NULL DEFAULT now()
-)
+);
+CREATE TABLE IF NOT EXISTS customers (
+    id text PRIMARY KEY,
+    city text NOT NULL
+);
 """
 CUSTOMERS = [f"customer-{n:03d}" for n in range(1, 41)]
+CITIES = ["Lyon", "Oslo", "Lima", "Pune", "Kobe", "Turin"]
+# Each customer's city when the shop opens (`stores.prepare` inserts them).
+FIRST_CITIES = {customer: CITIES[n % len(CITIES)] for n, customer in enumerate(CUSTOMERS)}
 
 
 def order(number: int, rng: random.Random) -> tuple[int, str, Decimal]:
@@ -38,13 +45,15 @@ def order(number: int, rng: random.Random) -> tuple[int, str, Decimal]:
     return number, rng.choice(CUSTOMERS), Decimal(cents) / 100
 
 
-# After each order placed, the chance that an earlier order is changed, by kind of change.
-CORRECTED, MOVED, CANCELLED = 0.15, 0.05, 0.05
+# After each order placed, the chance that an earlier order is changed, by kind of change, and
+# that a customer moves to another city.
+CORRECTED, MOVED, CANCELLED, RELOCATED = 0.15, 0.05, 0.05, 0.03
 
 
 def change_an_order(db: psycopg.Connection, number: int, rng: random.Random) -> None:
     """Maybe change one of orders 1 .. `number`: correct its amount (never to the same amount),
-    move it to another customer, or cancel it. An order already cancelled stays so."""
+    move it to another customer, or cancel it (an order already cancelled stays so); or move a
+    customer to another city."""
     pick, target = rng.random(), rng.randint(1, number)
     if pick < CORRECTED:
         cents = rng.choice([-1, 1]) * rng.randint(1, 2_000)
@@ -55,6 +64,9 @@ def change_an_order(db: psycopg.Connection, number: int, rng: random.Random) -> 
                    (customer := rng.choice(CUSTOMERS), target, customer))  # fmt: skip
     elif pick < CORRECTED + MOVED + CANCELLED:
         db.execute("DELETE FROM orders WHERE id = %s", (target,))
+    elif pick < CORRECTED + MOVED + CANCELLED + RELOCATED:
+        db.execute("UPDATE customers SET city = %s WHERE id = %s AND city <> %s",
+                   (city := rng.choice(CITIES), rng.choice(CUSTOMERS), city))  # fmt: skip
 
 
 def place_orders(

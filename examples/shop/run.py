@@ -7,14 +7,18 @@ examples/shop/run.py`).
    REPLICATION) and `shop_serving` (the Sink: it makes its own table). Their passwords are new
    each run, in a secrets folder laid out as Kubernetes mounts a Secret.
 2. `distributary run` starts on the example's files (with this run's ports): the Source turns the
-   orders table into the Log `shop-orders`, the view `customer-revenue` sums it per customer,
-   and two Sinks keep `public.customer_revenue` in PostgreSQL and `revenue:<customer>` in Redis.
-3. The application places orders (`app.py`), only in PostgreSQL. Meanwhile, once the serving
-   table has rows, parts are killed with SIGKILL in turn: a Sink's process, the Connect worker,
-   the view's Spark driver, the other Sink, and the whole run (which is then started again).
-4. When the orders are placed, it waits until the serving table and the cache hold exactly what
-   the orders table implies (revenue and number of orders per customer, compared exactly), says
-   so, shows the top customers, and stops everything.
+   orders and customers tables into the Logs `shop-orders` and `shop-customers`, the view
+   `customer-revenue` sums the orders per customer and `city-revenue` per customer's city, and
+   four Sinks keep `public.customer_revenue` and `public.city_revenue` in PostgreSQL and
+   `revenue:<customer>` and `city:<city>` in Redis.
+3. The application places orders (`app.py`), only in PostgreSQL, correcting, moving and
+   cancelling earlier ones and moving customers to other cities as it goes. Meanwhile, once the
+   serving table has rows, parts are killed with SIGKILL in turn: a Sink's process, the Connect
+   worker, the views' Spark drivers, the other Sink, and the whole run (which is then started
+   again).
+4. When the orders are placed, it waits until the serving tables and the caches hold exactly what
+   the database implies (revenue and number of orders per customer and per city, compared
+   exactly), says so, shows the top customers, and stops everything.
 
 `--postgres-url`, `--redis-port` and `--bootstrap-servers` use servers that already run instead
 (the URL is a superuser's; the database and roles are made if missing, and left afterwards).
@@ -51,6 +55,8 @@ from stores import DATABASE, ROLES, Table, differences  # noqa: E402
 from distributary.devtools.postgres import PostgresServer  # noqa: E402
 from distributary.devtools.redis import RedisServer  # noqa: E402
 
+# The example's files: the Source, revenue per customer with its Sinks, revenue per city with its.
+FILES = ("source.yaml", "views.yaml", "sinks.yaml", "cities.yaml")
 CRASHES = ("sink revenue-table", "Connect worker", "view's Spark driver", "sink revenue-cache",
            "whole run")  # fmt: skip
 
@@ -87,7 +93,7 @@ class Shop:
         port = int(conninfo_to_dict(self.admin).get("port") or 5432)
         pipeline = self.state / "pipeline"
         pipeline.mkdir(parents=True, exist_ok=True)
-        for name in ("source.yaml", "views.yaml", "sinks.yaml"):
+        for name in FILES:
             documents = list(yaml.safe_load_all((HERE / name).read_text()))
             for doc in documents:
                 for store, value in (("postgres", port), ("redis", self.redis_port)):
@@ -209,6 +215,16 @@ class Shop:
         """The Sink's cache, as the shop's pages read it."""
         return stores.cache(redis.Redis(host="127.0.0.1", port=self.redis_port))
 
+    def city_truth(self) -> Table:
+        """What the orders and the customers imply: revenue and orders per city."""
+        return stores.city_truth(self.dsn("app"))
+
+    def city_stores(self) -> tuple[Table, Table]:
+        """The per-city Sinks' table and cache."""
+        table = stores.serving(self.dsn("serving"), stores.CITY_TABLE, "city")
+        client = redis.Redis(host="127.0.0.1", port=self.redis_port)
+        return table, stores.cache(client, stores.CITY_PREFIX)
+
     def log_problems(self, records: Iterable[tuple[bytes | None, bytes | None]]) -> list[str]:
         """What is wrong with the table Log's records (key, value) against the orders table."""
         return stores.log_problems(records, stores.orders(self.dsn("app")))
@@ -268,26 +284,35 @@ def run_shop(args: argparse.Namespace, state: Path) -> dict[str, Any]:
                 "to catch up ..."
             )
             expected: Table = shop.truth()
+            per_city: Table = shop.city_truth()
             table: Table = {}
             cache: Table = {}
+            cities: tuple[Table, Table] = ({}, {})
             while time.monotonic() < deadline:
                 shop.check_run()
-                table, cache = shop.serving(), shop.cache()
-                if table == expected and cache == expected:
+                table, cache, cities = shop.serving(), shop.cache(), shop.city_stores()
+                if table == expected and cache == expected and cities == (per_city, per_city):
                     break
                 time.sleep(1)
-            equal = table == expected and cache == expected
+            equal = table == expected and cache == expected and cities == (per_city, per_city)
         finally:
             shop.stop_run()
         top = sorted(expected.items(), key=lambda item: item[1][0], reverse=True)[:5]
+        found = [table, cache]
         return {
             "orders": before + placed[0],
             "customers": len(expected),
+            "cities": len(per_city),
             "crashes": shop.crashes,
             "runs": shop.runs,
             "tableEqual": table == expected,
             "cacheEqual": cache == expected,
-            "differences": (differences(expected, table) + differences(expected, cache))[:10],
+            "cityTableEqual": cities[0] == per_city,
+            "cityCacheEqual": cities[1] == per_city,
+            "differences": (
+                [d for f in found for d in differences(expected, f)]
+                + [f"city {d}" for f in cities for d in differences(per_city, f)]
+            )[:10],
             "top": [{"customer": c, "revenue": str(r), "orders": n} for c, (r, n) in top],
             "seconds": round(time.monotonic() - started, 1),
             "equal": equal,
@@ -301,8 +326,9 @@ def _interrupted(signum: int, _frame: object) -> None:
 def main() -> None:
     signal.signal(signal.SIGTERM, _interrupted)
     parser = argparse.ArgumentParser(
-        description="The shop example end to end: orders in PostgreSQL, revenue per customer "
-        "in a PostgreSQL table and a Redis cache, fed only from the log, with crashes."
+        description="The shop example end to end: orders and customers in PostgreSQL, revenue "
+        "per customer and per city in PostgreSQL tables and Redis caches, fed only from the "
+        "log, with crashes."
     )
     parser.add_argument("--existing", type=int, default=500, help="orders placed before the run")
     parser.add_argument("--orders", type=int, default=3000, help="orders placed while it runs")
@@ -325,9 +351,9 @@ def main() -> None:
     if args.json:
         print(json.dumps(summary))
     if summary["equal"]:
-        say(f"{summary['orders']} orders, {len(summary['crashes'])} crashes: the serving table and "
-            f"the cache equal what the orders table implies, for all {summary['customers']} "
-            f"customers ({summary['seconds']:.0f} s)")  # fmt: skip
+        say(f"{summary['orders']} orders, {len(summary['crashes'])} crashes: the serving tables "
+            f"and the caches equal what the database implies, for all {summary['customers']} "
+            f"customers and {summary['cities']} cities ({summary['seconds']:.0f} s)")  # fmt: skip
         for row in summary["top"]:
             say(f"  {row['customer']}: revenue {row['revenue']} over {row['orders']} orders")
     else:

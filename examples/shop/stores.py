@@ -8,6 +8,8 @@
 - `truth`, `serving`, `cache`: revenue and number of orders per customer, from the orders table
   (what the orders imply), from the serving table (what the reports read) and from the Redis
   cache (what the pages read); `differences` says, customer by customer, where two disagree.
+  `city_truth`, and `serving` and `cache` of `CITY_TABLE` and `CITY_PREFIX`: the same per city
+  (the orders joined with their customers' cities).
 - `orders`, `log_problems`: the orders table row by row, and what is wrong with the table Log's
   records against it (a change written twice, an order missing, deleted or different).
 
@@ -22,13 +24,15 @@ from decimal import Decimal
 
 import psycopg
 import redis
-from app import SCHEMA
+from app import FIRST_CITIES, SCHEMA
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 DATABASE = "shop"
 TABLE = "public.customer_revenue"
 PREFIX = "revenue:"
+CITY_TABLE = "public.city_revenue"
+CITY_PREFIX = "city:"
 ROLES = ("app", "cdc", "serving")
 
 Table = dict[str, tuple[Decimal, int]]
@@ -46,8 +50,8 @@ def dsn(admin: str, role: str | None = None, password: str = "", database: str =
 
 
 def prepare(admin: str, passwords: Mapping[str, str]) -> None:
-    """The database, its roles with `passwords` (role -> password) and the orders table, from
-    `admin` (a superuser's URL)."""
+    """The database, its roles with `passwords` (role -> password), the orders table and the
+    customers table with each customer's first city, from `admin` (a superuser's URL)."""
     with psycopg.connect(dsn(admin, database="postgres"), autocommit=True) as db:
         if not db.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchall():
             db.execute(f"CREATE DATABASE {DATABASE}")
@@ -62,7 +66,11 @@ def prepare(admin: str, passwords: Mapping[str, str]) -> None:
         db.execute("GRANT CREATE ON SCHEMA public TO shop_cdc, shop_serving")
     with psycopg.connect(dsn(admin, "cdc", passwords["cdc"]), autocommit=True) as db:
         db.execute(SCHEMA)
+        for customer, city in FIRST_CITIES.items():
+            db.execute("INSERT INTO customers (id, city) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                       (customer, city))  # fmt: skip
         db.execute("GRANT SELECT, INSERT, UPDATE, DELETE ON orders TO shop_app")
+        db.execute("GRANT SELECT, UPDATE ON customers TO shop_app")
 
 
 def truth(app_dsn: str) -> Table:
@@ -74,24 +82,34 @@ def truth(app_dsn: str) -> Table:
     return {str(c): (Decimal(r), int(n)) for c, r, n in rows}
 
 
-def serving(serving_dsn: str) -> Table:
-    """The Sink's table, as the shop's reports read it (empty while it does not exist)."""
+def city_truth(app_dsn: str) -> Table:
+    """What the orders and the customers imply: revenue and orders per city."""
+    with psycopg.connect(app_dsn) as db:
+        rows = db.execute(
+            "SELECT c.city, sum(o.amount), count(*) FROM orders o "
+            "JOIN customers c ON o.customer = c.id GROUP BY c.city"
+        ).fetchall()
+    return {str(c): (Decimal(r), int(n)) for c, r, n in rows}
+
+
+def serving(serving_dsn: str, table: str = TABLE, key: str = "customer") -> Table:
+    """A Sink's table, as the shop's reports read it (empty while it does not exist)."""
     try:
         with psycopg.connect(serving_dsn) as db:
-            rows = db.execute(f"SELECT customer, revenue, orders FROM {TABLE}").fetchall()
+            rows = db.execute(f"SELECT {key}, revenue, orders FROM {table}").fetchall()
     except psycopg.errors.UndefinedTable:
         return {}
     return {str(c): (Decimal(r), int(n)) for c, r, n in rows}
 
 
-def cache(client: redis.Redis) -> Table:
-    """The Sink's cache, as the shop's pages read it."""
+def cache(client: redis.Redis, prefix: str = PREFIX) -> Table:
+    """A Sink's cache, as the shop's pages read it."""
     found: Table = {}
-    for key in client.scan_iter(match=f"{PREFIX}*"):
+    for key in client.scan_iter(match=f"{prefix}*"):
         value = client.get(key)
         if value is not None:
             row = json.loads(value, parse_float=Decimal)
-            found[key.decode()[len(PREFIX) :]] = (Decimal(row["revenue"]), int(row["orders"]))
+            found[key.decode()[len(prefix) :]] = (Decimal(row["revenue"]), int(row["orders"]))
     return found
 
 

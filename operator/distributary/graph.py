@@ -834,6 +834,8 @@ class _Builder:
         for alias in tables:
             log = inputs[alias]
             found = log_columns(log)
+            if not found and self.pipeline.is_captured(log):
+                return  # a Source's table: its columns are known once its database is read
             columns[alias] = [c.name for c in found] if found else None
             pending = not log.spec.key and self.pipeline.is_captured(log)
             keys[alias] = None if pending else (log.spec.key or ())

@@ -2,13 +2,14 @@
 
 The example's own script (`examples/shop/run.py`, what `make shop` runs) is run on servers of
 this module's own (a PostgreSQL, a Redis and a Kafka nobody else uses, so that its slot, topics
-and keys meet no other test's): orders exist before the run (the Source's snapshot), more are placed
-while a Sink, the Connect worker, the view's Spark driver, the other Sink and the whole run are
-killed with SIGKILL in turn. Afterwards this test reads the stores itself and compares them
-exactly with what the orders table implies: the serving table and the Redis cache hold each
-customer's revenue and number of orders, though orders were corrected, moved to another customer
-and cancelled all along; the table Log holds every change once (none lost, none written twice
-across the crashes of the Connect worker and of the run) and ends as the orders table.
+and keys meet no other test's): orders exist before the run (the Source's snapshot), more are
+placed while a Sink, the Connect worker, the views' Spark drivers, the other Sink and the whole
+run are killed with SIGKILL in turn; orders are corrected, moved to another customer and
+cancelled, and customers move to other cities, all along. Afterwards this test reads the stores
+itself and compares them exactly with what PostgreSQL answers: the serving tables and the Redis
+caches hold each customer's and each city's revenue and number of orders (the orders joined with
+their customers' current cities); the table Log holds every change once (none lost, none written
+twice across the crashes of the Connect worker and of the run) and ends as the orders table.
 """
 
 from __future__ import annotations
@@ -114,3 +115,28 @@ def test_orders_were_corrected_moved_and_cancelled_meanwhile(
     tombstones = sum(1 for r in records if r.value is None)
     assert sum(1 for n in versions.values() if n > 1) > (EXISTING + LIVE) // 10
     assert tombstones > (EXISTING + LIVE) // 50
+
+
+def test_revenue_per_city_equals_what_postgresql_answers_though_customers_moved(
+    shop: dict[str, Any], servers: dict[str, Any]
+) -> None:
+    postgres: PostgresServer = servers["postgres"]
+    truth = _rows(
+        postgres,
+        "SELECT c.city, sum(o.amount), count(*) FROM orders o "
+        "JOIN customers c ON o.customer = c.id GROUP BY c.city",
+    )
+    assert len(truth) > 3
+    assert _rows(postgres, "SELECT city, revenue, orders FROM public.city_revenue") == truth
+    client = redis.Redis(host="127.0.0.1", port=servers["redis"].port)
+    cache = {}
+    for key in client.scan_iter(match="city:*"):
+        row = json.loads(client.get(key) or b"{}", parse_float=Decimal)
+        cache[key.decode().removeprefix("city:")] = (Decimal(row["revenue"]), int(row["orders"]))
+    assert cache == truth
+    # Customers moved meanwhile: the customers' Log holds more than one version of some rows.
+    records = read_topic(servers["kafka"].bootstrap_servers, "shop-customers")
+    versions = Counter(r.key for r in records if r.value)
+    assert sum(1 for n in versions.values() if n > 1) >= 5, versions
+    summary = shop["summary"]
+    assert (summary["cityTableEqual"], summary["cityCacheEqual"]) == (True, True)

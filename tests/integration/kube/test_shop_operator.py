@@ -278,7 +278,8 @@ def test_status_shows_the_source_capturing_and_each_sink_serving(
     status = source["status"]
     assert status["connectorState"] == "RUNNING"
     assert [(t["name"], t["log"], t["key"]) for t in status["tables"]] == [
-        ("public.orders", "shop-orders", ["id"])
+        ("public.orders", "shop-orders", ["id"]),
+        ("public.customers", "shop-customers", ["id"]),
     ]
     assert status["slot"]["name"] == SLOT
     assert status["publication"] == SLOT
