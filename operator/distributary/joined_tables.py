@@ -21,13 +21,17 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from distributary.sql import DIALECT, parse_query
+from distributary.sql import DIALECT
 from distributary.table_queries import (
     DELETED,
     TableQuery,
     TableQueryError,
+    column_side,
     short_sql,
+    side_of,
+    single_join,
     table_query,
+    unqualified,
 )
 
 JOINED = "_dtry_joined"  # the join's rows, as the rewritten query reads them
@@ -125,22 +129,14 @@ class _Reader:
         self.using: set[str] = set()  # JOIN ... USING's columns, read from the preserved side
 
     def read(self, output_key: tuple[str, ...]) -> JoinedTables:
-        select = parse_query(self.sql)
-        if not isinstance(select, exp.Select) or select.args.get("with_") is not None:
-            raise TableQueryError(
-                "joins two tables in more than one SELECT: write one SELECT ... FROM a JOIN b "
-                f"ON ..., {self.fix}"
-            )
-        joins = select.args.get("joins") or []
-        source = select.args.get("from_")
-        nodes = [source.this if source is not None else None, *(j.this for j in joins)]
-        if len(joins) != 1 or not all(isinstance(n, exp.Table) for n in nodes):
-            raise TableQueryError(
-                "reads two tables in other than one JOIN of the two: write SELECT ... FROM a "
-                f"JOIN b ON ..., {self.fix}"
-            )
-        join = joins[0]
-        first, second, left = self._sides(nodes[0], join)
+        select, from_table, join = single_join(
+            self.sql,
+            "joins two tables in more than one SELECT: write one SELECT ... FROM a JOIN b "
+            f"ON ..., {self.fix}",
+            "reads two tables in other than one JOIN of the two: write SELECT ... FROM a "
+            f"JOIN b ON ..., {self.fix}",
+        )
+        first, second, left = self._sides(from_table, join)
         pairs = self._condition(join, first, second)
         first, second, pairs = self._ordered(first, second, pairs, left)
         rewritten = self._rewritten(select, first)
@@ -153,8 +149,8 @@ class _Reader:
         return JoinedTables(
             first=first,
             second=second,
-            first_keys=tuple(self._plain(a) for a, _ in pairs),
-            second_keys=tuple(self._plain(b) for _, b in pairs),
+            first_keys=tuple(unqualified(a) for a, _ in pairs),
+            second_keys=tuple(unqualified(b) for _, b in pairs),
             left=left,
             lookup=self._on_key(second, [b for _, b in pairs]),
             query=query,
@@ -306,32 +302,10 @@ class _Reader:
         return node.copy().transform(swap)
 
     def _side_of(self, node: exp.Expr) -> str | None:
-        sides = {self._column_side(c) for c in node.find_all(exp.Column)}
-        return sides.pop() if len(sides) == 1 else None
+        return side_of(node, self._column_side)
 
     def _column_side(self, column: exp.Column) -> str:
-        if column.table:
-            side = self.refs.get(column.table.lower())
-            if side is None:
-                raise TableQueryError(f"names {column.sql(dialect=DIALECT)}, of no input here")
-            return side
-        having = [t for t, names in self.columns.items() if column.name.lower() in _lower(names)]
-        if len(having) != 1:
-            raise TableQueryError(
-                f"names column {column.name!r}, which "
-                f"{'both tables have' if having else 'neither table has'}: qualify it"
-            )
-        return having[0]
-
-    @staticmethod
-    def _plain(node: exp.Expr) -> str:
-        """An expression of one side over that side's own columns (unqualified)."""
-        plain = node.copy().transform(
-            lambda part: (
-                exp.column(part.name, quoted=True) if isinstance(part, exp.Column) else part
-            )
-        )
-        return plain.sql(dialect=DIALECT)
+        return column_side(column, self.refs, self.columns)
 
     def _readable(self, message: str, first: str, second: str) -> str:
         """A refusal of the rewritten query in the user's terms."""
@@ -342,7 +316,3 @@ class _Reader:
         message = message.replace(f"table {JOINED!r}", both).replace(repr(JOINED), both)
         message = message.replace(f"{JOINED}.", "")
         return re.sub(rf"`?(\w+){_SEPARATOR}(\w+)`?", r"\1.\2", message)
-
-
-def _lower(names: Sequence[str]) -> set[str]:
-    return {name.lower() for name in names}

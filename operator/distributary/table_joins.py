@@ -16,8 +16,17 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from distributary.sql import DIALECT, parse_query
-from distributary.table_queries import DELETED, GENERATORS, TableQueryError, short_sql
+from distributary.sql import DIALECT
+from distributary.table_queries import (
+    DELETED,
+    GENERATORS,
+    TableQueryError,
+    column_side,
+    short_sql,
+    side_of,
+    single_join,
+    unqualified,
+)
 
 STREAM_ROW, TABLE_ROW = "_dtry_s", "_dtry_t"  # the join's output: the event, the table's row
 
@@ -116,7 +125,7 @@ class _JoinReader:
         return TableJoin(
             stream=self.stream,
             table=self.table,
-            stream_keys=tuple(self._unqualified(s) for s, _ in pairs),
+            stream_keys=tuple(unqualified(s) for s, _ in pairs),
             table_keys=tuple(t for _, t in pairs),
             left=left,
             items=tuple(e.sql(dialect=DIALECT) for e in items),
@@ -124,20 +133,13 @@ class _JoinReader:
         )
 
     def _select(self) -> exp.Select:
-        query = parse_query(self.sql)
-        if not isinstance(query, exp.Select) or query.args.get("with_") is not None:
-            raise TableQueryError(
-                f"joins {self.stream!r} with table {self.table!r} in more than one SELECT: write "
-                f"one SELECT ... FROM {self.stream} JOIN {self.table} ON ..., or {self.fix}"
-            )
-        joins = query.args.get("joins") or []
-        source = query.args.get("from_")
-        tables = [source.this if source is not None else None, *(j.this for j in joins)]
-        if len(joins) != 1 or not all(isinstance(t, exp.Table) for t in tables):
-            raise TableQueryError(
-                f"reads table {self.table!r} with a stream in other than one JOIN of the two: "
-                f"write SELECT ... FROM {self.stream} JOIN {self.table} ON ..., or {self.fix}"
-            )
+        query, _, _ = single_join(
+            self.sql,
+            f"joins {self.stream!r} with table {self.table!r} in more than one SELECT: write "
+            f"one SELECT ... FROM {self.stream} JOIN {self.table} ON ..., or {self.fix}",
+            f"reads table {self.table!r} with a stream in other than one JOIN of the two: "
+            f"write SELECT ... FROM {self.stream} JOIN {self.table} ON ..., or {self.fix}",
+        )
         for kinds, what in (
             ((exp.AggFunc,), "an aggregate"),
             ((exp.Window,), "a window function (OVER)"),
@@ -232,25 +234,11 @@ class _JoinReader:
             )
 
     def _side_of(self, node: exp.Expr) -> str | None:
-        """The one side every column of `node` belongs to (None: none, or both)."""
-        sides = {self._column_side(c) for c in node.find_all(exp.Column)}
-        return sides.pop() if len(sides) == 1 else None
+        return side_of(node, self._column_side)
 
     def _column_side(self, column: exp.Column) -> str:
-        if column.table:
-            side = self.refs.get(column.table.lower())
-            if side is None:
-                raise TableQueryError(f"names {column.sql(dialect=DIALECT)}, of no input here")
-            return side
-        if column.name.lower() in self.using:
-            return STREAM_ROW  # the stream's value: the table's equals it, or is null
-        having = [s for s, names in self.columns.items() if column.name.lower() in _lower(names)]
-        if len(having) != 1:
-            raise TableQueryError(
-                f"names column {column.name!r}, which "
-                f"{'both inputs have' if having else 'neither input has'}: qualify it"
-            )
-        return having[0]
+        # USING's column unqualified is the stream's value: the table's equals it, or is null.
+        return column_side(column, self.refs, self.columns, self.using, STREAM_ROW)
 
     def _expanded(self, items: Sequence[exp.Expr]) -> list[exp.Expr]:
         expanded: list[exp.Expr] = []
@@ -291,16 +279,3 @@ class _JoinReader:
             return part
 
         return node.copy().transform(swap)
-
-    @staticmethod
-    def _unqualified(node: exp.Expr) -> str:
-        plain = node.copy().transform(
-            lambda part: (
-                exp.column(part.name, quoted=True) if isinstance(part, exp.Column) else part
-            )
-        )
-        return plain.sql(dialect=DIALECT)
-
-
-def _lower(names: Sequence[str]) -> set[str]:
-    return {name.lower() for name in names}

@@ -23,7 +23,7 @@ computed as if it were a stream unless the input says `read: changes`.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -242,6 +242,69 @@ def _owned(node: exp.Expr, select: exp.Select) -> bool:
 def short_sql(node: exp.Expr) -> str:
     text = node.sql(dialect=DIALECT)
     return text if len(text) <= 80 else f"{text[:77]}..."
+
+
+def column_side(
+    column: exp.Column,
+    refs: Mapping[str, str],
+    columns: Mapping[str, Sequence[str]],
+    using: Collection[str] = (),
+    using_side: str | None = None,
+) -> str:
+    """The side of a join (a key of `columns`, each side's column names) that `column` reads: by
+    its qualifier (`refs`: each name the query gives a side, lowercase), `using_side` for an
+    unqualified column of JOIN ... USING (`using`, lowercase), else the one side that has it."""
+    if column.table:
+        side = refs.get(column.table.lower())
+        if side is None:
+            raise TableQueryError(f"names {column.sql(dialect=DIALECT)}, of no input here")
+        return side
+    if using_side is not None and column.name.lower() in using:
+        return using_side
+    having = [s for s, names in columns.items() if column.name.lower() in _lowered(names)]
+    if len(having) != 1:
+        raise TableQueryError(
+            f"names column {column.name!r}, which "
+            f"{'both inputs have' if having else 'neither input has'}: qualify it"
+        )
+    return having[0]
+
+
+def single_join(sql: str, several: str, other: str) -> tuple[exp.Select, exp.Table, exp.Join]:
+    """The query's one SELECT ... FROM a JOIN b of two inputs: the SELECT, its FROM table and
+    its JOIN; else `TableQueryError`, saying `several` (more than one SELECT, or WITH) or `other`
+    (not one JOIN of two inputs)."""
+    query = parse_query(sql)
+    if not isinstance(query, exp.Select) or query.args.get("with_") is not None:
+        raise TableQueryError(several)
+    joins = query.args.get("joins") or []
+    source = query.args.get("from_")
+    first = source.this if source is not None else None
+    if (
+        len(joins) != 1
+        or not isinstance(first, exp.Table)
+        or not isinstance(joins[0].this, exp.Table)
+    ):
+        raise TableQueryError(other)
+    return query, first, joins[0]
+
+
+def side_of(node: exp.Expr, side: Callable[[exp.Column], str]) -> str | None:
+    """The one side every column of `node` reads (None: none, or both)."""
+    sides = {side(c) for c in node.find_all(exp.Column)}
+    return sides.pop() if len(sides) == 1 else None
+
+
+def unqualified(node: exp.Expr) -> str:
+    """An expression of one side over that side's own columns (their qualifiers dropped)."""
+    plain = node.copy().transform(
+        lambda part: exp.column(part.name, quoted=True) if isinstance(part, exp.Column) else part
+    )
+    return plain.sql(dialect=DIALECT)
+
+
+def _lowered(names: Sequence[str]) -> set[str]:
+    return {name.lower() for name in names}
 
 
 def _output_name(item: exp.Expr) -> str:

@@ -91,11 +91,7 @@ def test_the_serving_table_and_the_cache_equal_what_the_orders_imply(
     table = _rows(postgres, "SELECT customer, revenue, orders FROM public.customer_revenue")
     assert table == truth
     client = redis.Redis(host="127.0.0.1", port=servers["redis"].port)
-    cache = {}
-    for key in client.scan_iter(match="revenue:*"):
-        row = json.loads(client.get(key) or b"{}", parse_float=Decimal)
-        cache[key.decode().removeprefix("revenue:")] = (Decimal(row["revenue"]), int(row["orders"]))
-    assert cache == truth
+    assert stores.cache(client, "revenue:") == truth
 
 
 def test_the_table_log_holds_every_change_once_and_ends_as_the_orders_table(
@@ -129,11 +125,7 @@ def test_revenue_per_city_equals_what_postgresql_answers_though_customers_moved(
     assert len(truth) > 3
     assert _rows(postgres, "SELECT city, revenue, orders FROM public.city_revenue") == truth
     client = redis.Redis(host="127.0.0.1", port=servers["redis"].port)
-    cache = {}
-    for key in client.scan_iter(match="city:*"):
-        row = json.loads(client.get(key) or b"{}", parse_float=Decimal)
-        cache[key.decode().removeprefix("city:")] = (Decimal(row["revenue"]), int(row["orders"]))
-    assert cache == truth
+    assert stores.cache(client, "city:") == truth
     # Customers moved meanwhile: the customers' Log holds more than one version of some rows.
     records = read_topic(servers["kafka"].bootstrap_servers, "shop-customers")
     versions = Counter(r.key for r in records if r.value)
