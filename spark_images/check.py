@@ -1,5 +1,6 @@
-"""The job image's build check, run as its user: Spark is the pinned pyspark, the Kafka connector
-and Kubernetes' scheduler are among its jars, and the runner imports."""
+"""The job image's build check, run as its user: Spark is the pinned pyspark, the Kafka connector,
+Kubernetes' scheduler and Distributary's JVM operators are among its jars, and the runner
+imports."""
 
 import glob
 import os
@@ -15,3 +16,4 @@ jars = os.path.join(os.environ["SPARK_HOME"], "jars")
 connector = f"spark-sql-kafka-0-10_{scala_binary}-{spark_version}.jar"
 assert os.path.exists(os.path.join(jars, connector)), connector
 assert glob.glob(os.path.join(jars, f"spark-kubernetes_{scala_binary}-*.jar")), "no spark-kubernetes"
+assert os.path.exists(os.path.join(jars, "distributary-operators.jar")), "no operators jar"

@@ -23,8 +23,8 @@ from typing import Any
 from distributary import processes
 from distributary.api.job import StreamJob
 from distributary.api.view import DerivedView
-from distributary.artifacts import SPARK_KAFKA_CONNECTOR, jars
 from distributary.backends.base import Owner, RevisionApp
+from distributary.jvm_operators import runner_jars
 from distributary.plan.applications.runner_spec import RunnerSpec, as_run_by
 from distributary.plan.applications.spark import Application, application_name
 from distributary.plan.applications.spark_state import AppState
@@ -126,7 +126,7 @@ class LocalRuntime:
     def _conf(self) -> dict[str, str]:
         return {
             "spark.master": f"local[{self.cores}]",
-            "spark.jars": ",".join(str(j) for j in jars(SPARK_KAFKA_CONNECTOR, quiet=True)),
+            "spark.jars": ",".join(str(j) for j in runner_jars(quiet=True)),
             "spark.ui.enabled": "false",
         }
 

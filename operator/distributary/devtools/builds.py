@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from distributary import jvm_operators
 from distributary.artifacts import KAFKA_CONNECT, jars
 from distributary.devtools import controlplane, dns, images, node, sparkoperator
 from distributary.errors import DistributaryError
@@ -38,6 +39,7 @@ def _helm() -> None:
 # The broker's and Spark's jars and Spark's class-data archive are what the first tests need at
 # once: their fixtures fetch and make them. These are needed later, and take long.
 PARTS: list[tuple[str, Callable[[], object]]] = [
+    ("Distributary's JVM operators", lambda: jvm_operators.operators_jar(required=False)),
     ("Kafka Connect jars", lambda: jars(KAFKA_CONNECT, quiet=True)),
     ("etcd", lambda: controlplane.etcd_binary(quiet=True)),
     ("kube-apiserver and kube-controllers", lambda: controlplane.build(quiet=True)),

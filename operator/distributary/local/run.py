@@ -38,13 +38,13 @@ from distributary.api.log import LogStatus
 from distributary.api.sink import Sink
 from distributary.api.source import Source
 from distributary.api.view import DerivedView
-from distributary.artifacts import SPARK_KAFKA_CONNECTOR, jars
 from distributary.backends.captures import PostgresCaptures
 from distributary.backends.direct import DirectTopics
 from distributary.backends.local_spark import LocalRuntime, LocalSparkRuntime
 from distributary.backends.topic_batches import DirectTopicBackend, EnsuredRecently
 from distributary.errors import DistributaryError
 from distributary.graph import Pipeline, Ref
+from distributary.jvm_operators import runner_jars
 from distributary.kafka.connection import check_connection, client_settings
 from distributary.kafka.history import lost_input_history
 from distributary.kafka.progress import ProgressReader
@@ -604,7 +604,7 @@ class LocalRun:
         conf = {
             **spec.spark_conf,
             "spark.master": f"local[{self.cores}]",
-            "spark.jars": ",".join(str(j) for j in jars(SPARK_KAFKA_CONNECTOR)),
+            "spark.jars": ",".join(str(j) for j in runner_jars()),
             "spark.ui.showConsoleProgress": "false",
             "spark.driver.memory": "2g",
             **self.spark_conf,

@@ -34,6 +34,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from distributary.errors import DistributaryError
 from distributary.graph import Pipeline, Ref, SpecProblem
+from distributary.jvm_operators import operators_jar
 from distributary.plan.applications.runner_spec import RunnerInput, RunnerSpec, view_runner_spec
 from distributary.runner.query import (
     input_rows,
@@ -88,6 +89,9 @@ def local_session(folder: Path) -> Iterator[SparkSession]:
         builder = builder.config(key, value)
     # Spark makes its warehouse folder on start: in `folder`, not where the command runs.
     builder = builder.config("spark.sql.warehouse.dir", str(folder / "warehouse"))
+    operators = operators_jar(required=False)  # a view over a table is analysed as it runs
+    if operators is not None:
+        builder = builder.config("spark.jars", str(operators))
     try:
         with _output_to(log):
             spark = builder.getOrCreate()

@@ -2,9 +2,9 @@
 
 One streaming query, all of its state in the checkpoint:
 
-1. Each table's records (`tables.table_rows`) through `LatestRows`, keyed by the record key: a
-   row's change as its old version taken back (weight -1) and its new one added (+1), so that a
-   row that moves to another join key leaves the old one.
+1. Each table's records (`tables.table_rows`) through `LatestRows` (`tables.latest_rows`), keyed
+   by the record key: a row's change as its old version taken back (weight -1) and its new one
+   added (+1), so that a row that moves to another join key leaves the old one.
 2. Both sides' changes in `JoinTables`, keyed by the join key: the rows of each side under that
    key, by record key. A batch's changes of a join key are applied, and the pairs they touch are
    compared before and after: a pair that no longer holds is written taken back, a new or changed
@@ -37,7 +37,7 @@ from distributary.plan.applications.runner_spec import RunnerInput, RunnerSpec
 from distributary.runner.query import CORRUPT_COLUMN, parse_schema
 from distributary.runner.tables import (
     WEIGHT,
-    LatestRows,
+    latest_rows,
     output_names,
     table_result,
     table_rows,
@@ -91,12 +91,7 @@ def _changes(rows: DataFrame, columns: StructType) -> DataFrame:
     values = [KEY, *columns.fieldNames()]
     state = StructType([rows.schema[KEY], *columns.fields])
     marked = rows.withColumn(MATCH, fn.lit(True))
-    return marked.groupBy(KEY).transformWithState(
-        LatestRows(values, state, weighted=True),
-        StructType([*state.fields, StructField(WEIGHT, LongType())]),
-        "Append",
-        "None",
-    )
+    return latest_rows(marked, values, state, weighted=True, mode="Append")
 
 
 def _pairs(

@@ -9,7 +9,8 @@ any stateful view):
    that do not parse are counted for the dead-letter topic as a stream's are, and change nothing.
 2. The pre-projection (`TableQuery.pre_sql`), per record: what the output needs of the row, and
    whether it matches the WHERE condition.
-3. `LatestRows`, keyed by the record key: each key's current row, in its state. A batch's records
+3. `LatestRows` (a JVM operator: `runner/jvm/LatestRows.java`), keyed by the record key: each
+   key's current row, in its state. A batch's records
    of a key are applied in their partition's order; what is left is compared with the row the
    key had. Rows: the new row is written, or a tombstone when the row is gone or stopped matching.
    Groups: the old row's contribution is taken back (weight -1) and the new one added (+1).
@@ -31,6 +32,8 @@ from decimal import ROUND_HALF_UP, Context, Decimal
 from fractions import Fraction
 from typing import Any
 
+from py4j.java_gateway import JavaPackage
+from pyspark.errors.exceptions.captured import capture_sql_exception
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as fn
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
@@ -47,6 +50,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from distributary.jvm_operators import JAR
 from distributary.plan.applications.runner_spec import RunnerInput, RunnerSpec
 from distributary.plan.revisions.progress import CORRUPT_METRIC
 from distributary.runner.query import (
@@ -161,20 +165,19 @@ def table_result(
     mode = "Update" if update else "Append"
     if not query.grouping:  # a selected `__deleted` is left to the runner (`table_queries`)
         output = StructType([*state.fields, StructField(DELETED, BooleanType())])
-        latest = (NetRows if weighted else LatestRows)(values, state, weighted=False)
         kept = [name for name in names if name.lower() != DELETED]
-        rows_out = pre.groupBy(KEY).transformWithState(latest, output, mode, "None")
+        if weighted:
+            rows_out = pre.groupBy(KEY).transformWithState(
+                NetRows(values, state), output, mode, "None"
+            )
+        else:
+            rows_out = latest_rows(pre, values, state, weighted=False, mode=mode)
         return rows_out.toDF(*kept, DELETED)
     if weighted:
         weight = fn.when(fn.col(DELETE), fn.lit(-1)).otherwise(fn.lit(1)).cast(LongType())
         changes = pre.where(fn.col(MATCH)).select(*values, weight.alias(WEIGHT))
     else:
-        changes = pre.groupBy(KEY).transformWithState(
-            LatestRows(values, state, weighted=True),
-            StructType([*state.fields, StructField(WEIGHT, LongType())]),
-            "Append",
-            "None",
-        )
+        changes = latest_rows(pre, values, state, weighted=True, mode="Append")
     result = aggregate_types(session, state, query)
     groups = StructType(
         [
@@ -286,12 +289,37 @@ def aggregate_types(
     return {f.name: f.dataType for f in fields if f.name not in query.groups}
 
 
-class LatestRows(StatefulProcessor):
-    """Per record key: the row the key has (what the pre-projection kept of it, while it matches
-    the WHERE condition), and what a batch changed of it."""
+def latest_rows(
+    pre: DataFrame, values: Sequence[str], state: StructType, weighted: bool, mode: str
+) -> DataFrame:
+    """The rows by record key (`runner/jvm/LatestRows.java`, a JVM operator): per key of `pre`'s
+    `KEY`, the row it has (its `values`, of types `state`, while it matches the WHERE condition),
+    and what a batch changed of it. Weighted: the old row taken back (`WEIGHT` -1) and the new one
+    added (+1); else the new row, or the old one with `DELETED` set when none is left."""
+    session = pre.sparkSession
+    last = StructField(WEIGHT, LongType()) if weighted else StructField(DELETED, BooleanType())
+    output = StructType([*state.fields, last])
+    operator = session._jvm.dev.distributary.tables.LatestRows  # type: ignore[union-attr]
+    if isinstance(operator, JavaPackage):  # py4j's answer for a class it cannot find
+        raise RuntimeError(
+            f"Distributary's JVM operators are not among Spark's jars ({JAR} in spark.jars or in "
+            "Spark's jars folder): a view over a table needs them; on this machine, install a "
+            "JDK (javac) so that the runner's jar is built, or use the job image"
+        )
+    # Spark's errors as pyspark raises them (an AnalysisException, ...), not py4j's.
+    rows = capture_sql_exception(operator.apply)(
+        pre._jdf, KEY, list(values), DELETE, MATCH, PARTITION, OFFSET,
+        state.json(), output.json(), weighted, mode,
+    )  # fmt: skip
+    return DataFrame(rows, session)
 
-    def __init__(self, values: Sequence[str], state: StructType, weighted: bool) -> None:
-        self.values, self.schema, self.weighted = list(values), state, weighted
+
+class NetRows(StatefulProcessor):
+    """Per output row's identity: the row it has, from weighted changes (a row added, or taken
+    back when `DELETE` is set) rather than records; in any order, as weights add up."""
+
+    def __init__(self, values: Sequence[str], state: StructType) -> None:
+        self.values, self.schema = list(values), state
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.row = handle.getValueState("row", self.schema)
@@ -306,24 +334,11 @@ class LatestRows(StatefulProcessor):
             self.row.clear()
         else:
             self.row.update(new)
-        names = [*self.values, WEIGHT if self.weighted else DELETED]
-        yield from (
-            Row(**dict(zip(names, r, strict=True))) for r in changes(old, new, self.weighted)
-        )
+        names = [*self.values, DELETED]
+        yield from (Row(**dict(zip(names, r, strict=True))) for r in changes(old, new))
 
     def after(self, key: Any, old: tuple[Any, ...] | None, rows: Iterator[Row]) -> Any:
-        """The key's row after a batch's `rows`."""
-        return latest(old, rows, self.values)
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-
-class NetRows(LatestRows):
-    """Per output row's identity: the row it has, from weighted changes (a row added, or taken
-    back when `DELETE` is set) rather than records; in any order, as weights add up."""
-
-    def after(self, key: Any, old: tuple[Any, ...] | None, rows: Iterator[Row]) -> Any:
+        """The row after a batch's weighted changes `rows`."""
         counts: Counter[tuple[Any, ...]] = Counter({old: 1} if old is not None else {})
         for row in rows:
             if row[MATCH]:
@@ -336,23 +351,13 @@ class NetRows(LatestRows):
             )
         return present[0] if present else None
 
-
-def latest(old: tuple[Any, ...] | None, rows: Iterator[Any], values: Sequence[str]) -> Any:
-    """The key's row after `rows` (its records of one batch, applied in partition order): None
-    when the last one deletes it or does not match."""
-    new = old
-    for row in sorted(rows, key=lambda r: (r[PARTITION], r[OFFSET])):
-        new = None if row[DELETE] or not row[MATCH] else tuple(row[v] for v in values)
-    return new
+    def close(self) -> None:
+        """Nothing to release."""
 
 
-def changes(
-    old: tuple[Any, ...] | None, new: tuple[Any, ...] | None, weighted: bool
-) -> list[tuple[Any, ...]]:
-    """What a key's change from `old` to `new` writes. Weighted: the old row taken back (-1) and
-    the new one added (+1). Else the new row, or the old one as a tombstone when none is left."""
-    if weighted:
-        return [(*row, weight) for row, weight in ((old, -1), (new, 1)) if row is not None]
+def changes(old: tuple[Any, ...] | None, new: tuple[Any, ...] | None) -> list[tuple[Any, ...]]:
+    """What a row's change from `old` to `new` writes: the new row, or the old one as a
+    tombstone when none is left."""
     if new is not None:
         return [(*new, False)]
     return [(*old, True)] if old is not None else []

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from distributary import artifacts as jars
+from distributary import jvm_operators
 from distributary.plan.applications import spark
 from distributary.plan.pipelines import pipeline
 
@@ -71,7 +72,11 @@ def test_base_is_debian_and_spark_comes_from_the_hash_lock() -> None:
     """Java and Python are Debian's packages; Spark is pyspark, pinned with its hashes in the
     image's lock at the project's version (no Spark distribution, no registry image of it)."""
     assert build_args()["BASE"] == "debian:bookworm-slim"
-    assert [s.splitlines()[0] for s in stages()] == ["FROM ${BASE} AS connector", "FROM ${BASE}"]
+    assert [s.splitlines()[0] for s in stages()] == [
+        "FROM ${BASE} AS connector",
+        "FROM ${BASE} AS operators",
+        "FROM ${BASE}",
+    ]
     assert "openjdk-17-jre-headless python3 python3-venv tini" in text()
     lock = LOCK.read_text()
     assert f"\npyspark=={pyspark_pin()} \\\n    --hash=sha256:" in lock
@@ -125,6 +130,28 @@ def test_pinned_jars_are_what_the_local_runtime_resolves_less_what_spark_ships()
     assert set(pinned_jars()) == set(resolved)
     for name, digest in pinned_jars().items():
         assert hashlib.sha256(resolved[name].read_bytes()).hexdigest() == digest, name
+
+
+def test_the_operators_are_compiled_against_the_spark_api_jars_spark_ships() -> None:
+    """The JVM operators' stage compiles them against Spark's own jars of this version, pinned
+    by digest (the same bytes as pyspark's copies), and the jar lands among Spark's jars, where
+    the runner finds it before building one (`jvm_operators.operators_jar`)."""
+    pinned = {}
+    for line in (ROOT / "spark_images" / "operators.sha256").read_text().splitlines():
+        digest, path = line.split()
+        pinned[path.rsplit("/", 1)[-1]] = digest
+    suffix = f"_{jars.SCALA_BINARY}-{jars.SPARK_VERSION}.jar"
+    assert {f"spark-sql-api{suffix}", f"spark-common-utils-java{suffix}"} < set(pinned)
+    pyspark = pytest.importorskip("pyspark")
+    shipped = Path(pyspark.__file__).parent / "jars"
+    for name, digest in pinned.items():
+        assert hashlib.sha256((shipped / name).read_bytes()).hexdigest() == digest, name
+    stage = stages()[1]
+    assert "sh /build/fetch_jars.sh /build/operators.sha256 /build/classpath" in stage
+    assert "openjdk-17-jdk-headless" in stage
+    assert 'python3 -m distributary.jvm_operators /build/jar "/build/classpath/*"' in stage
+    assert f"COPY --from=operators /build/jar/ {SITE}/pyspark/jars/" in stages()[-1]
+    assert f'"{jvm_operators.JAR}"' in (ROOT / "spark_images" / "check.py").read_text()
 
 
 def test_runs_as_spark_non_root_user() -> None:

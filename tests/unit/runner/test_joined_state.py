@@ -134,7 +134,7 @@ def test_a_lookups_pair_keeps_the_first_rows_identity_whatever_its_partner() -> 
 
 
 def net(old: tuple | None, *changes: tuple[tuple, bool]) -> Any:
-    processor = NetRows(["city"], StructType([StructField("city", StringType())]), weighted=False)
+    processor = NetRows(["city"], StructType([StructField("city", StringType())]))
     rows = iter({"city": values[0], DELETE: back, MATCH: True} for values, back in changes)
     return processor.after("k", old, rows)
 
