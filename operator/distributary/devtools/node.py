@@ -62,7 +62,7 @@ from distributary import processes
 from distributary.artifacts import cache_root
 from distributary.devtools import controlplane
 from distributary.devtools.controlplane import ControlPlane, client_kubeconfig, issue_certificate
-from distributary.devtools.dns import ClusterDNS
+from distributary.devtools.dns import ClusterDNS, coredns_binary
 from distributary.devtools.gobuild import PROGRESS_EVERY, GoBuildError, GoPrograms, elapsed, say
 from distributary.devtools.host_part import HostPart
 from distributary.devtools.node_files import (
@@ -169,6 +169,10 @@ class Node:
         kubelet = kubelet_binary(quiet=self.quiet)
         self._require_tools()
         sandbox, sandbox_archive = pause_archive(quiet=self.quiet)
+        if self.dns is not None:
+            # Built (or waited for, while the suite's background builds make it) before the
+            # clock starts: `timeout` is for starting the node, not for compiling its parts.
+            coredns_binary(quiet=self.quiet)
         started = time.monotonic()
         deadline = started + timeout
         self._lock = take_machine(self.state_dir)
