@@ -44,6 +44,7 @@ INPUT = StructType(
     ]
 )
 STATE = StructType([INPUT["city"], INPUT["balance"]])
+ONE = Decimal("1.50")  # every row's balance
 # pyspark's own sockets (a batch's rows sent to this process) are closed when it collects them.
 pytestmark = pytest.mark.filterwarnings(
     "ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning"
@@ -114,7 +115,6 @@ def batches(
 def test_a_keys_records_apply_in_partition_and_offset_order_and_deletes_take_back(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    one = Decimal("1.50")
     found = batches(
         spark,
         tmp_path,
@@ -137,17 +137,16 @@ def test_a_keys_records_apply_in_partition_and_offset_order_and_deletes_take_bac
         ],
     )
     assert found == [
-        [("Oslo", one, 1)],
-        sorted([("Oslo", one, -1), ("Rome", one, 1), ("Kobe", one, 1)], key=repr),
+        [("Oslo", ONE, 1)],
+        sorted([("Oslo", ONE, -1), ("Rome", ONE, 1), ("Kobe", ONE, 1)], key=repr),
         [],
-        [("Rome", one, -1)],
+        [("Rome", ONE, -1)],
     ]
 
 
 def test_unweighted_the_new_row_or_the_old_one_flagged_deleted(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    one = Decimal("1.50")
     found = batches(
         spark,
         tmp_path,
@@ -159,7 +158,7 @@ def test_unweighted_the_new_row_or_the_old_one_flagged_deleted(
         ],
     )
     assert found == [
-        sorted([("Oslo", one, False), ("Kobe", one, False)], key=repr),
-        sorted([("Oslo", one, True), ("Lima", one, False)], key=repr),
+        sorted([("Oslo", ONE, False), ("Kobe", ONE, False)], key=repr),
+        sorted([("Oslo", ONE, True), ("Lima", ONE, False)], key=repr),
         [],
     ]
