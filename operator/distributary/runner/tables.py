@@ -10,10 +10,10 @@ any stateful view):
 2. The pre-projection (`TableQuery.pre_sql`), per record: what the output needs of the row, and
    whether it matches the WHERE condition.
 3. `LatestRows` (a JVM operator: `runner/jvm/LatestRows.java`), keyed by the record key: each
-   key's current row, in its state. A batch's records
-   of a key are applied in their partition's order; what is left is compared with the row the
-   key had. Rows: the new row is written, or a tombstone when the row is gone or stopped matching.
-   Groups: the old row's contribution is taken back (weight -1) and the new one added (+1).
+   key's current row, in its state. A batch's records of a key are applied in their partition's
+   order; what is left is compared with the row the key had. Rows: the new row is written, or a
+   tombstone when the row is gone or stopped matching. Groups: the old row's contribution is
+   taken back (weight -1) and the new one added (+1).
 4. The groups. COUNT, and SUM and AVG of integers and decimals: Spark's own streaming
    aggregation of the weighted changes (`summed`), exact in those types. Otherwise `Groups`,
    keyed by the group: a count of rows; per aggregate, a count and an exact sum (a fraction:
