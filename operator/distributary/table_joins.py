@@ -121,7 +121,8 @@ class _JoinReader:
         pairs = self._condition(join)
         self._check_key(pairs)
         where = select.args.get("where")
-        items = [self._over_rows(e) for e in self._expanded(select.expressions)]
+        # The output's names are Spark's own for the query (`runner/table_joins`): no alias here.
+        items = [self._over_rows(e.unalias()) for e in self._expanded(select.expressions)]
         return TableJoin(
             stream=self.stream,
             table=self.table,
