@@ -28,6 +28,9 @@ import pytest
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 os.environ.setdefault("KAFKA_JVM_PERFORMANCE_OPTS", "-XX:+UseSerialGC")
 
+from tests.integration import cpu_time
+from tests.integration.cpu_time import pytest_runtest_makereport  # noqa: F401 (a hook)
+
 from distributary import processes
 from distributary.devtools import kafka_cds, spark_cds
 from distributary.devtools.postgres import PostgresServer
@@ -119,6 +122,15 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 _BUILDS: list[processes.Supervised] = []
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Each process that runs tests counts its CPU time (`cpu_time`)."""
+    cpu_time.start()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    cpu_time.stop()
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """With DISTRIBUTARY_BUILD_AHEAD=1 (`make test`), build what the test beds need once per
     machine (`distributary.devtools.builds`) in the background while the
@@ -137,9 +149,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """After the slowest tests, the slowest modules (their tests' setup, call and teardown
-    summed) and each test worker's busy time: where the suite's minutes go, and how evenly the
-    workers share them."""
+    summed, with the CPU time of what they started: `cpu_time`) and each test worker's busy
+    time: where the suite's minutes go, and how evenly the workers share them."""
     modules: collections.defaultdict[str, float] = collections.defaultdict(float)
+    cpu: collections.defaultdict[str, float] = collections.defaultdict(float)
     workers: collections.defaultdict[str, float] = collections.defaultdict(float)
     for reports in terminalreporter.stats.values():
         for report in reports:
@@ -147,13 +160,21 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             if not isinstance(duration, int | float) or not nodeid:
                 continue
             modules[nodeid.split("::")[0]] += duration
+            cpu[nodeid.split("::")[0]] += cpu_time.seconds_of(report)
             gateway = getattr(getattr(report, "node", None), "gateway", None)
             workers[str(getattr(gateway, "id", "main"))] += duration
     if not modules:
         return
     terminalreporter.write_sep("=", "slowest modules (setup, call and teardown summed)")
-    for module, seconds in sorted(modules.items(), key=lambda item: -item[1])[:15]:
-        terminalreporter.write_line(f"{seconds:8.1f}s {module}")
+    for module, seconds in sorted(modules.items(), key=lambda item: -item[1])[:25]:
+        used = f" {cpu[module]:7.1f} CPU-s" if cpu[module] else ""
+        terminalreporter.write_line(f"{seconds:8.1f}s{used} {module}")
+    if any(cpu.values()):
+        heaviest = sorted(cpu.items(), key=lambda item: -item[1])[:25]
+        terminalreporter.write_sep("=", "heaviest modules (CPU time of all they started)")
+        for module, seconds in heaviest:
+            terminalreporter.write_line(f"{seconds:8.1f} CPU-s {module}")
+        terminalreporter.write_line(f"CPU time in all: {sum(cpu.values()) / 60:.1f} min")
     busy = ", ".join(f"{name} {seconds / 60:.1f} min" for name, seconds in sorted(workers.items()))
     terminalreporter.write_line(f"busy per test worker: {busy}")
 
