@@ -27,6 +27,7 @@ from distributary.table_queries import (
     TableQuery,
     TableQueryError,
     column_side,
+    on_equalities,
     short_sql,
     side_of,
     single_join,
@@ -191,26 +192,14 @@ class _Reader:
         if using:
             self.using = {i.name.lower() for i in using}
             return [(exp.column(i.name), exp.column(i.name)) for i in using]
-        on = join.args.get("on")
-        parts = list(on.flatten()) if isinstance(on, exp.And) else [on] if on is not None else []
-        pairs = []
-        for part in parts:
-            pair = None
-            if isinstance(part, exp.EQ):
-                ends = {
-                    self._side_of(part.this): part.this,
-                    self._side_of(part.expression): part.expression,
-                }
-                if set(ends) == {first, second}:
-                    pair = (ends[first], ends[second])
-            if pair is None:
-                raise TableQueryError(
-                    f"joins tables {first!r} and {second!r} on "
-                    f"{short_sql(part) if part is not None else 'nothing'}: each condition of ON "
-                    "must be an equality of an expression of one table and one of the other; "
-                    f"filter in WHERE instead, {self.fix}"
-                )
-            pairs.append(pair)
+        pairs, refused = on_equalities(join, self._side_of, first, second)
+        if refused is not None:
+            raise TableQueryError(
+                f"joins tables {first!r} and {second!r} on "
+                f"{short_sql(refused)}: each condition of "
+                "ON must be an equality of an expression of one table and one of the other; "
+                f"filter in WHERE instead, {self.fix}"
+            )
         return pairs
 
     def _ordered(

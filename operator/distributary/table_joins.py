@@ -22,6 +22,7 @@ from distributary.table_queries import (
     GENERATORS,
     TableQueryError,
     column_side,
+    on_equalities,
     short_sql,
     side_of,
     single_join,
@@ -200,26 +201,17 @@ class _JoinReader:
         if using:
             self.using = {i.name.lower() for i in using}
             return [(exp.column(i.name), i.name) for i in using]
-        on = join.args.get("on")
-        parts = list(on.flatten()) if isinstance(on, exp.And) else [on] if on is not None else []
-        pairs = []
-        for part in parts:
-            pair = None
-            if isinstance(part, exp.EQ):
-                sides = [self._side_of(part.this), self._side_of(part.expression)]
-                ends = dict(zip(sides, (part.this, part.expression), strict=True))
-                column = ends.get(TABLE_ROW)
-                if set(sides) == {STREAM_ROW, TABLE_ROW} and isinstance(column, exp.Column):
-                    pair = (ends[STREAM_ROW], column.name)
-            if pair is None:
-                raise TableQueryError(
-                    f"joins stream {self.stream!r} with table {self.table!r} on "
-                    f"{short_sql(part) if part is not None else 'nothing'}: each condition of ON "
-                    "must be an equality of a stream expression and a column of the table; filter "
-                    f"in WHERE instead, or {self.fix}"
-                )
-            pairs.append(pair)
-        return pairs
+        pairs, refused = on_equalities(join, self._side_of, STREAM_ROW, TABLE_ROW)
+        if refused is None:
+            refused = next((b for _, b in pairs if not isinstance(b, exp.Column)), None)
+        if refused is not None:
+            raise TableQueryError(
+                f"joins stream {self.stream!r} with table {self.table!r} on "
+                f"{short_sql(refused)}: each condition of "
+                "ON must be an equality of a stream expression and a column of the table; filter "
+                f"in WHERE instead, or {self.fix}"
+            )
+        return [(a, b.name) for a, b in pairs]
 
     def _check_key(self, pairs: list[tuple[exp.Expr, str]]) -> None:
         """The table's row of an event is found by the table's key: ON must give all of it."""

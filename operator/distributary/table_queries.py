@@ -295,6 +295,24 @@ def side_of(node: exp.Expr, side: Callable[[exp.Column], str]) -> str | None:
     return sides.pop() if len(sides) == 1 else None
 
 
+def on_equalities(
+    join: exp.Join, side: Callable[[exp.Expr], str | None], first: str, second: str
+) -> tuple[list[tuple[exp.Expr, exp.Expr]], exp.Expr | None]:
+    """ON's conditions as (`first` side's expression, `second`'s) pairs, and the first condition
+    that is not such an equality (or None); no ON at all gives no pairs and None."""
+    on = join.args.get("on")
+    parts = list(on.flatten()) if isinstance(on, exp.And) else [on] if on is not None else []
+    pairs: list[tuple[exp.Expr, exp.Expr]] = []
+    for part in parts:
+        if not isinstance(part, exp.EQ):
+            return pairs, part
+        ends = {side(part.this): part.this, side(part.expression): part.expression}
+        if set(ends) != {first, second}:
+            return pairs, part
+        pairs.append((ends[first], ends[second]))
+    return pairs, None
+
+
 def unqualified(node: exp.Expr) -> str:
     """An expression of one side over that side's own columns (their qualifiers dropped)."""
     plain = node.copy().transform(
