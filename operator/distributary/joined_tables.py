@@ -14,7 +14,6 @@ HAVING): the query is rewritten over the join's rows (`JOINED`), each side's col
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from distributary.table_queries import (
     DELETED,
     TableQuery,
     TableQueryError,
+    cached_reading,
     column_side,
     on_equalities,
     short_sql,
@@ -72,30 +72,24 @@ def joined_tables(
     columns `columns` and key columns `keys` (None: not known yet, as a Source's table before its
     database is read; empty: not declared), written as an upsert table keyed by `output_key`.
     Raises `TableQueryError` for what is not kept exact."""
-    found = _cached(
+    return _read(
         sql,
         tuple(tables),
         tuple((a, tuple(c) if c is not None else None) for a, c in columns.items()),
         tuple((a, tuple(k) if k is not None else None) for a, k in keys.items()),
         tuple(output_key),
     )
-    if isinstance(found, TableQueryError):
-        raise TableQueryError(str(found))
-    return found
 
 
-@functools.lru_cache(maxsize=1024)  # the operator checks its namespace's graph on every reconcile
-def _cached(
+@cached_reading
+def _read(
     sql: str,
     tables: tuple[str, ...],
     columns: tuple[tuple[str, tuple[str, ...] | None], ...],
     keys: tuple[tuple[str, tuple[str, ...] | None], ...],
     output_key: tuple[str, ...],
-) -> JoinedTables | TableQueryError:
-    try:
-        return _Reader(sql, tables, dict(columns), dict(keys)).read(output_key)
-    except TableQueryError as exc:
-        return exc
+) -> JoinedTables:
+    return _Reader(sql, tables, dict(columns), dict(keys)).read(output_key)
 
 
 class _Reader:

@@ -10,7 +10,6 @@ apart: the equalities of ON (or USING), and the SELECT list and WHERE over the t
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -21,6 +20,7 @@ from distributary.table_queries import (
     DELETED,
     GENERATORS,
     TableQueryError,
+    cached_reading,
     column_side,
     on_equalities,
     short_sql,
@@ -59,7 +59,7 @@ def stream_table_join(
     """`sql` read as stream `stream` joined with table `table` (keyed by `key`, None: not known
     yet); `columns` holds each alias's columns. Raises `TableQueryError` for what is not kept
     exact."""
-    found = _join_cached(
+    return _read(
         sql,
         stream,
         table,
@@ -68,23 +68,17 @@ def stream_table_join(
         ),
         tuple(key) if key is not None else None,
     )
-    if isinstance(found, TableQueryError):
-        raise TableQueryError(str(found))
-    return found
 
 
-@functools.lru_cache(maxsize=1024)
-def _join_cached(
+@cached_reading
+def _read(
     sql: str,
     stream: str,
     table: str,
     columns: tuple[tuple[str, tuple[str, ...] | None], ...],
     key: tuple[str, ...] | None,
-) -> TableJoin | TableQueryError:
-    try:
-        return _JoinReader(sql, stream, table, dict(columns), key).read()
-    except TableQueryError as exc:
-        return exc
+) -> TableJoin:
+    return _JoinReader(sql, stream, table, dict(columns), key).read()
 
 
 class _JoinReader:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 from sqlglot import exp
 
@@ -64,6 +64,31 @@ def input_read(declared: str | None, compaction: bool) -> str:
 class TableQueryError(DistributaryError, ValueError):
     """A query over a table that cannot be kept exact; the message names the construct and the
     fix (the caller adds the field)."""
+
+
+Read = TypeVar("Read")
+
+
+def cached_reading(read: Callable[..., Read]) -> Callable[..., Read]:
+    """`read` (of hashable arguments) with its answers kept, its refusals (`TableQueryError`)
+    too, each raised again as a new error: the operator checks its namespace's graph, and so
+    reads the same queries, on every reconcile."""
+
+    @functools.lru_cache(maxsize=1024)
+    def kept(*args: Any) -> Read | TableQueryError:
+        try:
+            return read(*args)
+        except TableQueryError as exc:
+            return exc
+
+    @functools.wraps(read)
+    def reading(*args: Any) -> Read:
+        found = kept(*args)
+        if isinstance(found, TableQueryError):
+            raise TableQueryError(str(found))
+        return found
+
+    return reading
 
 
 @dataclass(frozen=True)
@@ -114,32 +139,16 @@ def table_query(
     its database is read, and not checked) with record columns `columns` (None: unknown),
     written as an upsert table keyed by `output_key`; raises `TableQueryError` for what cannot be
     kept exact."""
-    found = _cached(
+    return _taken_apart(
         sql,
         table,
         tuple(key) if key is not None else None,
         tuple(output_key),
         tuple(columns) if columns is not None else None,
     )
-    if isinstance(found, TableQueryError):
-        raise TableQueryError(str(found))
-    return found
 
 
-@functools.lru_cache(maxsize=1024)  # the operator checks its namespace's graph on every reconcile
-def _cached(
-    sql: str,
-    table: str,
-    key: tuple[str, ...] | None,
-    output_key: tuple[str, ...],
-    columns: tuple[str, ...] | None,
-) -> TableQuery | TableQueryError:
-    try:
-        return _taken_apart(sql, table, key, output_key, columns)
-    except TableQueryError as exc:
-        return exc
-
-
+@cached_reading
 def _taken_apart(
     sql: str,
     table: str,

@@ -222,3 +222,25 @@ def test_a_join_with_a_table_that_is_not_kept_exact_is_refused(sql: str, fragmen
 
 def test_a_join_with_a_table_writes_events_so_its_output_is_append() -> None:
     the_problem(view(JOIN, ["id"]), "spec.output.mode", "is upsert", "set mode: append", key=["id"])
+
+
+def test_a_reading_and_a_refusal_are_kept_and_each_refusal_raised_anew() -> None:
+    from distributary.table_queries import cached_reading
+
+    calls: list[str] = []
+
+    @cached_reading
+    def read(sql: str) -> str:
+        calls.append(sql)
+        if sql == "bad":
+            raise TableQueryError("bad, fix it")
+        return sql.upper()
+
+    assert read("good") == read("good") == "GOOD"
+    raised = []
+    for _ in range(2):
+        with pytest.raises(TableQueryError, match="bad, fix it") as caught:
+            read("bad")
+        raised.append(caught.value)
+    assert calls == ["good", "bad"]
+    assert raised[0] is not raised[1]
