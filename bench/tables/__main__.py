@@ -353,6 +353,7 @@ def measure(run: Run) -> dict[str, Any]:
             "changes_per_batch_p50": figures.percentile(per_batch, 50),
             "batch_ms_p50": batch_p50,
             "batch_ms_p99": figures.percentile(durations, 99),
+            "batch_phases_ms_p50": figures.phases_p50(batches),
             "exact": maintained == expected,
             "groups_wrong": sum(
                 1

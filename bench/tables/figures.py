@@ -114,6 +114,17 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return round(ordered[rank], 1)
 
 
+def phases_p50(batches: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
+    """Each phase's median over `batches` (the runner's `batchPhasesMs`), largest first: where
+    a batch's time goes."""
+    names = {name for b in batches for name in b.get("batchPhasesMs") or {}}
+    medians = {
+        name: percentile([float((b.get("batchPhasesMs") or {}).get(name, 0)) for b in batches], 50)
+        for name in names
+    }
+    return dict(sorted(medians.items(), key=lambda item: -(item[1] or 0)))
+
+
 def ratio(numerator: float | None, denominator: float | None) -> float | None:
     """numerator / denominator rounded, or None when either is unknown or zero."""
     if not numerator or not denominator:

@@ -42,3 +42,14 @@ def test_the_smoke_form_is_small_and_a_given_value_wins() -> None:
     assert FIGURES.parse_args(["--smoke", "--rows", "500"]).rows == 500
     full = FIGURES.parse_args([])
     assert (full.rows, full.groups, full.share) == (200_000, 1_000, 0.01)
+
+
+def test_the_phases_medians_come_largest_first_and_a_missing_phase_counts_zero() -> None:
+    batches = [
+        {"batchPhasesMs": {"addBatch": 900, "walCommit": 40, "stateCommit": 100}},
+        {"batchPhasesMs": {"addBatch": 700, "walCommit": 60}},
+        {"batchPhasesMs": {"addBatch": 800, "walCommit": 50, "stateCommit": 300}},
+    ]
+    medians = FIGURES.phases_p50(batches)
+    assert list(medians) == ["addBatch", "stateCommit", "walCommit"]
+    assert medians == {"addBatch": 800, "stateCommit": 100, "walCommit": 50}

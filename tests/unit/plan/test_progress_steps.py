@@ -105,7 +105,15 @@ def test_a_report_becomes_a_batch_with_integer_partitions_and_offsets() -> None:
         input_rate=40.5,
         processed_rate=123.25,
         duration_ms=812,
+        phases_ms={"addBatch": 640, "latestOffset": 4},
     )
+
+
+def test_a_batchs_phases_and_its_state_stores_commits_are_kept() -> None:
+    report = spark_report(end={"orders": {"0": 5}}, rows=5)
+    report["stateOperators"] = [{"commitTimeMs": 30}, {"commitTimeMs": 12, "numRowsTotal": 4}]
+    phases = batch_of(report).phases_ms
+    assert phases == {"addBatch": 640, "latestOffset": 4, "stateCommit": 42}
 
 
 def test_a_first_batch_has_no_start() -> None:
@@ -259,6 +267,7 @@ def test_a_progress_record_says_where_the_revision_is_and_how_far_behind() -> No
         "inputRowsPerSecond": 1.0,
         "processedRowsPerSecond": 2.0,
         "batchDurationMs": 100,
+        "batchPhasesMs": {},
         "latest": {"orders": {"0": 60, "1": 70}},
         "lag": 18,
     }

@@ -14,7 +14,7 @@ letters. Everything here is pure, so these rules are tested without Spark.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from distributary.api.names import PROGRESS_TOPIC as PROGRESS_TOPIC
@@ -68,6 +68,9 @@ class Batch:
     input_rate: float
     processed_rate: float
     duration_ms: int
+    # Where the batch's time went: Spark's phases (`addBatch`, `queryPlanning`, `walCommit`,
+    # `commitOffsets`, `latestOffset`, ...) and `stateCommit`, its state stores' commits summed.
+    phases_ms: Mapping[str, int] = field(default_factory=dict)
 
 
 def batch_of(progress: Mapping[str, Any]) -> Batch:
@@ -90,7 +93,21 @@ def batch_of(progress: Mapping[str, Any]) -> Batch:
         input_rate=_rate(progress.get("inputRowsPerSecond")),
         processed_rate=_rate(progress.get("processedRowsPerSecond")),
         duration_ms=int((progress.get("durationMs") or {}).get("triggerExecution") or 0),
+        phases_ms=_phases(progress),
     )
+
+
+def _phases(progress: Mapping[str, Any]) -> dict[str, int]:
+    durations = progress.get("durationMs") or {}
+    phases = {
+        name: int(ms)
+        for name, ms in durations.items()
+        if name != "triggerExecution" and isinstance(ms, int | float)
+    }
+    operators = [o for o in progress.get("stateOperators") or [] if isinstance(o, Mapping)]
+    if operators:
+        phases["stateCommit"] = sum(int(o.get("commitTimeMs") or 0) for o in operators)
+    return phases
 
 
 def _offsets(value: str | Mapping[str, Any] | None) -> Offsets:
@@ -167,6 +184,7 @@ def progress_record(
                 "inputRowsPerSecond": round(batch.input_rate, 1),
                 "processedRowsPerSecond": round(batch.processed_rate, 1),
                 "batchDurationMs": batch.duration_ms,
+                "batchPhasesMs": dict(batch.phases_ms),
                 "latest": offsets_json(batch.latest),
                 "lag": records_behind(position or batch.end, batch.latest)
                 if batch.latest
