@@ -20,7 +20,7 @@ import pytest
 from tests.integration.kube.conftest import install_established, started
 from tests.integration.kube.operator_harness import Cluster
 from tests.integration.kube.spark_operator_bed import SPARK_CRDS
-from tests.integration.pods.pods import PIPELINES, RELEASE, SYSTEM
+from tests.integration.pods.pods import JVM_OPTIONS, PIPELINES, RELEASE, SYSTEM
 
 from distributary.devtools.controlplane import ControlPlane
 from distributary.devtools.images import IMAGES, build_all, export
@@ -167,7 +167,7 @@ def installed(
         "intervals.observeSeconds": "5",
         "connect.worker.create": "true",
         "connect.worker.replicationFactor": "1",
-        "connect.worker.javaOptions": "-Xms128m -Xmx384m",
+        "connect.worker.javaOptions": f"-Xms128m -Xmx384m {JVM_OPTIONS}",
     }
     settings = [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
     try:

@@ -17,6 +17,12 @@ RELEASE = "distributary"
 SELECTOR = "app.kubernetes.io/name=distributary"  # the operator's pod
 CONNECT = "distributary-connect"  # the chart's Kafka Connect: its Deployment, Service, topics
 CONNECT_SELECTOR = "app.kubernetes.io/name=distributary-connect"  # its pods
+# The JVMs of the tests' pods (Spark's drivers and executors, Connect) compile with C1 alone and
+# collect with the serial collector, as the suite's other JVMs (`tests/integration/conftest.py`):
+# five to ten of them share two cores with the rest of the suite. Set through the views' own pod
+# settings (`spec.spark.pods.env`), as a user on a small node would.
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+SMALL_JVMS = {"name": "JAVA_TOOL_OPTIONS", "value": JVM_OPTIONS}
 
 
 def create_pod(

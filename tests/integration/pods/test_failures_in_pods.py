@@ -21,7 +21,7 @@ from tests.integration.kube.operator_harness import (
     wait_for,
     with_reason,
 )
-from tests.integration.pods.pods import PIPELINES, SELECTOR, SYSTEM, pods
+from tests.integration.pods.pods import PIPELINES, SELECTOR, SMALL_JVMS, SYSTEM, pods
 from tests.integration.spark_pipelines import SteadyProducer, read_topic
 
 from distributary.devtools.node import Node
@@ -89,6 +89,7 @@ def live(installed: Cluster, pods_broker: EmbeddedBroker, node: Node) -> Iterato
                         "trigger": "2s",
                         "driver": SMALL,
                         "executor": {**SMALL, "instances": 1},
+                        "pods": {"env": [SMALL_JVMS]},
                     },
                 },
             }

@@ -23,7 +23,14 @@ from typing import Any
 import pytest
 import yaml
 from tests.integration.kube.operator_harness import Cluster, condition, wait_for
-from tests.integration.pods.pods import CONNECT, CONNECT_SELECTOR, PIPELINES, SYSTEM, ready_pods
+from tests.integration.pods.pods import (
+    CONNECT,
+    CONNECT_SELECTOR,
+    PIPELINES,
+    SMALL_JVMS,
+    SYSTEM,
+    ready_pods,
+)
 from tests.integration.spark_pipelines import read_topic
 
 from distributary.devtools.images import CONNECT as CONNECT_IMAGE
@@ -71,7 +78,7 @@ def documents(shop: Shop, node: Node) -> list[dict[str, Any]]:
                 assert spec[store]["host"] == "127.0.0.1", doc
                 spec[store]["host"] = node.address
         if doc["kind"] == "DerivedView":
-            spec["spark"] = {"driver": SMALL, "executor": SMALL}
+            spec["spark"] = {"driver": SMALL, "executor": SMALL, "pods": {"env": [SMALL_JVMS]}}
     assert sorted(d["kind"] for d in found) == ["DerivedView", "Sink", "Sink", "Source"]
     return found
 
