@@ -2,7 +2,8 @@
 
 One secured embedded broker serves the module: a SASL_SSL listener (SCRAM-SHA-512) and an mTLS
 listener, no plaintext for clients, certificates made by the fixture with openssl. The
-clickstream example runs end to end through each listener, given nothing but a client properties
+clickstream example's chain (its Log, a view of it and a view of that view) runs end to end
+through each listener, given nothing but a client properties
 file (`--kafka-config`), and its outputs are checked record by record as `test_local_run` checks
 them on a plaintext broker: so every client of a run (topic creation, the appended demo data,
 Spark's Kafka source and sink, the exactly-once writer, dead letters, progress, positions) spoke
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from tests.integration.secured_kafka import USER, SecuredKafka, start_secured_kafka
 from tests.integration.test_local_run import (
     DATA,
@@ -36,7 +38,6 @@ from tests.integration.test_local_run import (
     enriched_rows,
     latest,
     output_rows,
-    per_user,
     summary_of,
 )
 
@@ -49,6 +50,9 @@ from distributary.plan.kafka_topics.topics import CreateTopic
 from distributary.processes import free_port
 
 VIEWS = ("enriched-page-views", "views-per-user", "views-per-country")
+# The local runs take the example's chain (a view reading the Log, a view reading that view):
+# every client of a run is in it; its third view, another aggregate of the Log, adds none.
+CHAIN = ("enriched-page-views", "views-per-country")
 
 
 def distributary(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -98,15 +102,27 @@ def served(state: Path, log: str, properties: Path) -> list[tuple[int, int, Any,
     return rows
 
 
+def chain_of_the_example(folder: Path) -> Path:
+    """The example's Log and its views of `CHAIN`, as its files say them, in `folder`."""
+    folder.mkdir(parents=True)
+    (folder / "logs.yaml").write_text((EXAMPLE / "logs.yaml").read_text())
+    views = [v for v in yaml.safe_load_all((EXAMPLE / "views.yaml").read_text()) if v]
+    chain = [v for v in views if v["metadata"]["name"] in CHAIN]
+    assert len(chain) == len(CHAIN), [v["metadata"]["name"] for v in views]
+    (folder / "views.yaml").write_text(yaml.safe_dump_all(chain))
+    return folder
+
+
 def clickstream_run(kafka: SecuredKafka, state: Path, properties: Path) -> dict[str, Any]:
-    """The example until caught up, its servers and security from `properties` alone; the
-    summary, its outputs as `tail --kafka-config` reads them, and what it printed."""
+    """The example's chain until caught up, its servers and security from `properties` alone;
+    the summary, its outputs as `tail --kafka-config` reads them, and what it printed."""
+    pipeline = chain_of_the_example(state.parent / f"{state.name}-pipeline")
     result = distributary(
-        "run", str(EXAMPLE), "--state-dir", str(state), "--until-caught-up", "--cores", "2",
+        "run", str(pipeline), "--state-dir", str(state), "--until-caught-up", "--cores", "2",
         "--kafka-config", str(properties), "--produce", f"page-views={DATA}",
     )  # fmt: skip
     summary = summary_of(result)
-    outputs = {log: served(state, log, properties) for log in VIEWS}
+    outputs = {log: served(state, log, properties) for log in CHAIN}
     return {"summary": summary, "outputs": outputs, "printed": result.stdout + result.stderr}
 
 
@@ -144,17 +160,13 @@ def test_the_clickstream_example_runs_end_to_end(runs: dict[str, Any], listener:
     run, _ = runs[listener]
     summary, outputs = run["summary"], run["outputs"]
     assert summary["logs"]["page-views"]["records"] == len(demo_records())
+    assert set(summary["views"]) == set(CHAIN)
     for name, view in summary["views"].items():
         assert (view["lag"], view["state"], view["revision"], view["deadLetters"]) == (
             0, "Running", 1, 0,
         ), name  # fmt: skip
     kept = enriched(demo_records())
     assert output_rows(outputs["enriched-page-views"]) == enriched_rows(kept)
-    users = {
-        k: {c: v[c] for c in ("views", "total_duration_ms")}
-        for k, v in latest(outputs["views-per-user"]).items()
-    }
-    assert users == per_user(demo_records())
     countries = Counter((r.get("country") or "unknown").upper() for r in kept)
     table = latest(outputs["views-per-country"])
     assert {json.loads(k)["country"]: v["views"] for k, v in table.items()} == countries
