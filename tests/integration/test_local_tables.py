@@ -55,7 +55,7 @@ spec:
            min(balance) AS lowest, max(balance) AS highest, count(DISTINCT segment) AS segments
     FROM c GROUP BY city
   output: {mode: upsert, key: [city]}
-  spark: {trigger: 500ms}
+  spark: {trigger: 2s}
 ---
 apiVersion: distributary.dev/v1alpha1
 kind: DerivedView
@@ -64,7 +64,7 @@ spec:
   inputs: [{log: tb-customers, alias: c}]
   sql: SELECT id, upper(city) AS city, balance FROM c WHERE balance >= 500
   output: {mode: upsert, key: [id]}
-  spark: {trigger: 500ms}
+  spark: {trigger: 2s}
 ---
 apiVersion: distributary.dev/v1alpha1
 kind: DerivedView
@@ -75,7 +75,7 @@ spec:
     SELECT 'all' AS scope, count(*) AS customers, sum(balance) AS total, avg(balance) AS mean
     FROM c
   output: {mode: upsert, key: [scope]}
-  spark: {trigger: 500ms}
+  spark: {trigger: 2s}
 ---
 apiVersion: distributary.dev/v1alpha1
 kind: DerivedView
@@ -84,7 +84,7 @@ spec:
   inputs: [{log: tb-customers, alias: c}]
   sql: SELECT segment, count(*) AS n FROM c GROUP BY segment HAVING n > 62
   output: {mode: upsert, key: [segment]}
-  spark: {trigger: 500ms}
+  spark: {trigger: 2s}
 ---
 apiVersion: distributary.dev/v1alpha1
 kind: Log
@@ -101,7 +101,7 @@ spec:
   sql: |
     SELECT o.order_id, o.customer, c.city, c.segment
     FROM o LEFT JOIN c ON o.customer = c.id WHERE o.amount > 0
-  spark: {trigger: 500ms}
+  spark: {trigger: 2s}
 ---
 apiVersion: distributary.dev/v1alpha1
 kind: Log
@@ -121,7 +121,7 @@ spec:
     SELECT c.city, count(*) AS accounts, sum(a.amount) AS amount
     FROM a JOIN c ON a.customer = c.id GROUP BY c.city
   output: {mode: upsert, key: [city]}
-  spark: {trigger: 500ms}
+  spark: {trigger: 2s}
 ---
 apiVersion: distributary.dev/v1alpha1
 kind: DerivedView
@@ -132,7 +132,7 @@ spec:
     SELECT a.account, a.amount, c.city
     FROM c RIGHT JOIN a ON c.id = a.customer WHERE a.amount > 100
   output: {mode: upsert, key: [account]}
-  spark: {trigger: 500ms}
+  spark: {trigger: 2s}
 """
 LOG, ORDERS, ACCOUNTS = "tb-customers", "tb-orders", "tb-accounts"
 VIEWS = (
