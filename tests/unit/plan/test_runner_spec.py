@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import zipfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +14,7 @@ from distributary.api.log import Log, LogStatus
 from distributary.api.view import DerivedView
 from distributary.plan.applications.runner_spec import (
     EXACTLY_ONCE_BATCH,
+    LOCAL_CHECKPOINT_FILES,
     ROCKSDB_PROVIDER,
     EventTime,
     RunnerSpec,
@@ -56,6 +59,7 @@ def plan(view: DerivedView | None = None, output_partitions: int = 2, **kwargs: 
         "o": make_log("orders", 6, schema="id STRING, customer STRING"),
         "c": make_log("customers", 4),
     }
+    kwargs.setdefault("checkpoint_root", "s3a://bucket/checkpoints/")
     return view_runner_spec(
         view or make_view(),
         inputs,
@@ -63,7 +67,6 @@ def plan(view: DerivedView | None = None, output_partitions: int = 2, **kwargs: 
         revision=2,
         spec_hash="abc123",
         output_topic="shop.order-names.r2",
-        checkpoint_root="s3a://bucket/checkpoints/",
         **kwargs,
     )
 
@@ -215,6 +218,25 @@ def test_streaming_defaults_use_rocksdb_state_and_utc() -> None:
     assert conf["spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"] == "true"
     assert conf["spark.sql.session.timeZone"] == "UTC"
     assert default_spark_conf(5)["spark.sql.shuffle.partitions"] == "5"
+
+
+def test_checkpoints_on_local_files_are_written_through_the_file_system_api() -> None:
+    key = "spark.sql.streaming.checkpointFileManagerClass"
+    assert key not in plan().spark_conf  # s3a://: Spark's own choice
+    for root in ("file:///var/lib/distributary/checkpoints", "/home/me/.distributary/checkpoints"):
+        assert plan(checkpoint_root=root).spark_conf[key] == LOCAL_CHECKPOINT_FILES
+    assert key not in default_spark_conf(3)
+    assert key not in default_spark_conf(3, "hdfs://namenode/checkpoints/a/b/r1")
+
+
+def test_the_local_checkpoint_file_manager_is_a_class_of_the_pinned_spark() -> None:
+    """The class is named by its package, which moves between Spark versions."""
+    jars = pytest.importorskip("pyspark").__file__
+    found = []
+    for jar in (Path(jars).parent / "jars").glob("spark-sql_*.jar"):
+        with zipfile.ZipFile(jar) as archive:
+            found += [n for n in archive.namelist() if n.endswith("CheckpointFileManager.class")]
+    assert LOCAL_CHECKPOINT_FILES.replace(".", "/") + ".class" in found
 
 
 def test_the_users_spark_conf_wins_over_the_defaults() -> None:

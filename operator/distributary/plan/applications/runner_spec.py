@@ -46,6 +46,10 @@ SPEC_JSON_ARG = "--spec-json"  # the runner's argument for the spec inline, as J
 SPEC_FILE_ARG = "--spec"  # ...and for the spec in a file
 FOLLOW_ARG = "--follow"  # ...and to read that file again whenever it changes
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+# Checkpoint files on a local disk or a volume (file://), written through Hadoop's FileSystem API.
+LOCAL_CHECKPOINT_FILES = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+)
 
 
 class _Contract(BaseModel):
@@ -296,9 +300,18 @@ def starting_position(position: Position) -> StartingPosition:
     return StartingPosition(kind="latest" if position.from_ == "Latest" else "earliest")
 
 
-def default_spark_conf(shuffle_partitions: int) -> dict[str, str]:
+def on_local_files(location: str) -> bool:
+    """Whether a checkpoint location is a path of the driver's own file system (file:// or no
+    scheme: a volume in a cluster, a folder of `distributary run`)."""
+    scheme = location.split("://", 1)[0] if "://" in location else ""
+    return scheme in ("", "file")
+
+
+def default_spark_conf(
+    shuffle_partitions: int, checkpoint_location: str | None = None
+) -> dict[str, str]:
     """Spark settings for a small, long-running streaming query; a user's sparkConf wins."""
-    return {
+    conf = {
         # One shuffle partition per input partition rather than Spark's 200: 200 mostly empty
         # tasks per micro-batch dominate a small stream's latency, and a stateful query writes the
         # number into its checkpoint, where it can never change afterwards.
@@ -315,10 +328,20 @@ def default_spark_conf(shuffle_partitions: int) -> dict[str, str]:
         # Input rate, processing rate and latency of each query in Spark's metrics system.
         "spark.sql.streaming.metricsEnabled": "true",
     }
+    if checkpoint_location is not None and on_local_files(checkpoint_location):
+        # Spark's default writes checkpoint files through Hadoop's FileContext, whose rename on
+        # a local file system starts a `readlink` process for every file (Hadoop without its
+        # native library, as in pyspark): dozens a second, a quarter of a small view's CPU
+        # (docs/performance.md). The FileSystem API renames in the JVM; a local rename is
+        # atomic, and two writers of one revision are fenced by its Kafka transactions.
+        conf["spark.sql.streaming.checkpointFileManagerClass"] = LOCAL_CHECKPOINT_FILES
+    return conf
 
 
-def merged_conf(shuffle_partitions: int, settings: SparkSettings) -> dict[str, str]:
-    conf = default_spark_conf(shuffle_partitions)
+def merged_conf(
+    shuffle_partitions: int, settings: SparkSettings, checkpoint_location: str | None = None
+) -> dict[str, str]:
+    conf = default_spark_conf(shuffle_partitions, checkpoint_location)
     conf.update(settings.spark_conf)
     return dict(sorted(conf.items()))
 
@@ -404,6 +427,7 @@ def view_runner_spec(
         delivery=spec.output.delivery,
     )
     shuffle = max([s.partitions for s in sources] + [sink.partitions])
+    checkpoint = checkpoint_location(checkpoint_root, meta.namespace, meta.name, revision, meta.uid)
     return RunnerSpec(
         kind="DerivedView",
         namespace=meta.namespace,
@@ -415,9 +439,7 @@ def view_runner_spec(
         output=sink,
         dead_letter_topic=dead_letter_topic(meta.namespace, meta.name),
         consumer_group=consumer_group(meta.namespace, meta.name, revision),
-        checkpoint_location=checkpoint_location(
-            checkpoint_root, meta.namespace, meta.name, revision, meta.uid
-        ),
+        checkpoint_location=checkpoint,
         trigger=spec.spark.trigger,
         max_offsets_per_trigger=spec.spark.max_offsets_per_trigger,
         # A table's rows are kept in the checkpoint: a view over one always keeps state.
@@ -425,7 +447,7 @@ def view_runner_spec(
         fail_on_data_loss=not spec.upgrade.allow_partial_history,
         bootstrap_servers=bootstrap_servers,
         kafka_security=_secured(kafka_security),
-        spark_conf=merged_conf(shuffle, spec.spark),
+        spark_conf=merged_conf(shuffle, spec.spark, checkpoint),
     )
 
 
