@@ -12,6 +12,7 @@ converged.
 With `--secured` the broker serves clients only over SASL_SSL (SCRAM-SHA-512), with certificates
 made for the run, and the operator gets its credentials from its environment as the chart gives
 them (DISTRIBUTARY_KAFKA_*): its clients, its runners and the appended data all go through TLS.
+`--views` applies only the example's views named (and every Log).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from distributary.backends.local_spark import LocalRuntime
 from distributary.devtools.certificates import make_certificates
@@ -163,7 +166,25 @@ def secured_kafka(state: Path) -> tuple[EmbeddedBroker, dict[str, str], list[str
     return broker, environment, ["--kafka-config", str(properties)]
 
 
-def run(state: Path, timeout: float, secured: bool = False) -> dict[str, Any]:
+def example_files(state: Path, views: list[str] | None) -> Path:
+    """The example's folder, or a file of its Logs and the views named."""
+    if views is None:
+        return EXAMPLE
+    documents = []
+    for path in sorted(EXAMPLE.glob("*.yaml")):
+        documents += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    kept = [d for d in documents if d["kind"] != "DerivedView" or d["metadata"]["name"] in views]
+    missing = set(views) - {d["metadata"]["name"] for d in kept}
+    if missing:
+        raise RuntimeError(f"--views: the example has no view {', '.join(sorted(missing))}")
+    chosen = state / "example.yaml"
+    chosen.write_text(yaml.safe_dump_all(kept, sort_keys=False))
+    return chosen
+
+
+def run(
+    state: Path, timeout: float, secured: bool = False, views: list[str] | None = None
+) -> dict[str, Any]:
     plane = ControlPlane(state / "kube")
     broker, kafka_env, kafka_options = (
         secured_kafka(state) if secured else (EmbeddedBroker(state / "kafka"), {}, [])
@@ -193,8 +214,9 @@ def run(state: Path, timeout: float, secured: bool = False) -> dict[str, Any]:
         with open(state / "operator.log", "wb") as out:
             env = {**os.environ, "KUBECONFIG": str(kubeconfig), **kafka_env}
             operator = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
-        say(f"kubectl apply -f {EXAMPLE.relative_to(ROOT)}")
-        kubectl(kubeconfig, "apply", "-n", NAMESPACE, "-f", str(EXAMPLE))
+        files = example_files(state, views)
+        say(f"kubectl apply -f {files.relative_to(ROOT) if files == EXAMPLE else files}")
+        kubectl(kubeconfig, "apply", "-n", NAMESPACE, "-f", str(files))
         wait_for(
             "Log page-views",
             lambda: (
@@ -239,11 +261,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--secured", action="store_true", help="Kafka with a SASL_SSL listener only (SCRAM, TLS)"
     )
+    parser.add_argument(
+        "--views", help="apply only these views of the example (comma-separated), and its Logs"
+    )
     args = parser.parse_args(argv)
     state = args.state_dir or Path(tempfile.mkdtemp(prefix="distributary-e2e-"))
     state.mkdir(parents=True, exist_ok=True)
     try:
-        result = run(state.resolve(), args.timeout, args.secured)
+        views = args.views.split(",") if args.views else None
+        result = run(state.resolve(), args.timeout, args.secured, views)
     except (RuntimeError, subprocess.CalledProcessError) as exc:
         say(f"failed: {exc}; logs are in {state}")
         return 1

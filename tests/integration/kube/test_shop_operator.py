@@ -8,14 +8,15 @@ Kafka, Debezium and Spark.
 
 Orders exist before the Source is applied (the snapshot); more arrive, and earlier ones are
 corrected, moved to another customer and cancelled, while the Sink of the table, the Connect worker
-(started again, as Kubernetes restarts its pod), the view's Spark driver, the Sink of the cache and
-the operator itself are killed with SIGKILL in turn. Afterwards the serving table and the cache
+(started again, as Kubernetes restarts its pod), the Sink of the cache and the operator itself are
+killed with SIGKILL in turn. Afterwards the serving table and the cache
 equal, exactly, each customer's revenue and number of orders as the orders table implies; the table
 Log holds every change once and ends as the orders table; status says so (the Source Capturing,
 with its slot; each Sink Serving with no lag and its position). Then the Source is paused while
 orders arrive (Ready with reason Paused, the connector PAUSED, the slot keeping WAL past
 `walWarning`: DataLossRisk) and resumed (the orders arrive, the stores equal again). Last, deleting
-the Source drops its slot and publication and keeps its Log's topic.
+the Source drops its slot and publication and keeps its Log's topic. (A raised snapshot epoch,
+taken beside and cut over: `test_local_resnapshot.py`, through the same Source reconcile.)
 """
 
 from __future__ import annotations
@@ -54,8 +55,9 @@ NAMESPACE = "shop"
 EXISTING, LIVE, PAUSED_ORDERS = 200, 900, 150
 RATE = 30.0
 SLOT = "distributary_shop_shop"
-CRASHES = ("sink revenue-table", "Connect worker", "view's Spark driver", "sink revenue-cache",
-           "operator")  # fmt: skip
+# A view's runner killed under the operator: `test_chaos.py`; this view's, under `distributary run`:
+# `test_shop_example.py` (one reconcile drives both).
+CRASHES = ("sink revenue-table", "Connect worker", "sink revenue-cache", "operator")
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +185,7 @@ def _kill(pids: list[int]) -> None:
 def crashed(
     cluster: Cluster, operator: Operator, connect: ConnectWorker, shop: Shop, broker: EmbeddedBroker
 ) -> dict[str, Any]:
-    """The pipeline applied, orders placed while five parts are killed in turn, the stores
+    """The pipeline applied, orders placed while four parts are killed in turn, the stores
     caught up."""
     cluster.apply(
         _secret("shop-db", shop.passwords["cdc"]), _secret("serving-db", shop.passwords["serving"])
@@ -218,11 +220,7 @@ def crashed(
             operator.kill()
             operator.start()
         else:
-            words = (
-                ("distributary.runner",)
-                if "Spark" in what
-                else ("distributary.sinks", what.split()[-1])
-            )
+            words = ("distributary.sinks", what.split()[-1])
             pids = waiting(
                 operator, f"the {what}'s process", lambda w=words: _pids(w, local), timeout=120
             )
@@ -438,13 +436,6 @@ def test_a_paused_source_keeps_changes_in_its_slot_and_resumes_exactly(
     )
 
 
-def _resnapshotted(cluster: Cluster) -> dict[str, Any] | None:
-    """The Source once revision 2 serves and revision 1 is retired."""
-    source = cluster.get("source", "shop") or {}
-    rows = {r["revision"]: r["phase"] for r in source.get("status", {}).get("revisions") or []}
-    return source if rows == {1: "Retired", 2: "Serving"} else None
-
-
 def _capture(postgres: PostgresServer) -> list[str]:
     """The replication slots and publications on the server."""
     with psycopg.connect(postgres.dsn("shop")) as db:
@@ -453,81 +444,6 @@ def _capture(postgres: PostgresServer) -> list[str]:
             "UNION ALL SELECT pubname FROM pg_publication"
         ).fetchall()
     return sorted(str(row[0]) for row in found)
-
-
-def test_a_raised_epoch_snapshots_again_beside_and_the_stores_follow_exactly(
-    crashed: dict[str, Any],
-    cluster: Cluster,
-    operator: Operator,
-    shop: Shop,
-    broker: EmbeddedBroker,
-    stores: tuple[PostgresServer, RedisServer],
-) -> None:
-    """Orders keep arriving while `spec.snapshot.epoch` is raised: revision 2 snapshots the
-    table beside revision 1, which goes on capturing; once caught up, the table Log serves
-    revision 2's topic, the view reprocesses it and cuts over, the Sinks follow, and revision
-    1's connector, slot and publication go. The stores then equal what the orders imply, and
-    revision 2's topic holds every order exactly once."""
-    before = cluster.get("log", "shop-orders")["status"]["topicName"]  # type: ignore[index]
-    with psycopg.connect(shop.dsn("app")) as db:
-        first = int(db.execute("SELECT max(id) FROM orders").fetchone()[0]) + 1  # type: ignore[index]
-    placed = [0]
-    stop = threading.Event()
-
-    def keep_ordering() -> None:
-        while not stop.is_set():
-            placed[0] += place_orders(shop.dsn("app"), 5, rate=RATE, first=first + placed[0])
-
-    writer = threading.Thread(target=keep_ordering, daemon=True)
-    writer.start()
-    try:
-        time.sleep(2)
-        cluster.kubectl(
-            "patch", "source", "shop", "-n", NAMESPACE, "--type=merge",
-            "-p", '{"spec":{"snapshot":{"epoch":1}}}',
-        )  # fmt: skip
-        source = waiting(
-            operator,
-            "revision 2 serving and revision 1 retired",
-            lambda: _resnapshotted(cluster),
-            timeout=240,
-            show=lambda: cluster.get("source", "shop"),
-        )
-        time.sleep(3)  # orders still arrive after the cutover
-    finally:
-        stop.set()
-        writer.join()
-    expected = shop.truth()
-    waiting(
-        operator,
-        "the stores to equal what the orders imply, through revision 2",
-        lambda: shop.serving() == expected and shop.cache() == expected,
-        timeout=240,
-        show=lambda: [cluster.get("derivedview", "customer-revenue"), len(shop.serving())],
-    )
-    status = source["status"]
-    assert status["servingRevision"] == 2
-    assert status["connector"] == "distributary.shop.shop.r2"
-    assert status["publication"] == f"{SLOT}_r2"
-    row = next(r for r in status["revisions"] if r["revision"] == 2)
-    assert (row["epoch"], row["snapshotDone"]) == (1, True)
-    assert row["startedAt"] <= row["caughtUpAt"]
-    assert row["snapshot"] in ("Clean", "Unchecked")
-    log = cluster.get("log", "shop-orders")
-    assert log["status"]["topicName"] == f"{before}.r2"  # type: ignore[index]
-    assert status["tables"][0]["topic"] == f"{before}.r2"
-    # Revision 2's topic holds every change once, snapshot and changes alike, and ends as the
-    # orders table.
-    records = read_topic(broker.bootstrap_servers, f"{before}.r2")
-    assert shop.log_problems([(r.key, r.value) for r in records]) == []
-    # The view reprocessed the new topic and serves the revision that read it.
-    view = cluster.get("derivedview", "customer-revenue") or {}
-    serving = view["status"]["servingRevision"]
-    inputs = next(r for r in view["status"]["revisions"] if r["revision"] == serving)["inputs"]
-    assert [i["topic"] for i in inputs] == [f"{before}.r2"]
-    # Revision 1's slot and publication are gone; its topic stays, as data.
-    assert _capture(stores[0]) == [f"{SLOT}_r2", f"{SLOT}_r2"]
-    assert KafkaAdmin(broker.bootstrap_servers).list_partitions([before]).get(before)
 
 
 def test_deleting_the_source_drops_its_slot_and_keeps_its_topic(
