@@ -10,6 +10,7 @@ is read around each test's setup, call and teardown, and carried to the summary 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,8 +23,13 @@ PROPERTY = "cpu_seconds"
 
 
 def worker_group(root: Path = CPUACCT) -> Path | None:
-    """This process's own cgroup under `root`, joined; None where it cannot be made."""
+    """This process's own cgroup under `root`, joined; None where it cannot be made. Groups left
+    by earlier workers (a worker's last processes can end after it) are removed once empty."""
     group = root / "distributary-tests" / str(os.getpid())
+    for left in group.parent.glob("*") if group.parent.is_dir() else ():
+        if left.name.isdigit() and not Path(f"/proc/{left.name}").exists():
+            with contextlib.suppress(OSError):
+                left.rmdir()  # the kernel refuses while a process is still in it
     try:
         group.mkdir(parents=True, exist_ok=True)
         (group / "cgroup.procs").write_text(f"{os.getpid()}\n")
