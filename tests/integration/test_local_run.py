@@ -214,6 +214,19 @@ def test_a_file_that_does_not_match_the_schema_is_refused(tmp_path: Path) -> Non
     assert "Traceback" not in result.stderr
 
 
+def test_checkpoint_files_are_made_in_java_without_a_checksum_file_each(
+    runs: tuple[dict[str, Any], ...], state: Path
+) -> None:
+    """Distributary's manager of local checkpoint files (`runner/jvm/LocalCheckpointFiles.java`)
+    makes each offsets and commits file in Java: no `chmod` process and no `.crc` file beside it,
+    as Hadoop's local file system makes for each. The second run resumed from such files."""
+    logs = [
+        p for p in (state / "checkpoints").rglob("*") if p.parent.name in ("offsets", "commits")
+    ]
+    assert any(p.name.isdigit() for p in logs), logs
+    assert [p for p in logs if p.name.endswith(".crc")] == []
+
+
 def test_a_view_without_a_checkpoint_starts_from_its_groups_offsets(
     runs: tuple[dict[str, Any], ...],
 ) -> None:

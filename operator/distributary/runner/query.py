@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 
+from py4j.java_gateway import JavaPackage
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as fn
 from pyspark.sql.streaming.query import StreamingQuery
@@ -26,6 +27,9 @@ from pyspark.sql.types import StructType
 from distributary.graph import DELETED_COLUMN
 from distributary.kafka.connection import spark_options
 from distributary.plan.applications.runner_spec import (
+    CHECKPOINT_FILES,
+    LOCAL_CHECKPOINT_FILES,
+    SPARK_LOCAL_CHECKPOINT_FILES,
     SQL_SETTING,
     RunnerInput,
     RunnerSpec,
@@ -41,9 +45,21 @@ def revision_session(spark: SparkSession, spec: RunnerSpec) -> SparkSession:
     """A session of its own for `spec`, with the spec's runtime SQL settings."""
     session = spark.newSession()
     for key, value in spec.spark_conf.items():
+        if key == CHECKPOINT_FILES:
+            value = checkpoint_files(spark, value)
         if key.startswith(SQL_SETTING):
             session.conf.set(key, value)
     return session
+
+
+def checkpoint_files(spark: SparkSession, manager: str) -> str:
+    """The checkpoint file manager the revision gets: Distributary's local one only where this
+    JVM has it (the operators' jar in spark.jars or in Spark's jars); Spark's FileSystem-based
+    one otherwise, which writes the same files, starting a process for each."""
+    if manager != LOCAL_CHECKPOINT_FILES:
+        return manager
+    found = spark._jvm.dev.distributary.checkpoints.LocalCheckpointFiles  # type: ignore[union-attr]
+    return SPARK_LOCAL_CHECKPOINT_FILES if isinstance(found, JavaPackage) else manager
 
 
 def parse_schema(source: RunnerInput) -> StructType:

@@ -141,7 +141,12 @@ def test_the_operators_are_compiled_against_the_spark_api_jars_spark_ships() -> 
         digest, path = line.split()
         pinned[path.rsplit("/", 1)[-1]] = digest
     suffix = f"_{jars.SCALA_BINARY}-{jars.SPARK_VERSION}.jar"
-    assert {f"spark-sql-api{suffix}", f"spark-common-utils-java{suffix}"} < set(pinned)
+    assert {
+        f"spark-sql-api{suffix}",
+        f"spark-sql{suffix}",
+        f"spark-common-utils-java{suffix}",
+    } < set(pinned)
+    assert any(name.startswith("hadoop-client-api-") for name in pinned)
     pyspark = pytest.importorskip("pyspark")
     shipped = Path(pyspark.__file__).parent / "jars"
     for name, digest in pinned.items():

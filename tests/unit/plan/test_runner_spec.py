@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from distributary import jvm_operators
 from distributary.api.common import Position, SparkSettings
 from distributary.api.log import Log, LogStatus
 from distributary.api.view import DerivedView
@@ -16,6 +17,7 @@ from distributary.plan.applications.runner_spec import (
     EXACTLY_ONCE_BATCH,
     LOCAL_CHECKPOINT_FILES,
     ROCKSDB_PROVIDER,
+    SPARK_LOCAL_CHECKPOINT_FILES,
     EventTime,
     RunnerSpec,
     StartingPosition,
@@ -229,14 +231,21 @@ def test_checkpoints_on_local_files_are_written_through_the_file_system_api() ->
     assert key not in default_spark_conf(3, "hdfs://namenode/checkpoints/a/b/r1")
 
 
-def test_the_local_checkpoint_file_manager_is_a_class_of_the_pinned_spark() -> None:
-    """The class is named by its package, which moves between Spark versions."""
+def test_the_local_checkpoint_file_managers_are_classes_of_ours_and_of_the_pinned_spark() -> None:
+    """Spark's class is named by its package, which moves between Spark versions; ours is among
+    the JVM operators' sources (compiled into their jar), and hands Spark's all but the making
+    of files and folders."""
     jars = pytest.importorskip("pyspark").__file__
     found = []
     for jar in (Path(jars).parent / "jars").glob("spark-sql_*.jar"):
         with zipfile.ZipFile(jar) as archive:
             found += [n for n in archive.namelist() if n.endswith("CheckpointFileManager.class")]
-    assert LOCAL_CHECKPOINT_FILES.replace(".", "/") + ".class" in found
+    assert SPARK_LOCAL_CHECKPOINT_FILES.replace(".", "/") + ".class" in found
+    package, name = LOCAL_CHECKPOINT_FILES.rsplit(".", 1)
+    [source] = [p for p in jvm_operators.sources() if p.stem == name]
+    text = source.read_text()
+    assert f"package {package};" in text
+    assert f'"{SPARK_LOCAL_CHECKPOINT_FILES}"' in text  # the manager it hands the rest to
 
 
 def test_the_users_spark_conf_wins_over_the_defaults() -> None:

@@ -103,6 +103,9 @@ def test_the_runners_jars_are_the_connectors_and_the_operators(
 
 
 def test_the_sources_ship_with_the_package() -> None:
-    assert [p.name for p in jvm_operators.sources()] == ["LatestRows.java"]
+    assert [p.name for p in jvm_operators.sources()] == [
+        "LatestRows.java",
+        "LocalCheckpointFiles.java",
+    ]
     text = Path(__file__).resolve().parents[3].joinpath("pyproject.toml").read_text()
     assert '"runner/jvm/*.java"' in text

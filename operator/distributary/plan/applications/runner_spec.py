@@ -46,8 +46,12 @@ SPEC_JSON_ARG = "--spec-json"  # the runner's argument for the spec inline, as J
 SPEC_FILE_ARG = "--spec"  # ...and for the spec in a file
 FOLLOW_ARG = "--follow"  # ...and to read that file again whenever it changes
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-# Checkpoint files on a local disk or a volume (file://), written through Hadoop's FileSystem API.
-LOCAL_CHECKPOINT_FILES = (
+CHECKPOINT_FILES = "spark.sql.streaming.checkpointFileManagerClass"
+# Checkpoint files on a local disk or a volume (file://): made by Java, no process per file
+# (`runner/jvm/LocalCheckpointFiles.java`, among the JVM operators) ...
+LOCAL_CHECKPOINT_FILES = "dev.distributary.checkpoints.LocalCheckpointFiles"
+# ... or, where a runner's JVM lacks the operators' jar, through Hadoop's FileSystem API.
+SPARK_LOCAL_CHECKPOINT_FILES = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 )
 
@@ -330,11 +334,14 @@ def default_spark_conf(
     }
     if checkpoint_location is not None and on_local_files(checkpoint_location):
         # Spark's default writes checkpoint files through Hadoop's FileContext, whose rename on
-        # a local file system starts a `readlink` process for every file (Hadoop without its
-        # native library, as in pyspark): dozens a second, a quarter of a small view's CPU
-        # (docs/performance.md). The FileSystem API renames in the JVM; a local rename is
-        # atomic, and two writers of one revision are fenced by its Kafka transactions.
-        conf["spark.sql.streaming.checkpointFileManagerClass"] = LOCAL_CHECKPOINT_FILES
+        # a local file system starts a `readlink` process for every file, and whose local file
+        # system starts a `chmod` for every file made and for its checksum file (Hadoop without
+        # its native library, as in pyspark): dozens a second, a quarter of a small view's CPU
+        # (docs/performance.md). Ours makes them in Java and renames them through the
+        # FileSystem API; a local rename is atomic, and two writers of one revision are fenced
+        # by its Kafka transactions. A runner whose JVM lacks the class takes Spark's
+        # FileSystem-based manager instead (`runner.query.checkpoint_files`).
+        conf[CHECKPOINT_FILES] = LOCAL_CHECKPOINT_FILES
     return conf
 
 
