@@ -5,6 +5,12 @@ demo file, runs the three views on local Spark and exits once they have caught u
 summary as its last line. A second run on the same state folder resumes: the broker comes back
 with its data, the views from their checkpoints, and nothing is processed twice. A third, after
 the checkpoints are deleted, starts each view from its consumer group's committed offsets.
+
+A fourth finds a view's SQL changed since (the state folder records each view's revisions, as a
+view's status does under the operator): its revision 2 reads the input again from its start into
+a topic of its own while revision 1 keeps serving; once revision 2 has caught up it serves,
+revision 1 stops, and the view reading its output reprocesses in turn. The view whose definition
+did not change keeps its revision.
 """
 
 from __future__ import annotations
@@ -126,21 +132,52 @@ def enriched(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+KEPT = "duration_ms >= 0"  # the enriched view's condition in the example ...
+STRICTER = "duration_ms >= 1000"  # ... and after the fourth run's edit
+TABLES = ("enriched-page-views", "views-per-user", "views-per-country")
+
+
 @pytest.fixture(scope="module")
-def state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example's Logs and views, each view with a short cutover window (the fourth run does
+    not wait the default 10 s per view)."""
+    folder = tmp_path_factory.mktemp("run")
+    for name in ("logs.yaml", "views.yaml"):
+        shutil.copy(EXAMPLE / name, folder / name)
+    views = folder / "views.yaml"
+    text = views.read_text()
+    assert KEPT in text
+    views.write_text(text.replace("  sql: |", "  upgrade: {cutoverWindow: 1s}\n  sql: |"))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def state(pipeline: Path) -> Path:
     """The state folder the runs share."""
-    return tmp_path_factory.mktemp("run") / "state"
+    return pipeline / "state"
 
 
 @pytest.fixture(scope="module")
-def runs(state: Path) -> tuple[dict[str, Any], ...]:
-    common = (str(EXAMPLE), "--state-dir", str(state), "--until-caught-up", "--cores", "2")
+def history(pipeline: Path, state: Path) -> dict[str, Any]:
+    """The summaries of the four runs, and what the outputs served before the fourth."""
+    common = (str(pipeline), "--state-dir", str(state), "--until-caught-up", "--cores", "2")
     first = summary_of(distributary("run", *common, "--produce", f"page-views={DATA}"))
     second = summary_of(distributary("run", *common))
     # Lost checkpoints: each view starts again from its consumer group's committed offsets.
     shutil.rmtree(state / "checkpoints")
     third = summary_of(distributary("run", *common))
-    return first, second, third
+    before = {log: served(state, log) for log in TABLES}
+    views = pipeline / "views.yaml"
+    views.write_text(views.read_text().replace(KEPT, STRICTER))
+    edited = summary_of(distributary("run", *common))
+    return {"runs": (first, second, third), "served": before, "edited": edited}
+
+
+@pytest.fixture(scope="module")
+def runs(history: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+    """The summaries of the first three runs (the example as it is)."""
+    runs: tuple[dict[str, Any], ...] = history["runs"]
+    return runs
 
 
 def test_the_demo_data_is_appended_and_every_view_catches_up(
@@ -156,9 +193,9 @@ def test_the_demo_data_is_appended_and_every_view_catches_up(
 
 
 def test_the_views_outputs_hold_what_their_queries_say(
-    runs: tuple[dict[str, Any], ...], state: Path
+    runs: tuple[dict[str, Any], ...], history: dict[str, Any]
 ) -> None:
-    first = runs[0]
+    first, before = runs[0], history["served"]
     kept = enriched(demo_records())
     assert 0 < len(kept) < len(demo_records())  # the demo data exercises the filter
     assert first["logs"]["enriched-page-views"]["topic"] == "enriched-page-views.r1"
@@ -166,14 +203,14 @@ def test_the_views_outputs_hold_what_their_queries_say(
     assert first["logs"]["enriched-page-views"]["records"] >= len(kept)
     # Exactly the records the query keeps, each once: after a resumed run and a run that lost
     # its checkpoints and started again from the group's offsets (the fixture's three runs).
-    assert output_rows(served(state, "enriched-page-views")) == enriched_rows(kept)
+    assert output_rows(before["enriched-page-views"]) == enriched_rows(kept)
     users = {
         k: {c: v[c] for c in ("views", "total_duration_ms")}
-        for k, v in latest(served(state, "views-per-user")).items()
+        for k, v in latest(before["views-per-user"]).items()
     }
     assert users == per_user(demo_records())
     countries = Counter((r.get("country") or "unknown").upper() for r in kept)
-    table = latest(served(state, "views-per-country"))
+    table = latest(before["views-per-country"])
     assert {json.loads(k)["country"]: v["views"] for k, v in table.items()} == countries
 
 
@@ -260,3 +297,69 @@ def test_wait_returns_once_the_view_covers_a_record_and_says_what_is_missing(
     )
     assert unknown.returncode == 1
     assert "it does not read log 'orders'; it reads page-views" in unknown.stderr
+
+
+def test_the_changed_view_serves_revision_2_with_the_new_querys_complete_output(
+    runs: tuple[dict[str, Any], ...], history: dict[str, Any], state: Path
+) -> None:
+    first, edited = runs[0], history["edited"]
+    assert first["views"]["enriched-page-views"]["revision"] == 1
+    view = edited["views"]["enriched-page-views"]
+    assert (view["revision"], view["outputTopic"], view["lag"]) == (
+        2,
+        "enriched-page-views.r2",
+        0,
+    )
+    kept = [r for r in enriched(demo_records()) if r["duration_ms"] >= 1000]
+    assert 0 < len(kept) < len(enriched(demo_records()))
+    log = edited["logs"]["enriched-page-views"]
+    assert log["topic"] == "enriched-page-views.r2"
+    # Its offsets count a commit marker per transaction besides the records; the records
+    # themselves are exactly what the new query keeps, each once.
+    assert log["records"] >= len(kept)
+    assert output_rows(served(state, "enriched-page-views")) == enriched_rows(kept)
+
+
+def test_the_reader_of_its_output_reprocesses_in_turn_and_the_other_view_keeps_its_revision(
+    runs: tuple[dict[str, Any], ...], history: dict[str, Any]
+) -> None:
+    # Before the edit, the third run rebuilt the aggregates whose checkpoints were lost as
+    # revisions of their own: the edit counts from those.
+    before, edited = runs[-1]["views"], history["edited"]["views"]
+    country = edited["views-per-country"]
+    assert country["revision"] == before["views-per-country"]["revision"] + 1
+    assert list(country["position"]) == ["enriched-page-views.r2"]
+    assert edited["views-per-user"]["revision"] == before["views-per-user"]["revision"]
+
+
+def test_the_state_folder_records_the_revisions_and_serving_topics(
+    history: dict[str, Any], state: Path
+) -> None:
+    edited = history["edited"]["views"]
+    revisions = json.loads((state / "revisions.json").read_text())["views"]
+    rows = {
+        r["revision"]: r["phase"]
+        for r in revisions["default/enriched-page-views"]["status"]["revisions"]
+    }
+    assert rows == {1: "Retiring", 2: "Serving"}
+    change = revisions["default/enriched-page-views"]["status"]["lastChange"]
+    assert change["classification"] == "Reprocess"
+    assert any(reason.startswith("sql changed") for reason in change["reasons"])
+    topics = json.loads((state / "run.json").read_text())["logs"]
+    assert topics["enriched-page-views"]["topic"] == "enriched-page-views.r2"
+    for view in ("views-per-country", "views-per-user"):
+        assert topics[view]["topic"] == f"{view}.r{edited[view]['revision']}", view
+
+
+def test_wait_follows_the_serving_revision_after_the_cutover(
+    history: dict[str, Any], state: Path
+) -> None:
+    ends = history["edited"]["logs"]["page-views"]["endOffsets"]
+    partition, end = next((int(p), o) for p, o in ends.items() if o > 0)
+    covered = distributary(
+        "wait", "enriched-page-views", "--state-dir", str(state), "--caught-up",
+        "--covers", f"page-views:{partition}:{end - 1}",
+    )  # fmt: skip
+    assert covered.returncode == 0, covered.stderr
+    group = "distributary.default.enriched-page-views.r2"
+    assert covered.stdout.startswith(f"enriched-page-views: done (group {group}, lag 0)")
