@@ -347,6 +347,8 @@ class SteadyProducer:
         """Stop appending; every record appended. Waits for the batch being appended: one
         appended after this returned would be in the topic and not in the list."""
         self.stopping.set()
+        if self.thread.ident is None:  # never started
+            return list(self.sent)
         self.thread.join(120)
         assert not self.thread.is_alive(), f"the producer to {self.topic} did not stop in 120 s"
         return list(self.sent)

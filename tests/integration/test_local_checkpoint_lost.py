@@ -24,10 +24,12 @@ from typing import Any
 
 import pytest
 from tests.integration.spark_pipelines import SteadyProducer, read_topic, wait_for_run
-from tests.integration.test_local_run import ROOT, distributary, summary_of
+from tests.integration.test_local_run import ROOT
 
 from distributary.kafka.admin import KafkaAdmin
+from distributary.kafka.records import produce as append
 from distributary.local.broker import EmbeddedBroker
+from distributary.schema import RecordSchema
 
 PIPELINE = """
 apiVersion: distributary.dev/v1alpha1
@@ -45,6 +47,7 @@ spec:
   upgrade: {cutoverWindow: 3s}
   spark: {trigger: 500ms}
 """
+SCHEMA = RecordSchema.parse(SteadyProducer.SCHEMA, [])
 REWIND = "  rewind: {requestId: again, to: {from: Earliest}}\n"
 
 
@@ -123,16 +126,16 @@ def rebuilt(
     """The input and the status after the checkpoint loss, and after the rewind."""
     bootstrap = broker.bootstrap_servers
     runs = Runs(tmp_path_factory.mktemp("lost"), bootstrap)
+    # A backlog the first batch reads, then records arriving.
     first = [SteadyProducer.record(i) for i in range(200)]
-    data = runs.folder / "first.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in first))
-    summary_of(
-        distributary("run", *runs.common, "--until-caught-up", "--produce", f"lost-events={data}")
-    )
-    producer = SteadyProducer(bootstrap, "lost-events", first=len(first)).start()
+    producer = SteadyProducer(bootstrap, "lost-events", first=len(first))
     sent = list(first)
     try:
         runs.start()
+        admin = KafkaAdmin(bootstrap)
+        runs.until("the run made the input's topic", lambda: "lost-events" in admin.topic_names())
+        append(bootstrap, "lost-events", [SCHEMA.encode(r) for r in first])
+        producer.start()
         runs.until("revision 1 reads live records", lambda: read_count(runs.state) > 300)
         runs.stop()
         shutil.rmtree(runs.state / "checkpoints" / "default" / "lost-counts" / "r1")
