@@ -263,7 +263,17 @@ def install_crds(plane: ControlPlane) -> None:
         ["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"],
         ["create", "namespace", NAMESPACE],
     ):
-        result = subprocess.run([*kubectl, *command], capture_output=True, text=True, timeout=120)
+        deadline = time.monotonic() + 60
+        while True:
+            result = subprocess.run(
+                [*kubectl, *command], capture_output=True, text=True, timeout=120
+            )
+            # kubectl wait fails at once, rather than waiting, on a CRD whose status has no
+            # conditions yet ("accessor error: <nil>"): the API server has not written them.
+            unwritten = "accessor error" in result.stderr and command[0] == "wait"
+            if result.returncode == 0 or not unwritten or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         if result.returncode != 0:
             raise RuntimeError(f"kubectl {' '.join(command)} failed: {result.stderr.strip()}")
 
