@@ -29,7 +29,6 @@ from tests.integration.test_local_run import ROOT
 from distributary.kafka.admin import KafkaAdmin
 from distributary.kafka.records import produce as append
 from distributary.local.broker import EmbeddedBroker
-from distributary.schema import RecordSchema
 
 PIPELINE = """
 apiVersion: distributary.dev/v1alpha1
@@ -47,7 +46,6 @@ spec:
   upgrade: {cutoverWindow: 3s}
   spark: {trigger: 500ms}
 """
-SCHEMA = RecordSchema.parse(SteadyProducer.SCHEMA, [])
 REWIND = "  rewind: {requestId: again, to: {from: Earliest}}\n"
 
 
@@ -134,7 +132,7 @@ def rebuilt(
         runs.start()
         admin = KafkaAdmin(bootstrap)
         runs.until("the run made the input's topic", lambda: "lost-events" in admin.topic_names())
-        append(bootstrap, "lost-events", [SCHEMA.encode(r) for r in first])
+        append(bootstrap, "lost-events", [producer.schema.encode(r) for r in first])
         producer.start()
         runs.until("revision 1 reads live records", lambda: read_count(runs.state) > 300)
         runs.stop()
