@@ -1,8 +1,10 @@
 """The views' JVM operators: Java classes of Distributary's own that the runner's Spark calls.
 
-A view over a table keeps each record key's row in a `transformWithState` operator
-(`runner/tables.py`). Written in Python it costs about 0.13 ms a key; in Java a few microseconds,
-which is what lets a maintained view cost less than recomputing its query (docs/performance.md).
+A view over a table keeps its state in `transformWithState` operators (`runner/tables.py`,
+`joined_tables.py`, `table_joins.py`): each record key's row, each group's aggregates, the rows of
+joins. Written in Python one costs about 0.13 ms a key, and needs a Python worker that Spark
+starts for the query; in Java a few microseconds, which is what lets a maintained view cost less
+than recomputing its query (docs/performance.md).
 The sources (`runner/jvm/*.java`) ship with the package, and are compiled against Spark's own jars
 (pyspark's) into one jar:
 

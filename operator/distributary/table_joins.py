@@ -1,7 +1,7 @@
 """A stream joined with a table: each event once, with the row its key has when the view reads it.
 
 ksqlDB's stream-table join, kept exact on Spark: the table's rows are held in the view's state,
-keyed by the join key (`runner/table_joins.py` `JoinRows`), and a batch's records of a key are
+keyed by the join key (`runner/jvm/JoinRows.java`), and a batch's records of a key are
 applied in time order, table changes before events of the same instant; an event is joined with
 the rows its key has then, and never written again when the table changes afterwards. The join
 is on the table's key columns, so each event meets at most one row. Here the query is taken
@@ -35,7 +35,7 @@ STREAM_ROW, TABLE_ROW = "_dtry_s", "_dtry_t"  # the join's output: the event, th
 @dataclass(frozen=True)
 class TableJoin:
     """A stream joined with a table, each event written once with the table's row current when
-    the view reads it (`runner/tables.py` `JoinRows`). `stream_keys[i]` (over the stream's
+    the view reads it (`runner/jvm/JoinRows.java`). `stream_keys[i]` (over the stream's
     columns) meets `table_keys[i]` (one of the table's columns); `left`: an event without a row
     is written with the table's columns null. `items` are the output's expressions and `where`
     the condition, over the structs `STREAM_ROW` and `TABLE_ROW`."""

@@ -5,24 +5,24 @@ One streaming query, all of its state in the checkpoint:
 1. Each table's records (`tables.table_rows`) through `LatestRows` (`tables.latest_rows`), keyed
    by the record key: a row's change as its old version taken back (weight -1) and its new one
    added (+1), so that a row that moves to another join key leaves the old one.
-2. Both sides' changes in `JoinTables`, keyed by the join key: the rows of each side under that
-   key, by record key. A batch's changes of a join key are applied, and the pairs they touch are
-   compared before and after: a pair that no longer holds is written taken back, a new or changed
-   pair added. Changes of the second table touch every row of the first under the key (and, for
-   a LEFT JOIN, its row without a partner); changes of the first only its own rows. Weights add
-   up in any order, so the batch's order within a key does not matter.
+2. Both sides' changes in `JoinTables` (a JVM operator: `runner/jvm/JoinTables.java`), keyed by
+   the join key: the rows of each side under that key, by record key. A batch's changes of a
+   join key are applied, and the pairs they touch are compared before and after: a pair that no
+   longer holds is written taken back, a new or changed pair added. Changes of the second table
+   touch every row of the first under the key (and, for a LEFT JOIN, its row without a partner);
+   changes of the first only its own rows. Weights add up in any order, so the batch's order
+   within a key does not matter.
 3. The pairs are the join's rows (`JOINED`): the view's query over them as over one table
-   (`tables.table_result`, weighted: selected rows through `NetRows`, groups by their weights).
+   (`tables.table_result`, weighted: selected rows through `NetRows`, groups by their weights;
+   both JVM operators).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as fn
-from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import (
     BooleanType,
     IntegerType,
@@ -37,6 +37,7 @@ from distributary.plan.applications.runner_spec import RunnerInput, RunnerSpec
 from distributary.runner.query import CORRUPT_COLUMN, parse_schema
 from distributary.runner.tables import (
     WEIGHT,
+    jvm_operator,
     latest_rows,
     output_names,
     table_result,
@@ -130,101 +131,8 @@ def _pairs(
             *columns,
         ]
     )
-    processor = JoinTables(join.left, join.lookup, schemas, output.fieldNames())
-    return (
-        parts[0]
-        .unionByName(parts[1])
-        .groupBy(*keys)
-        .transformWithState(processor, output, "Append", "None")
-    )
-
-
-Rows = dict[str, tuple[Any, ...]]  # a side's rows under one join key, by record key
-
-
-class JoinTables(StatefulProcessor):
-    """Per join key: each side's rows, and the changes of the pairs they make (see the module)."""
-
-    def __init__(
-        self, left: bool, lookup: bool, schemas: Sequence[StructType], names: Sequence[str]
-    ):
-        self.left, self.lookup, self.schemas, self.names = left, lookup, list(schemas), list(names)
-        self.columns = [s.fieldNames() for s in schemas]
-
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        key = StructType([StructField("k", StringType())])
-        self.sides = [
-            handle.getMapState(f"side{n}", key, schema) for n, schema in enumerate(self.schemas)
-        ]
-
-    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:  # noqa: N802, N803 (Spark's names)
-        keyed = all(part is not None for part in key)  # SQL: a null key equals nothing
-        changes: list[list[tuple[str, tuple[Any, ...], int]]] = [[], []]
-        for row in rows:
-            side = int(row[SIDE])
-            values = row[ROWS[side]]
-            changes[side].append(
-                (values[KEY], tuple(values[c] for c in self.columns[side]), int(row[WEIGHT]))
-            )
-        touched = {k for k, _, _ in changes[0]}
-        if changes[1]:
-            touched |= set(self._rows(0))
-        before = (self._some(0, touched), self._rows(1))
-        for side, side_changes in enumerate(changes):
-            self._apply(side, side_changes)
-        after = (self._some(0, touched), self._rows(1) if changes[1] else before[1])
-        width = len(self.columns[1])
-        old = pairs(before[0], before[1], keyed, self.left, self.lookup, width)
-        new = pairs(after[0], after[1], keyed, self.left, self.lookup, width)
-        for identity, values in old.items():
-            if new.get(identity) != values:
-                yield self._row(identity, True, values)
-        for identity, values in new.items():
-            if old.get(identity) != values:
-                yield self._row(identity, False, values)
-
-    def _rows(self, side: int) -> Rows:
-        return {k[0]: tuple(v) for k, v in self.sides[side].iterator()}
-
-    def _some(self, side: int, keys: set[str]) -> Rows:
-        state = self.sides[side]
-        found: Rows = {}
-        for key in keys:
-            if state.containsKey((key,)):
-                found[key] = tuple(state.getValue((key,)) or ())
-        return found
-
-    def _apply(self, side: int, changes: list[tuple[str, tuple[Any, ...], int]]) -> None:
-        """A batch's changes of one side: the rows taken back, then the rows added (a record
-        key's old and new version come in one batch, in no order)."""
-        state = self.sides[side]
-        for key, _, weight in changes:
-            if weight < 0 and state.containsKey((key,)):
-                state.removeKey((key,))
-        for key, values, weight in changes:
-            if weight > 0:
-                state.updateValue((key,), values)
-
-    def _row(self, identity: str, taken_back: bool, values: tuple[Any, ...]) -> Row:
-        return Row(**dict(zip(self.names, (identity, taken_back, 0, 0, *values), strict=True)))
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-
-def pairs(first: Rows, second: Rows, keyed: bool, left: bool, lookup: bool, width: int) -> Rows:
-    """The join's rows from the rows of each side under one join key, by identity: the first's
-    record key and the second's, joined by a NUL; the first's alone for a `lookup`, where a row
-    of the first meets at most one row of the second, so that a row that changes partner (or
-    loses it, in a LEFT JOIN) keeps its identity, and its output row is replaced, not deleted
-    and written again in no order."""
-    found: Rows = {}
-    for first_key, first_values in first.items():
-        partners = second.items() if keyed else ()
-        for second_key, second_values in partners:
-            identity = first_key if lookup else f"{first_key}\x00{second_key}"
-            found[identity] = (*first_values, *second_values)
-        if left and not partners:
-            identity = first_key if lookup else f"{first_key}\x00"
-            found[identity] = (*first_values, *([None] * width))
-    return found
+    changes = parts[0].unionByName(parts[1])
+    return jvm_operator(changes, "JoinTables",
+        changes._jdf, keys, join.left, join.lookup, schemas[0].json(), schemas[1].json(), SIDE,
+        list(ROWS), WEIGHT, output.json(),
+    )  # fmt: skip

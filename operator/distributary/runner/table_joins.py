@@ -1,8 +1,9 @@
 """A stream joined with a table, run by Spark (`table_joins` takes the query apart).
 
-Both inputs are read in one streaming query and meet in `JoinRows`, keyed by the join key: a
-table record puts its row under its record key (or removes it, for a delete), an event is written
-with the rows its key has then (a LEFT JOIN writes it alone when there is none). A batch's records
+Both inputs are read in one streaming query and meet in `JoinRows` (a JVM operator:
+`runner/jvm/JoinRows.java`), keyed by the join key: a table record puts its row under its record
+key (or removes it, for a delete), an event is written with the rows its key has then (a LEFT
+JOIN writes it alone when there is none). A batch's records
 of a key are applied in time order (Kafka's timestamp), a table's change before an event of the
 same instant, then in offset order. The rows are in the checkpoint's state, so an event is joined
 and written exactly once, and a change of the table never writes an earlier event again.
@@ -13,13 +14,11 @@ Also the entry of every view that reads a table (`table_view`): a table read alo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping
 
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as fn
-from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import StructField, StructType
 from sqlglot import exp
 
 from distributary.plan.applications.runner_spec import RunnerInput, RunnerSpec
@@ -35,6 +34,7 @@ from distributary.runner.query import (
 )
 from distributary.runner.tables import (
     TIMESTAMP,
+    jvm_operator,
     output_names,
     single_table_view,
     table_rows,
@@ -154,54 +154,8 @@ def _joined(
     output = StructType(
         [StructField(STREAM_ROW, stream_schema), StructField(TABLE_ROW, table_schema)]
     )
-    processor = JoinRows(join.left, table_schema)
-    return (
-        stream_side.unionByName(table_side)
-        .groupBy(*keys)
-        .transformWithState(processor, output, "Append", "None")
-    )
-
-
-class JoinRows(StatefulProcessor):
-    """Per join key: the table's rows (by record key), and each event joined with them."""
-
-    def __init__(self, left: bool, table: StructType) -> None:
-        self.left, self.table = left, table
-        self.names = table.fieldNames()
-
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.rows = handle.getMapState(
-            "rows", StructType([StructField("k", StringType())]), self.table
-        )
-
-    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:  # noqa: N802, N803 (Spark's names)
-        keyed = all(part is not None for part in key)  # SQL: a null key equals nothing
-        for row in sorted(rows, key=in_order):
-            if row[SIDE] == 0:
-                self._apply(row[TABLE_ROW], keyed)
-                continue
-            found = [tuple(value) for _, value in self.rows.iterator()] if keyed else []
-            for values in found:
-                yield Row(**{STREAM_ROW: row[STREAM_ROW], TABLE_ROW: self._row(values)})
-            if not found and self.left:
-                yield Row(**{STREAM_ROW: row[STREAM_ROW], TABLE_ROW: None})
-
-    def _apply(self, change: Row, keyed: bool) -> None:
-        record = (change[KEY],)
-        if change[DELETE] or not keyed:
-            if self.rows.containsKey(record):
-                self.rows.removeKey(record)
-            return
-        self.rows.updateValue(record, tuple(change[name] for name in self.names))
-
-    def _row(self, values: Sequence[Any]) -> Row:
-        return Row(**dict(zip(self.names, values, strict=True)))
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-
-def in_order(row: Any) -> tuple[Any, ...]:
-    """A batch's records of one join key in the order they are applied: by time, a table's
-    change before an event of the same instant, then by partition and offset."""
-    return (row[TIMESTAMP], row[SIDE], row[PARTITION], row[OFFSET])
+    both = stream_side.unionByName(table_side)
+    return jvm_operator(both, "JoinRows",
+        both._jdf, keys, join.left, table_schema.json(), SIDE, TIMESTAMP, PARTITION, OFFSET,
+        STREAM_ROW, TABLE_ROW, output.json(),
+    )  # fmt: skip

@@ -15,10 +15,11 @@ any stateful view):
    tombstone when the row is gone or stopped matching. Groups: the old row's contribution is
    taken back (weight -1) and the new one added (+1).
 4. The groups. COUNT, and SUM and AVG of integers and decimals: Spark's own streaming
-   aggregation of the weighted changes (`summed`), exact in those types. Otherwise `Groups`,
-   keyed by the group: a count of rows; per aggregate, a count and an exact sum (a fraction:
-   doubles add up without rounding until written), and for MIN, MAX and COUNT(DISTINCT) the count
-   of each value, so a deleted value gives way to the next one. Each group a batch touched is
+   aggregation of the weighted changes (`summed`), exact in those types. Otherwise `Groups` (a
+   JVM operator: `runner/jvm/Groups.java`), keyed by the group: a count of rows; per aggregate, a
+   count and an exact sum (a decimal: doubles add up without rounding until written), and for
+   MIN, MAX and COUNT(DISTINCT) the count of each value, so a deleted value gives way to the next
+   one. Each group a batch touched is
    written with its aggregates, or deleted when no row is left in it (a query without GROUP BY
    keeps its one group, with a count of 0).
 5. The post-projection: the query's SELECT list over the groups, and HAVING as the tombstone flag.
@@ -26,26 +27,20 @@ any stateful view):
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from decimal import ROUND_HALF_UP, Context, Decimal
-from fractions import Fraction
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from py4j.java_gateway import JavaPackage
 from pyspark.errors.exceptions.captured import capture_sql_exception
-from pyspark.sql import Column, DataFrame, Row, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as fn
-from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import (
     BooleanType,
     DataType,
     DecimalType,
     DoubleType,
-    FloatType,
     IntegralType,
     LongType,
-    StringType,
     StructField,
     StructType,
 )
@@ -70,15 +65,12 @@ from distributary.table_queries import (
     OFFSET,
     PARTITION,
     TABLE,
-    Aggregate,
     TableQuery,
     table_query,
 )
 
 WEIGHT = "_dtry_w"
 TIMESTAMP = "_dtry_timestamp"  # a record's Kafka timestamp (`table_joins` orders by it)
-_VALUES = ("min", "max", "count_distinct")  # kept as counts of each value
-_PRECISION = 100  # digits of a decimal quotient before it is rounded to its scale (38 at most)
 
 
 def single_table_view(
@@ -164,12 +156,9 @@ def table_result(
     state = StructType([f for f in pre.schema.fields if f.name in values])
     mode = "Update" if update else "Append"
     if not query.grouping:  # a selected `__deleted` is left to the runner (`table_queries`)
-        output = StructType([*state.fields, StructField(DELETED, BooleanType())])
         kept = [name for name in names if name.lower() != DELETED]
         if weighted:
-            rows_out = pre.groupBy(KEY).transformWithState(
-                NetRows(values, state), output, mode, "None"
-            )
+            rows_out = net_rows(pre, values, state, mode)
         else:
             rows_out = latest_rows(pre, values, state, weighted=False, mode=mode)
         return rows_out.toDF(*kept, DELETED)
@@ -179,9 +168,9 @@ def table_result(
     else:
         changes = latest_rows(pre, values, state, weighted=True, mode="Append")
     result = aggregate_types(session, state, query)
-    groups = StructType(
+    schema = StructType(
         [
-            *(f for f in state.fields if f.name in query.groups),
+            *(state[g] for g in query.groups),
             *(StructField(a.column, result[a.column]) for a in query.aggregates),
             StructField(GONE, BooleanType()),
         ]
@@ -189,8 +178,7 @@ def table_result(
     if summable(query, state):
         grouped = summed(changes, query, result)
     else:
-        processor = Groups(query, state, result)
-        grouped = changes.groupBy(*query.groups).transformWithState(processor, groups, mode, "None")
+        grouped = groups(changes, query, result, schema, mode)
     grouped.createOrReplaceTempView(GROUPS_VIEW)
     having = f"COALESCE(({query.having}), FALSE)" if query.having else "TRUE"
     gone = [GONE, f"NOT {having}"]
@@ -292,14 +280,48 @@ def aggregate_types(
 def latest_rows(
     pre: DataFrame, values: Sequence[str], state: StructType, weighted: bool, mode: str
 ) -> DataFrame:
-    """The rows by record key (`runner/jvm/LatestRows.java`, a JVM operator): per key of `pre`'s
-    `KEY`, the row it has (its `values`, of types `state`, while it matches the WHERE condition),
-    and what a batch changed of it. Weighted: the old row taken back (`WEIGHT` -1) and the new one
-    added (+1); else the new row, or the old one with `DELETED` set when none is left."""
-    session = pre.sparkSession
+    """The rows by record key (`runner/jvm/LatestRows.java`): per key of `pre`'s `KEY`, the row
+    it has (its `values`, of types `state`, while it matches the WHERE condition), and what a
+    batch changed of it. Weighted: the old row taken back (`WEIGHT` -1) and the new one added
+    (+1); else the new row, or the old one with `DELETED` set when none is left."""
     last = StructField(WEIGHT, LongType()) if weighted else StructField(DELETED, BooleanType())
     output = StructType([*state.fields, last])
-    operator = session._jvm.dev.distributary.tables.LatestRows  # type: ignore[union-attr]
+    return jvm_operator(pre, "LatestRows",
+        pre._jdf, KEY, list(values), DELETE, MATCH, PARTITION, OFFSET,
+        state.json(), output.json(), weighted, mode,
+    )  # fmt: skip
+
+
+def net_rows(changes: DataFrame, values: Sequence[str], state: StructType, mode: str) -> DataFrame:
+    """The rows by identity (`KEY`) from weighted changes (`runner/jvm/NetRows.java`): each
+    changed row, or the old one with `DELETED` set when none is left."""
+    output = StructType([*state.fields, StructField(DELETED, BooleanType())])
+    return jvm_operator(changes, "NetRows",
+        changes._jdf, KEY, list(values), DELETE, MATCH, state.json(), output.json(), mode,
+    )  # fmt: skip
+
+
+def groups(
+    changes: DataFrame,
+    query: TableQuery,
+    result: Mapping[str, DataType],
+    output: StructType,
+    mode: str,
+) -> DataFrame:
+    """The groups of weighted changes, kept exact (`runner/jvm/Groups.java`; see the module)."""
+    aggregates = query.aggregates
+    return jvm_operator(changes, "Groups",
+        changes._jdf, list(query.groups), query.global_group, [a.function for a in aggregates],
+        [a.argument or "" for a in aggregates], [result[a.column].json() for a in aggregates],
+        WEIGHT, output.json(), mode,
+    )  # fmt: skip
+
+
+def jvm_operator(frame: DataFrame, name: str, *arguments: Any) -> DataFrame:
+    """The rows of JVM operator `name` (`runner/jvm/`, in package `dev.distributary.tables`)
+    applied with `arguments`, in `frame`'s session."""
+    session = frame.sparkSession
+    operator = getattr(session._jvm.dev.distributary.tables, name)  # type: ignore[union-attr]
     if isinstance(operator, JavaPackage):  # py4j's answer for a class it cannot find
         raise RuntimeError(
             f"Distributary's JVM operators are not among Spark's jars ({JAR} in spark.jars or in "
@@ -307,177 +329,4 @@ def latest_rows(
             "JDK (javac) so that the runner's jar is built, or use the job image"
         )
     # Spark's errors as pyspark raises them (an AnalysisException, ...), not py4j's.
-    rows = capture_sql_exception(operator.apply)(
-        pre._jdf, KEY, list(values), DELETE, MATCH, PARTITION, OFFSET,
-        state.json(), output.json(), weighted, mode,
-    )  # fmt: skip
-    return DataFrame(rows, session)
-
-
-class NetRows(StatefulProcessor):
-    """Per output row's identity: the row it has, from weighted changes (a row added, or taken
-    back when `DELETE` is set) rather than records; in any order, as weights add up."""
-
-    def __init__(self, values: Sequence[str], state: StructType) -> None:
-        self.values, self.schema = list(values), state
-
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.row = handle.getValueState("row", self.schema)
-
-    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:  # noqa: N802, N803 (Spark's names)
-        stored = self.row.get() if self.row.exists() else None
-        old = tuple(stored) if stored is not None else None
-        new = self.after(key, old, rows)
-        if new == old:
-            return
-        if new is None:
-            self.row.clear()
-        else:
-            self.row.update(new)
-        names = [*self.values, DELETED]
-        yield from (Row(**dict(zip(names, r, strict=True))) for r in changes(old, new))
-
-    def after(self, key: Any, old: tuple[Any, ...] | None, rows: Iterator[Row]) -> Any:
-        """The row after a batch's weighted changes `rows`."""
-        counts: Counter[tuple[Any, ...]] = Counter({old: 1} if old is not None else {})
-        for row in rows:
-            if row[MATCH]:
-                counts[tuple(row[v] for v in self.values)] += -1 if row[DELETE] else 1
-        present = [row for row, count in counts.items() if count > 0]
-        if len(present) > 1 or any(count > 1 for count in counts.values()):
-            raise RuntimeError(
-                f"the join's row {key!r} has {sum(c for c in counts.values() if c > 0)} versions "
-                "at once; the view's state is not what its input implies: rebuild the view"
-            )
-        return present[0] if present else None
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-
-def changes(old: tuple[Any, ...] | None, new: tuple[Any, ...] | None) -> list[tuple[Any, ...]]:
-    """What a row's change from `old` to `new` writes: the new row, or the old one as a
-    tombstone when none is left."""
-    if new is not None:
-        return [(*new, False)]
-    return [(*old, True)] if old is not None else []
-
-
-class Groups(StatefulProcessor):
-    """Per group: its aggregates, kept exact as rows join and leave it (see the module)."""
-
-    def __init__(self, query: TableQuery, state: StructType, result: dict[str, DataType]) -> None:
-        self.query, self.result = query, result
-        self.types = {f.name: f.dataType for f in state.fields}
-        self.columns = [f.name for f in state.fields]
-
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        fields = [StructField("rows", LongType())]
-        for index in range(len(self.query.aggregates)):
-            fields += [StructField(f"n{index}", LongType()), StructField(f"s{index}", StringType())]
-        self.totals = handle.getValueState("totals", StructType(fields))
-        self.values = {
-            index: handle.getMapState(
-                f"values{index}",
-                StructType([StructField("v", self.types[str(a.argument)])]),
-                StructType([StructField("c", LongType())]),
-            )
-            for index, a in enumerate(self.query.aggregates)
-            if a.function in _VALUES
-        }
-
-    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:  # noqa: N802, N803 (Spark's names)
-        count = len(self.query.aggregates)
-        totals = Totals.read(self.totals.get() if self.totals.exists() else None, count)
-        for row in rows:
-            weight = int(row[WEIGHT])
-            totals.rows += weight
-            for index, aggregate in enumerate(self.query.aggregates):
-                value = row[aggregate.argument] if aggregate.argument else 1
-                if value is None:
-                    continue
-                totals.add(index, aggregate, value, weight)
-                if index in self.values:
-                    _count_value(self.values[index], value, weight)
-        gone = totals.rows <= 0 and not self.query.global_group
-        if gone:
-            self.totals.clear()
-            for state in self.values.values():
-                state.clear()
-        else:
-            self.totals.update(totals.written())
-        results = [
-            None if gone else self._result(index, aggregate, totals)
-            for index, aggregate in enumerate(self.query.aggregates)
-        ]
-        names = [*self.query.groups, *(a.column for a in self.query.aggregates), GONE]
-        yield Row(**dict(zip(names, [*key, *results, gone], strict=True)))
-
-    def _result(self, index: int, aggregate: Aggregate, totals: Totals) -> Any:
-        kind = self.result[aggregate.column]
-        if aggregate.function == "count":
-            return totals.counts[index]
-        if aggregate.function in _VALUES:
-            present = [k[0] for k, _ in self.values[index].iterator()]
-            if aggregate.function == "count_distinct":
-                return len(present)
-            if not present:
-                return None
-            return min(present) if aggregate.function == "min" else max(present)
-        if totals.counts[index] == 0:
-            return None
-        exact = totals.sums[index]
-        return typed(exact if aggregate.function == "sum" else exact / totals.counts[index], kind)
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-
-def _count_value(state: Any, value: Any, weight: int) -> None:
-    key = (value,)
-    count = (state.getValue(key)[0] if state.containsKey(key) else 0) + weight
-    if count > 0:
-        state.updateValue(key, (count,))
-    elif state.containsKey(key):
-        state.removeKey(key)
-
-
-class Totals:
-    """A group's counts and exact sums, as its state holds them (sums as fraction text)."""
-
-    def __init__(self, rows: int, counts: list[int], sums: list[Fraction]) -> None:
-        self.rows, self.counts, self.sums = rows, counts, sums
-
-    @classmethod
-    def read(cls, stored: Any, aggregates: int) -> Totals:
-        """From the state's row (None: a new group)."""
-        if stored is None:
-            return cls(0, [0] * aggregates, [Fraction(0)] * aggregates)
-        counts = [int(stored[1 + 2 * i] or 0) for i in range(aggregates)]
-        sums = [Fraction(stored[2 + 2 * i] or "0") for i in range(aggregates)]
-        return cls(int(stored[0] or 0), counts, sums)
-
-    def add(self, index: int, aggregate: Aggregate, value: Any, weight: int) -> None:
-        """A row's non-null argument joins (weight 1) or leaves (-1) aggregate `index`."""
-        self.counts[index] += weight
-        if aggregate.function in ("sum", "avg"):
-            self.sums[index] += weight * Fraction(value)
-
-    def written(self) -> tuple[Any, ...]:
-        """The state's row."""
-        parts: list[Any] = [self.rows]
-        for count, total in zip(self.counts, self.sums, strict=True):
-            parts += [count, str(total)]
-        return tuple(parts)
-
-
-def typed(value: Fraction, kind: DataType) -> Any:
-    """An exact value as a column of type `kind`: a double rounded once, a decimal to its scale
-    (half up, as Spark rounds), an integer as is."""
-    if isinstance(kind, DoubleType | FloatType):
-        return float(value)
-    if isinstance(kind, DecimalType):
-        context = Context(prec=_PRECISION)
-        exact = context.divide(Decimal(value.numerator), Decimal(value.denominator))
-        return exact.quantize(Decimal(1).scaleb(-kind.scale), rounding=ROUND_HALF_UP)
-    return int(value)
+    return DataFrame(capture_sql_exception(operator.apply)(*arguments), session)

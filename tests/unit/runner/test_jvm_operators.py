@@ -1,7 +1,7 @@
 """Where the runners' JVM operators come from (`jvm_operators.py`): Spark's own jars when an image
 put the jar there, else a jar built once in the cache, named for its sources; without a JDK, a
 runner that reads no table goes on, and one that needs the jar is told what to install. The
-compiler itself runs in `tests/integration/test_latest_rows.py`."""
+compiler itself runs in `tests/integration/test_table_operators.py`."""
 
 from __future__ import annotations
 
@@ -104,8 +104,13 @@ def test_the_runners_jars_are_the_connectors_and_the_operators(
 
 def test_the_sources_ship_with_the_package() -> None:
     assert [p.name for p in jvm_operators.sources()] == [
+        "Groups.java",
+        "JoinRows.java",
+        "JoinTables.java",
         "LatestRows.java",
         "LocalCheckpointFiles.java",
+        "NetRows.java",
+        "Support.java",
     ]
     text = Path(__file__).resolve().parents[3].joinpath("pyproject.toml").read_text()
     assert '"runner/jvm/*.java"' in text
