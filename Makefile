@@ -115,10 +115,11 @@ demo: $(STAMP)
 	@echo; echo "== $(CLICKS): plan"; $(BIN)/distributary plan $(CLICKS) --topic-backend direct
 	@echo; echo "== $(CLICKS): run until caught up"
 	$(BIN)/distributary run $(CLICKS) --state-dir $(DEMO_STATE) --until-caught-up \
+	  --produce users=$(CLICKS)/data/users.jsonl \
 	  --produce page-views=$(CLICKS)/data/page-views.jsonl > $(DEMO_STATE).summary.json
 	@echo; echo "== the outputs (summary in $(DEMO_STATE).summary.json)"
-	$(BIN)/distributary tail enriched-page-views views-per-user views-per-country -n 3 \
-	  --state-dir $(DEMO_STATE)
+	$(BIN)/distributary tail enriched-page-views views-per-user views-per-country \
+	  views-with-plan -n 3 --state-dir $(DEMO_STATE)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .distributary

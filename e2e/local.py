@@ -44,6 +44,7 @@ from distributary.processes import free_port
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "clickstream"
 DATA = EXAMPLE / "data" / "page-views.jsonl"
+USERS = EXAMPLE / "data" / "users.jsonl"
 NAMESPACE = "clickstream"
 KAFKA_USER = "distributary"
 
@@ -218,23 +219,25 @@ def run(
         say(f"kubectl apply -f {files.relative_to(ROOT) if files == EXAMPLE else files}")
         kubectl(kubeconfig, "apply", "-n", NAMESPACE, "-f", str(files))
         wait_for(
-            "Log page-views",
+            "Logs users and page-views",
             lambda: (
                 None
-                if any(is_true(log, "Ready") for log in resources(kubeconfig, "dlog"))
+                if sum(is_true(log, "Ready") for log in resources(kubeconfig, "dlog")) >= 2
                 else "not Ready"
             ),
             120,
         )
-        say(f"appending {DATA.relative_to(ROOT)} to page-views")
-        subprocess.run(
-            [
-                sys.executable, "-m", "distributary.cli", "produce", "page-views",
-                "--file", str(DATA), "--pipeline", str(EXAMPLE),
-                "--bootstrap-servers", broker.bootstrap_servers, *kafka_options,
-            ],
-            check=True,
-        )  # fmt: skip
+        # The users table first, then the page views that are joined with it.
+        for log, data in (("users", USERS), ("page-views", DATA)):
+            say(f"appending {data.relative_to(ROOT)} to {log}")
+            subprocess.run(
+                [
+                    sys.executable, "-m", "distributary.cli", "produce", log,
+                    "--file", str(data), "--pipeline", str(EXAMPLE),
+                    "--bootstrap-servers", broker.bootstrap_servers, *kafka_options,
+                ],
+                check=True,
+            )  # fmt: skip
         security = security_from_environment(kafka_env) if kafka_env else None
         admin = KafkaAdmin(broker.bootstrap_servers, client=client_settings(security, kafka_env))
         wait_for(

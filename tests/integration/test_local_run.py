@@ -1,10 +1,12 @@
 """`distributary run` as a person runs it: the clickstream example, its demo data, until caught up.
 
 The command starts its own embedded broker in the state folder, creates the topics, appends the
-demo file, runs the three views on local Spark and exits once they have caught up, printing a JSON
-summary as its last line. A second run on the same state folder resumes: the broker comes back
-with its data, the views from their checkpoints, and nothing is processed twice. A third, after
-the checkpoints are deleted, starts each view from its consumer group's committed offsets.
+demo files (the users, some of them twice, then the page views), runs the four views on local
+Spark (one of them joins each page view with its user's row of the users table) and exits once
+they have caught up, printing a JSON summary as its last line. A second run on the same state
+folder resumes: the broker comes back with its data, the views from their checkpoints, and
+nothing is processed twice. A third, after the checkpoints are deleted, starts each view from
+its consumer group's committed offsets.
 
 A fourth finds a view's SQL changed since (the state folder records each view's revisions, as a
 view's status does under the operator): its revision 2 reads the input again from its start into
@@ -28,6 +30,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "clickstream"
 DATA = EXAMPLE / "data" / "page-views.jsonl"
+USERS = EXAMPLE / "data" / "users.jsonl"
 
 
 def distributary(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
@@ -142,7 +145,7 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The example's Logs and views, each view with a short cutover window (the fourth run does
     not wait the default 10 s per view)."""
     folder = tmp_path_factory.mktemp("run")
-    for name in ("logs.yaml", "views.yaml"):
+    for name in ("logs.yaml", "views.yaml", "users.yaml"):
         shutil.copy(EXAMPLE / name, folder / name)
     views = folder / "views.yaml"
     text = views.read_text()
@@ -161,7 +164,11 @@ def state(pipeline: Path) -> Path:
 def history(pipeline: Path, state: Path) -> dict[str, Any]:
     """The summaries of the four runs, and what the outputs served before the fourth."""
     common = (str(pipeline), "--state-dir", str(state), "--until-caught-up", "--cores", "2")
-    first = summary_of(distributary("run", *common, "--produce", f"page-views={DATA}"))
+    first = summary_of(
+        distributary(
+            "run", *common, "--produce", f"users={USERS}", "--produce", f"page-views={DATA}"
+        )
+    )
     second = summary_of(distributary("run", *common))
     # Lost checkpoints: each view starts again from its consumer group's committed offsets.
     shutil.rmtree(state / "checkpoints")
@@ -212,6 +219,30 @@ def test_the_views_outputs_hold_what_their_queries_say(
     countries = Counter((r.get("country") or "unknown").upper() for r in kept)
     table = latest(before["views-per-country"])
     assert {json.loads(k)["country"]: v["views"] for k, v in table.items()} == countries
+
+
+def test_each_page_view_is_written_once_with_its_users_plan(
+    runs: tuple[dict[str, Any], ...], state: Path
+) -> None:
+    """The users were appended before the page views, the upgraded ones twice: every page view
+    meets each user's latest row (a user without a row: unknown), once, through the three runs
+    (the third, without its checkpoint, reads the table and the page views anew)."""
+    plans: dict[str, str] = {}
+    for line in USERS.read_text().splitlines():
+        row = json.loads(line)
+        plans[row["user_id"]] = row["plan"]
+    assert len(USERS.read_text().splitlines()) > len(plans), "some users changed plan"
+    expected = Counter(
+        (r["user_id"], r.get("session_id"), r.get("url"), plans.get(r["user_id"], "unknown"))
+        for r in demo_records()
+        if r.get("user_id") is not None
+    )
+    found = Counter(
+        (v["user_id"], v.get("session_id"), v.get("url"), v["plan"])
+        for _, _, _, v in served(state, "views-with-plan")
+    )
+    assert found == expected
+    assert {"pro", "unknown"} <= {plan for *_, plan in found}
 
 
 def test_each_views_position_is_its_inputs_end(runs: tuple[dict[str, Any], ...]) -> None:

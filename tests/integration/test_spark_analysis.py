@@ -402,8 +402,8 @@ def test_validate_spark_reports_what_only_spark_finds(check: QueryCheck, tmp_pat
 def test_validate_spark_passes_an_example(check: QueryCheck) -> None:
     result = CliRunner().invoke(main, ["validate", "--spark", str(ROOT / "examples/clickstream")])
     assert result.exit_code == 0, result.output
-    assert result.stdout == "valid: 1 log, 3 views, 0 jobs; Spark accepts every query\n"
-    assert "spark: [3/3]" in result.stderr
+    assert result.stdout == "valid: 2 logs, 4 views, 0 jobs; Spark accepts every query\n"
+    assert "spark: [4/4]" in result.stderr
 
 
 def test_validate_spark_asks_spark_only_after_the_static_checks_pass(

@@ -88,7 +88,7 @@ def test_sensors_aggregates_over_event_time_in_tumbling_and_sliding_windows() ->
     assert "window(ts, '5 minutes', '1 minute')" in views["sensor-trends"].spec.sql
 
 
-def test_clickstream_has_a_page_view_log_an_enriched_stream_a_table_and_a_view_of_a_view() -> None:
+def test_clickstream_has_page_views_an_enriched_stream_a_table_a_view_of_a_view_a_join() -> None:
     resources = _resources("clickstream")
     log = resources["page-views"]
     assert isinstance(log, Log)
@@ -100,8 +100,13 @@ def test_clickstream_has_a_page_view_log_an_enriched_stream_a_table_and_a_view_o
         "enriched-page-views": ("append", None),
         "views-per-user": ("upsert", ["user_id"]),
         "views-per-country": ("upsert", ["country"]),
+        "views-with-plan": ("append", None),
     }
     assert [i.log for i in views["views-per-country"].spec.inputs] == ["enriched-page-views"]
+    users = resources["users"]
+    assert isinstance(users, Log)
+    assert (users.spec.compaction, users.spec.key) == (True, ["user_id"])
+    assert [i.log for i in views["views-with-plan"].spec.inputs] == ["page-views", "users"]
 
 
 def test_orders_is_a_compacted_changelog_and_a_table_of_totals_per_customer() -> None:

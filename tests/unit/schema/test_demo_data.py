@@ -51,3 +51,14 @@ def test_the_orders_data_is_a_changelog_where_most_orders_are_delivered() -> Non
     delivered = [s for s in states.values() if s[-1] == "DELIVERED"]
     assert len(states) / 2 < len(delivered) < len(states)
     assert all(s.count("DELIVERED") <= 1 for s in states.values())
+
+
+def test_the_users_table_data_is_valid_and_some_users_change_plan() -> None:
+    pipeline = load_pipeline([EXAMPLES / "clickstream"])
+    schema = RecordSchema.of_log(pipeline.logs[Ref.log("users")])
+    lines = (EXAMPLES / "clickstream" / "data" / "users.jsonl").read_text().splitlines()
+    assert [c.problems for c in check_lines(lines, schema) if c.problems] == []
+    users = [r["user_id"] for r in _records("clickstream", "users")]
+    assert len(users) > len(set(users)), "a user's row changes: a second version of it"
+    viewers = {r.get("user_id") for r in _records("clickstream", "page-views")} - {None}
+    assert viewers - set(users), "page views of users the table does not have: unknown"
