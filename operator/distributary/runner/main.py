@@ -22,7 +22,9 @@ restarted runner goes on counting from it.
 A revision with no checkpoint yet starts from its group's committed offsets when the group has
 some (a rewind, or a fresh checkpoint after a lost one), else from the spec's starting position;
 except a query that keeps state, which never resumes on empty state: it reports CheckpointLost
-and does not start, and the view rebuilds it as a new revision.
+and does not start, and the view rebuilds it as a new revision. So does a query whose checkpoint
+Spark cannot read because another version of the view's operators wrote its state
+(`unreadable_state`): it would fail at every start.
 
 A query Spark refuses when it starts (an analysis error: a type mismatch, an unknown function, an
 operation Structured Streaming does not run) is refused at every start, so the revision reports
@@ -103,6 +105,32 @@ def replay_report(failure: BaseException) -> bool:
     text = f"{failure}\n{trace() if callable(trace) else ''}"
     null = 'the return value of "scala.Option.get()" is null'
     return null in text and ("KafkaMicroBatchStream" in text or "IterableOps.map" in text)
+
+
+# Spark's refusals of a checkpoint whose state another version of the query's operators wrote
+# (a stateful operator renamed, or its state's schema changed): the checkpoint cannot be read.
+UNREADABLE_STATE = (
+    "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA",
+    "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
+    "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE",
+)
+
+
+def unreadable_state(failure: BaseException) -> str | None:
+    """Why a query's checkpoint cannot be read (None when the failure is another): its state was
+    written by operators this version of the runner does not have (e.g. a view over a table whose
+    operators moved from Python to the JVM). Resuming would fail at every start, and starting
+    without it would begin the state empty, so the view rebuilds it as a new revision."""
+    text = str(failure)
+    found = next((condition for condition in UNREADABLE_STATE if condition in text), None)
+    if found is None:
+        return None
+    return (
+        f"its checkpoint's state was written by another version of the view's operators and "
+        f"cannot be read by this one ({found}); the query keeps state, so it does not resume on "
+        "empty state: the view rebuilds it as a new revision from the start of its inputs "
+        "(CheckpointLost)"
+    )
 
 
 @dataclass
@@ -268,6 +296,9 @@ class Revision:
             )
             self.seen.clear()
             self.start()
+        elif failure is not None and unreadable_state(failure) is not None:
+            self.state, self.error = CHECKPOINT_LOST, unreadable_state(failure)
+            _log(f"{self.label}: {self.error}")
         elif failure is not None and self.restarts < MAX_RESTARTS:
             # A query that fails while running (not one whose SQL is wrong: that fails in start)
             # resumes from its checkpoint; some failures pass, e.g. Spark 4.1.1's report of a

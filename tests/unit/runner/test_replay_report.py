@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from distributary.plan.applications.spark_state import CHECKPOINT_LOST
 from distributary.runner import main
-from distributary.runner.main import MAX_RESTARTS, Revision, replay_report
+from distributary.runner.main import MAX_RESTARTS, Revision, replay_report, unreadable_state
 
 NPE = (
     'Cannot invoke "scala.collection.IterableOps.map(scala.Function1)" because the return value '
@@ -75,3 +76,25 @@ def test_the_report_failing_again_before_any_batch_counts(monkeypatch: pytest.Mo
         rev.finish()
     assert rev.restarts == MAX_RESTARTS
     assert rev.state == "Failed"
+
+
+UNREADABLE = (
+    "[STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA] Streaming stateful operator name "
+    "does not match with the operator in state metadata. This likely to happen when user "
+    "adds/removes/changes stateful operator of existing streaming query."
+)
+
+
+def test_a_checkpoint_another_version_wrote_is_rebuilt_not_restarted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Spark refuses, at every start, a checkpoint whose state another version of the view's
+    operators wrote: the revision reports CheckpointLost at once (the view rebuilds it as a new
+    revision), without a restart."""
+    rev = revision(monkeypatch, [QueryError(UNREADABLE), QueryError(UNREADABLE)])
+    rev.finish()
+    assert rev.state == CHECKPOINT_LOST
+    assert rev.restarts == 0
+    assert "rebuilds it as a new revision" in str(rev.error)
+    assert "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA" in str(rev.error)
+    assert unreadable_state(QueryError("Python worker failed to connect back.")) is None
