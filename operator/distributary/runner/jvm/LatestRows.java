@@ -71,9 +71,8 @@ public final class LatestRows extends StatefulProcessor<String, Row, Row> {
         StructType input = rows.schema();
         LatestRows processor = new LatestRows(input, (StructType) DataType.fromJson(state),
                 values, delete, match, partition, offset, weighted);
-        OutputMode outputMode = "Update".equals(mode) ? OutputMode.Update() : OutputMode.Append();
         return rows.groupByKey(new KeyOf(input.fieldIndex(key)), Encoders.STRING())
-                .transformWithState(processor, TimeMode.None(), outputMode,
+                .transformWithState(processor, TimeMode.None(), Support.mode(mode),
                         Encoders.row((StructType) DataType.fromJson(output)));
     }
 
@@ -85,14 +84,15 @@ public final class LatestRows extends StatefulProcessor<String, Row, Row> {
     @Override
     public scala.collection.Iterator<Row> handleInputRows(
             String key, scala.collection.Iterator<Row> records, TimerValues timerValues) {
-        Object[] old = row.exists() ? valuesOf(row.get()) : null;
+        Object[] old = row.exists() ? Support.values(row.get()) : null;
         List<Row> batch = new ArrayList<>();
         CollectionConverters.asJava(records).forEachRemaining(batch::add);
         batch.sort(Comparator.<Row>comparingInt(r -> r.getInt(partition))
                 .thenComparingLong(r -> r.getLong(offset)));
         Object[] now = old;
         for (Row record : batch) {
-            now = flag(record, delete) || !flag(record, match) ? null : pick(record);
+            now = Support.flag(record, delete) || !Support.flag(record, match) ? null
+                    : pick(record);
         }
         List<Row> written = new ArrayList<>(2);
         if (Arrays.deepEquals(now, old)) {
@@ -118,10 +118,6 @@ public final class LatestRows extends StatefulProcessor<String, Row, Row> {
         return CollectionConverters.asScala(written.iterator());
     }
 
-    private static boolean flag(Row record, int index) {
-        return !record.isNullAt(index) && record.getBoolean(index);
-    }
-
     private Object[] pick(Row record) {
         Object[] picked = new Object[values.length];
         for (int i = 0; i < values.length; i++) {
@@ -130,18 +126,8 @@ public final class LatestRows extends StatefulProcessor<String, Row, Row> {
         return picked;
     }
 
-    private static Object[] valuesOf(Row stored) {
-        Object[] found = new Object[stored.length()];
-        for (int i = 0; i < found.length; i++) {
-            found[i] = stored.get(i);
-        }
-        return found;
-    }
-
     private static Object[] with(Object[] row, Object last) {
-        Object[] out = Arrays.copyOf(row, row.length + 1);
-        out[row.length] = last;
-        return out;
+        return Support.concat(row, new Object[] {last});
     }
 
     /** A record's key column, its group. */
