@@ -123,6 +123,12 @@ class EventQueue:
 _QUEUE = EventQueue(busy=metrics.reconciles_running)
 
 
+def drain(timeout: float) -> bool:
+    """Wait until every event submitted so far has been sent (or dropped); False when `timeout`
+    seconds passed first."""
+    return _QUEUE.drain(timeout)
+
+
 @dataclass(frozen=True)
 class KubeEvents:
     """A resource's events (the `Events` port of `reconcile.ports`)."""

@@ -20,7 +20,7 @@ import kopf
 import pytest
 from tests.unit.reconcile.fakes import NS, Parts, parts
 
-from distributary.controllers import logs
+from distributary.controllers import events, logs
 from distributary.controllers.handling import ReconcileError, handle
 from distributary.controllers.services import OperatorServices
 from distributary.controllers.settings import OperatorSettings
@@ -99,7 +99,10 @@ def reconcile(p: Parts, kube: FakeKube, retry: int = 0) -> None:
         "retry": retry,
     }
     memo = kopf.Memo(services=services(p, kube))
-    asyncio.run(handle("DerivedView", kopf.Body(cast(kopf.RawBody, body)), memo, None, found))
+    try:
+        asyncio.run(handle("DerivedView", kopf.Body(cast(kopf.RawBody, body)), memo, None, found))
+    finally:
+        assert events.drain(5)  # a Warning is posted from a sender thread
 
 
 def broken(*_: Any) -> Any:
@@ -179,6 +182,7 @@ def test_a_log_whose_reconcile_fails_unexpectedly_says_so_and_is_retried(
     body = kopf.Body(cast(kopf.RawBody, {**log("clicks"), "status": {}}))
     with pytest.raises(ReconcileError) as raised:
         asyncio.run(logs.reconcile(body, memo, retry=1))
+    assert events.drain(5)  # a Warning is posted from a sender thread
     assert raised.value.delay == 20
     assert "(RuntimeError: the topic backend broke);" in str(raised.value)
     condition = stalled(kube)
