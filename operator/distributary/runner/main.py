@@ -223,14 +223,18 @@ class Revision:
         """Act on every batch reported since the last poll."""
         if self.query is None:
             return
-        for progress in self.query.recentProgress:
-            report: dict[str, Any] = json.loads(progress.json)
-            marker = (int(report.get("batchId", -1)), str(report.get("timestamp")))
-            if marker in self.seen:
-                continue
-            self.seen.add(marker)
-            self.replay_forgiven = False
-            self.handle(batch_of(report))
+        # The last report alone first: Spark keeps up to 100 recent ones, each fetched from the
+        # JVM and parsed; reading them all twice a second kept an idle runner busy.
+        last = self.query.lastProgress
+        if last is not None and (last.batchId, str(last.timestamp)) not in self.seen:
+            for progress in self.query.recentProgress:
+                report: dict[str, Any] = json.loads(progress.json)
+                marker = (int(report.get("batchId", -1)), str(report.get("timestamp")))
+                if marker in self.seen:
+                    continue
+                self.seen.add(marker)
+                self.replay_forgiven = False
+                self.handle(batch_of(report))
         if not self.query.isActive and self.state == "Running":
             self.finish()
         elif self.committed and time.monotonic() - self.committed_at >= self.refresh_seconds:
