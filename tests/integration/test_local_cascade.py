@@ -62,7 +62,7 @@ spec:
   inputs: [{{log: cc-events, alias: e}}]
   sql: SELECT id, user, amount{twice} FROM e WHERE amount >= 5
   upgrade: {{cutoverWindow: 3s}}
-  spark: {{trigger: 500ms}}
+  spark: {{trigger: 2s}}
 ---
 apiVersion: distributary.dev/v1alpha1
 kind: DerivedView
@@ -71,7 +71,7 @@ spec:
   inputs: [{{log: cc-big, alias: big}}]
   sql: SELECT id, user, amount{passed} FROM big WHERE user <> 'u0'
   upgrade: {{cutoverWindow: 3s}}
-  spark: {{trigger: 500ms}}
+  spark: {{trigger: 2s}}
 ---
 apiVersion: distributary.dev/v1alpha1
 kind: DerivedView
@@ -81,7 +81,7 @@ spec:
   sql: SELECT user, count(*) AS n, sum({summed}) AS total FROM mid GROUP BY user
   output: {{mode: upsert, key: [user]}}
   upgrade: {{cutoverWindow: 3s}}
-  spark: {{trigger: 500ms}}
+  spark: {{trigger: 2s}}
 """
 
 

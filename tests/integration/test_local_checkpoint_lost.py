@@ -44,7 +44,7 @@ spec:
   sql: SELECT user, COUNT(*) AS n, SUM(amount) AS total FROM e GROUP BY user
   output: {mode: upsert, key: [user]}
   upgrade: {cutoverWindow: 3s}
-  spark: {trigger: 500ms}
+  spark: {trigger: 2s}
 """
 REWIND = "  rewind: {requestId: again, to: {from: Earliest}}\n"
 

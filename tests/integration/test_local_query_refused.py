@@ -38,8 +38,8 @@ metadata: {name: qr-big}
 spec:
   inputs: [{log: qr-events, alias: e}]
   sql: SELECT id, user, amount FROM e WHERE CONDITION
-  upgrade: {cutoverWindow: 2s}
-  spark: {trigger: 500ms}
+  upgrade: {cutoverWindow: 4s}
+  spark: {trigger: 2s}
 """
 REFUSED = "amount"  # an INT is not a condition: Spark refuses it, the static checks do not
 FIRST = 100

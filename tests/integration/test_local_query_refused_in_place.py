@@ -39,8 +39,8 @@ metadata: {name: qi-big}
 spec:
   inputs: [{log: qi-events, alias: e}]
   sql: SELECT id, user, amount FROM e WHERE CONDITION
-  upgrade: {strategy: Auto, cutoverWindow: 2s}
-  spark: {trigger: 500ms}
+  upgrade: {strategy: Auto, cutoverWindow: 4s}
+  spark: {trigger: 2s}
 """
 REFUSED = "amount"  # an INT is not a condition: Spark refuses it, the static checks do not
 FIXED = "amount >= 10"

@@ -55,7 +55,7 @@ spec:
   sql: SELECT user, count(*) AS n COLUMNS FROM e GROUP BY user
   output: {mode: upsert, key: [user]}
   upgrade: {cutoverWindow: 3s}
-  spark: {trigger: 500ms}
+  spark: {trigger: 2s}
 ---
 apiVersion: distributary.dev/v1alpha1
 kind: Sink

@@ -2,7 +2,7 @@
 
 The example's Log and views are applied as a person would (kubectl), with what a short run needs:
 `cutoverWindow: 2s` with `cutoverMaxLag: 100` (a runner on two busy cores takes a few seconds a
-batch, so a revision that keeps up is rarely at lag 0), `retireAfter: 2s`, triggers of 1s,
+batch, so a revision that keeps up is rarely at lag 0), `retireAfter: 2s`, triggers of 2s,
 outputs under `deletionPolicy: Delete` (so retired topics go), and topics of their own
 (`chaos.page-views`, `chaos-<view>.r<N>`: the session's broker holds other modules' topics of
 the example's names). A thread appends page views continuously (`chaos_clicks.page_view`:
@@ -189,7 +189,7 @@ class Chaos:
         for view in views:
             spec = view["spec"]
             spec["upgrade"] = {"cutoverWindow": "2s", "cutoverMaxLag": 100, "retireAfter": "2s"}
-            spec.setdefault("spark", {})["trigger"] = "1s"
+            spec.setdefault("spark", {})["trigger"] = "2s"
             spec["output"].update(
                 log=output_log(view["metadata"]["name"]),
                 deletionPolicy="Delete",

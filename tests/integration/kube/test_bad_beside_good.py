@@ -44,7 +44,7 @@ def view(name: str, sql: str, inputs: tuple[str, ...] = ("bg-orders",), **output
             "inputs": [{"log": i, "alias": i.replace("-", "_")} for i in inputs],
             "sql": sql,
             "output": {"mode": "append", **output},
-            "spark": {"trigger": "500ms"},
+            "spark": {"trigger": "2s"},
         },
     }
 

@@ -51,7 +51,7 @@ BIG = {
         "inputs": [{"log": "vc-events", "alias": "events"}],
         "sql": "SELECT user, amount FROM events WHERE amount >= 10",
         "output": {"mode": "append", "deletionPolicy": "Delete"},
-        "spark": {"trigger": "500ms"},
+        "spark": {"trigger": "2s"},
         "deadLetters": {"retention": "3d"},
     },
 }
@@ -64,7 +64,7 @@ PER_USER = {
         "inputs": [{"log": "vc-big", "alias": "big"}],
         "sql": "SELECT user, count(*) AS buys, sum(amount) AS total FROM big GROUP BY user",
         "output": {"mode": "upsert", "key": ["user"]},
-        "spark": {"trigger": "500ms"},
+        "spark": {"trigger": "2s"},
     },
 }
 

@@ -46,7 +46,7 @@ def big(threshold: int, twice: bool = False) -> dict[str, Any]:
             "inputs": [{"log": "lc-events", "alias": "events"}],
             "sql": f"SELECT id, user, amount{extra} FROM events WHERE amount >= {threshold}",
             "upgrade": UPGRADE,
-            "spark": {"trigger": "500ms"},
+            "spark": {"trigger": "2s"},
         },
     }
 
@@ -60,7 +60,7 @@ PER_USER = {
         "sql": "SELECT user, count(*) AS n FROM big GROUP BY user",
         "output": {"mode": "upsert", "key": ["user"]},
         "upgrade": UPGRADE,
-        "spark": {"trigger": "500ms"},
+        "spark": {"trigger": "2s"},
     },
 }
 

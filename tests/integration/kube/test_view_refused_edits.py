@@ -56,7 +56,7 @@ def derived(threshold: int = 10, **spec: Any) -> dict[str, Any]:
             "sql": f"SELECT id, user, amount FROM events WHERE amount >= {threshold}",
             "output": {"mode": "append", "partitions": 2},
             "upgrade": {"strategy": "InPlace"},
-            "spark": {"trigger": "500ms"},
+            "spark": {"trigger": "2s"},
             **spec,
         },
     }

@@ -37,7 +37,7 @@ from distributary.schema import RecordSchema
 NAMESPACE = "reprocess-test"
 OPERATOR_FLAGS = ("--spark-runtime", "local")
 SCHEMA = "user STRING, amount INT"
-UPGRADE = {"cutoverWindow": "2s", "retireAfter": "5s"}
+UPGRADE = {"cutoverWindow": "4s", "retireAfter": "5s"}
 EVENTS = {
     "apiVersion": "distributary.dev/v1alpha1",
     "kind": "Log",
@@ -57,7 +57,7 @@ def big(threshold: int) -> dict[str, Any]:
             "sql": f"SELECT user, amount FROM events WHERE amount >= {threshold}",
             "output": {"mode": "append", "deletionPolicy": "Delete"},
             "upgrade": UPGRADE,
-            "spark": {"trigger": "500ms"},
+            "spark": {"trigger": "2s"},
         },
     }
 

@@ -47,7 +47,7 @@ def copy_view(**spec: Any) -> dict[str, Any]:
             "inputs": [{"log": "rw-events", "alias": "events"}],
             "sql": "SELECT user, amount FROM events",
             "output": {"mode": "append"},
-            "spark": {"trigger": "500ms"},
+            "spark": {"trigger": "2s"},
             **spec,
         },
     }

@@ -57,7 +57,7 @@ def copy_view(**spec: Any) -> dict[str, Any]:
             "inputs": [{"log": LOG, "alias": "events"}],
             "sql": "SELECT seq FROM events",
             "output": {"mode": "append"},
-            "spark": {"trigger": "500ms"},
+            "spark": {"trigger": "2s"},
             **spec,
         },
     }

@@ -58,7 +58,7 @@ COUNTS = {
         "sql": "SELECT user, COUNT(*) AS n, SUM(amount) AS total FROM e GROUP BY user",
         "output": {"mode": "upsert", "key": ["user"]},
         "upgrade": {"cutoverWindow": "3s"},
-        "spark": {"trigger": "500ms"},
+        "spark": {"trigger": "2s"},
     },
 }
 Table = dict[str, tuple[int, int]]
