@@ -43,7 +43,7 @@ KILLING = frozenset({
     "tests/integration/test_runner_recovery.py",
     "tests/integration/kube/test_chaos.py",
     "tests/integration/test_local_sink.py",
-    "tests/integration/test_local_checkpoint_lost.py",
+    "tests/integration/test_local_stateful_rewind.py",
 })  # fmt: skip
 
 

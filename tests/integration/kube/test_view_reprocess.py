@@ -6,7 +6,9 @@ revision 2 has caught up (and stayed so for the cutover window), one status writ
 the output Log's topic moves to revision 2's, which by then holds the new query's complete
 output. Revision 1's runner stops, and its topic is deleted after the grace period, since the
 output says `deletionPolicy: Delete`, and its consumer group with it. (A view reading the edited
-view's output reprocesses in turn: `test_view_live_cutover.py`, under live input, and the chaos.)
+view's output reprocesses in turn, only once the edited view serves, and reads its new topic: the
+chaos, under live input (`test_chaos.py`), and `test_local_cascade.py`, through the same view
+reconcile.)
 """
 
 from __future__ import annotations
