@@ -5,18 +5,26 @@ text column to a number, which Spark refuses at run time for the records that ar
 (ANSI casts). `numbers` fails (after the runner's own restarts) and is reported, while `upper`
 reads everything and its output is exact; `--until-caught-up` then ends with the summary and
 exit status 1 naming the failed view.
+
+A run whose Spark cannot start at all (its JVM refuses an option of the run's environment) fails
+at every start: the view is Stalled (`ApplicationFailing`) and retried only at the longest
+back-off, which `--until-caught-up` does not wait for: it ends, saying why, with exit status 1.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
+import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.integration.spark_pipelines import read_topic
-from tests.integration.test_local_run import distributary
+from tests.integration.test_local_run import ROOT, distributary
 
 from distributary.local.broker import EmbeddedBroker
 
@@ -91,3 +99,49 @@ def test_the_other_view_reads_everything_and_its_output_is_exact(
     ]
     expected = Counter((e["who"].upper(), e["amount"]) for e in EVENTS)
     assert Counter((w["who"], w["amount"]) for w in written) == expected
+
+
+STUCK = """
+apiVersion: distributary.dev/v1alpha1
+kind: Log
+metadata: {name: lf-stuck-events}
+spec: {partitions: 1, schema: "who STRING"}
+---
+apiVersion: distributary.dev/v1alpha1
+kind: DerivedView
+metadata: {name: lf-stuck}
+spec:
+  inputs: [{log: lf-stuck-events, alias: e}]
+  sql: SELECT who FROM e
+"""
+
+
+def test_a_run_whose_spark_cannot_start_ends_saying_the_view_keeps_failing(
+    tmp_path: Path, broker: EmbeddedBroker
+) -> None:
+    (tmp_path / "pipeline").mkdir()
+    (tmp_path / "pipeline" / "pipeline.yaml").write_text(STUCK)
+    command = [
+        sys.executable, "-m", "distributary.cli", "run", str(tmp_path / "pipeline"),
+        "--state-dir", str(tmp_path / "state"), "--bootstrap-servers", broker.bootstrap_servers,
+        "--until-caught-up", "--restart-delay", "1", "--max-restart-delay", "2",
+        "--failures-before-stalled", "2",
+    ]  # fmt: skip
+    refused = {**os.environ, "JAVA_TOOL_OPTIONS": "-XX:+NoSuchOption"}  # Spark's JVM: not started
+    started = time.monotonic()
+    try:
+        result = subprocess.run(
+            command, capture_output=True, text=True, timeout=240, env=refused, cwd=ROOT
+        )
+    except subprocess.TimeoutExpired as waited:
+        said = waited.stderr.decode() if isinstance(waited.stderr, bytes) else waited.stderr
+        raise AssertionError(f"still waiting after 240 s:\n{(said or '')[-3000:]}") from None
+    assert result.returncode == 1, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "error: view lf-stuck keeps failing: the Spark application failed 2 times"
+    )
+    assert "runner.log" in last  # where the whole story is
+    view = summary(result)["views"]["lf-stuck"]
+    assert view["keepsFailing"].startswith("the Spark application failed"), view
+    assert time.monotonic() - started < 120

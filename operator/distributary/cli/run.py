@@ -226,6 +226,9 @@ def run(
     failed = failed_views(snapshot)
     if failed:  # the others ran on; the run says which did not
         raise UserError(f"view(s) {', '.join(failed)} failed: see {local.runner_log}")
+    failing = local.keep_failing() if local.revisions is not None else []
+    if failing:  # retried only at the longest back-off: `--until-caught-up` does not wait
+        raise UserError("; ".join(failing))
     refused = local.revisions.query_refused() if local.revisions is not None else {}
     if refused:  # they do not run until an edit fixes spec.sql
         raise UserError("; ".join(f"view {key}: {said}" for key, said in sorted(refused.items())))

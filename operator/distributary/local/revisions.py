@@ -34,6 +34,7 @@ from typing import Any
 from distributary.api.job import StreamJob
 from distributary.api.view import DerivedView
 from distributary.local.state import RunStateError
+from distributary.plan.applications.restarts import APPLICATION_FAILING
 from distributary.plan.applications.spark_state import QUERY_REFUSED
 from distributary.plan.revisions.lifecycle import CATCHING_UP
 from distributary.plan.status.status_patch import changes, merged
@@ -133,9 +134,9 @@ class LocalRevisions:
         return dict((self.section(kind).get(key) or {}).get("status") or {})
 
     def catching_up(self) -> list[str]:
-        """The views with a revision catching up (not one whose query Spark refused: it never
-        catches up)."""
-        refused = set(self.query_refused())
+        """The views with a revision catching up (not one whose query Spark refused, nor one
+        whose application keeps failing: neither catches up by waiting)."""
+        refused = set(self.query_refused()) | set(self.keep_failing("DerivedView"))
         return sorted(
             key
             for key, entry in self.views.items()
@@ -148,13 +149,23 @@ class LocalRevisions:
 
     def query_refused(self) -> dict[str, str]:
         """The views whose running revision's query Spark refused at start, with the message."""
-        found = {}
-        for key, entry in self.views.items():
-            for condition in (entry.get("status") or {}).get("conditions") or []:
-                stalled = condition.get("type") == "Stalled" and condition.get("status") == "True"
-                if stalled and condition.get("reason") == QUERY_REFUSED:
-                    found[key] = str(condition.get("message") or "")
-        return found
+        return _stalled(self.views, QUERY_REFUSED)
+
+    def keep_failing(self, kind: str) -> dict[str, str]:
+        """The views or jobs (`kind`) whose Spark application failed again and again (Stalled,
+        `ApplicationFailing`: retried only at the longest back-off), with the message."""
+        return _stalled(self.section(kind), APPLICATION_FAILING)
+
+
+def _stalled(entries: Mapping[str, Mapping[str, Any]], reason: str) -> dict[str, str]:
+    """The entries whose status is Stalled for `reason`, with the condition's message."""
+    found = {}
+    for key, entry in entries.items():
+        for condition in (entry.get("status") or {}).get("conditions") or []:
+            stalled = condition.get("type") == "Stalled" and condition.get("status") == "True"
+            if stalled and condition.get("reason") == reason:
+                found[key] = str(condition.get("message") or "")
+    return found
 
 
 def refused(status: Mapping[str, Any]) -> dict[str, str] | None:

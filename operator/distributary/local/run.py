@@ -553,6 +553,7 @@ class LocalRun:
         """Each view's note (by name): the change refused, if any, and the rewinds done."""
         assert self.revisions is not None
         notes = {}
+        failing = self.revisions.keep_failing("DerivedView")
         for view in self.pipeline.views.values():
             status = self.revisions.status("DerivedView", resource_key(view))
             problem = status.get("problem")
@@ -560,8 +561,20 @@ class LocalRun:
                 serving=int(status.get("servingRevision") or 1),
                 problem=Problem(problem["reason"], problem["message"]) if problem else None,
                 rewinds=tuple(r for r in status.get("rewinds") or [] if r.get("phase") == "Done"),
+                failing=failing.get(resource_key(view)),
             )
         return notes
+
+    def keep_failing(self) -> list[str]:
+        """The views and jobs whose Spark application keeps failing (Stalled,
+        `ApplicationFailing`), a line each: what `--until-caught-up` does not wait for, and
+        what the exit status names."""
+        assert self.revisions is not None
+        return [
+            f"{what} {key.split('/', 1)[-1]} keeps failing: {message}"
+            for kind, what in (("DerivedView", "view"), ("StreamJob", "job"))
+            for key, message in sorted(self.revisions.keep_failing(kind).items())
+        ]
 
     def _write_state(self) -> None:
         """run.json: the broker, the files, each log's serving topic, each view's state."""
@@ -660,7 +673,8 @@ class CaughtUp:
         self._level: dict[str, float] = {}  # when each view with a watermark reached lag 0
 
     def __call__(self, snapshot: Snapshot) -> bool:
-        """True when every view runs with no lag (or failed) and the logs have been still."""
+        """True when every view runs with no lag (or failed, or keeps failing: it is retried only
+        at the longest back-off) and the logs have been still."""
         for view in snapshot.views:
             if view.lag:
                 self._level.pop(view.name, None)
@@ -672,9 +686,11 @@ class CaughtUp:
         views = all(
             (v.state == "Running" and v.lag == 0 and self._windows_written(v))
             or v.state in ("Failed", QUERY_REFUSED)
+            or v.note.failing is not None
             for v in snapshot.views
         )
-        return still and views and all(j.lag == 0 for j in snapshot.jobs)
+        jobs = all(j.lag == 0 or j.state == APPLICATION_FAILING for j in snapshot.jobs)
+        return still and views and jobs
 
     def _windows_written(self, view: ViewRow) -> bool:
         if not view.event_time or view.batch_rows == 0:

@@ -38,11 +38,13 @@ class LogRow:
 @dataclass(frozen=True)
 class ViewNote:
     """What a view's group does not tell: a change refused (why, and the revision serving on),
-    and the rewinds carried out (`revisions.json`'s records)."""
+    the rewinds carried out (`revisions.json`'s records), and why its application keeps
+    failing."""
 
     serving: int = 1
     problem: Problem | None = None
     rewinds: tuple[Mapping[str, Any], ...] = ()
+    failing: str | None = None  # why its application keeps failing (Stalled, ApplicationFailing)
 
 
 def problem_line(name: str, problem: Problem, serving: int) -> str:
@@ -198,6 +200,8 @@ def _view_json(view: ViewRow) -> dict[str, Any]:
         "state": view.state,
         "deadLetters": view.dead_letters,
     }
+    if view.note.failing is not None:
+        found["keepsFailing"] = view.note.failing
     problem = view.note.problem
     if problem is not None:
         found["problem"] = {"reason": problem.reason, "message": problem.message}

@@ -1,5 +1,6 @@
 """When `distributary run --until-caught-up` stops: a view with a watermark writes the windows its
-last records closed in the micro-batch after them, so the run waits for that batch."""
+last records closed in the micro-batch after them, so the run waits for that batch; a view or job
+whose application keeps failing (retried only at the longest back-off) is not waited for."""
 
 from __future__ import annotations
 
@@ -7,23 +8,33 @@ import pytest
 
 from distributary.local import run as local_run
 from distributary.local.run import CaughtUp
-from distributary.local.status import LogRow, Snapshot, ViewRow
+from distributary.local.status import JobRow, LogRow, Snapshot, ViewNote, ViewRow
 
 
-def snapshot(*, lag: int = 0, event_time: bool = True, batch_rows: int | None = 40) -> Snapshot:
+def snapshot(
+    *,
+    lag: int = 0,
+    event_time: bool = True,
+    batch_rows: int | None = 40,
+    state: str = "Running",
+    failing: str | None = None,
+    jobs: tuple[JobRow, ...] = (),
+) -> Snapshot:
     view = ViewRow(
         name="per-minute",
         revision=1,
         output_topic="per-minute.r1",
         position={},
         lag=lag,
-        state="Running",
+        state=state,
         records_per_second=0.0,
         dead_letters=0,
         event_time=event_time,
         batch_rows=batch_rows,
+        note=ViewNote(failing=failing),
     )
-    return Snapshot(logs=(LogRow("readings", "readings", {0: 40}, 40),), views=(view,))
+    logs = (LogRow("readings", "readings", {0: 40}, 40),)
+    return Snapshot(logs=logs, views=(view,), jobs=jobs)
 
 
 def settled(check: CaughtUp, *snapshots: Snapshot) -> bool:
@@ -56,3 +67,20 @@ def test_new_records_start_the_wait_again(monkeypatch: pytest.MonkeyPatch) -> No
     assert settled(check, snapshot(), snapshot())
     monkeypatch.setattr(local_run, "WINDOW_SECONDS", 60.0)
     assert not settled(check, snapshot(lag=5), snapshot(), snapshot())
+
+
+def test_a_view_whose_application_keeps_failing_is_not_waited_for() -> None:
+    check = CaughtUp(idle_seconds=0)
+    starting = snapshot(lag=40, state="Starting", event_time=False)
+    assert not settled(check, starting, starting)
+    failing = "the Spark application failed 5 times within 30m"
+    assert check(snapshot(lag=40, state="Starting", event_time=False, failing=failing))
+
+
+def test_a_job_is_waited_for_until_it_reads_everything_or_keeps_failing() -> None:
+    check = CaughtUp(idle_seconds=0)
+    behind = JobRow("shout", 1, {}, 3, "Starting", 0)
+    done = snapshot(event_time=False)
+    assert not settled(check, done, snapshot(event_time=False, jobs=(behind,)))
+    failing = JobRow("shout", 1, {}, 3, "ApplicationFailing", 0)
+    assert check(snapshot(event_time=False, jobs=(failing,)))

@@ -107,3 +107,20 @@ def test_a_view_stalled_on_a_refused_query_is_not_waited_for_as_catching_up(
     revisions.views["default/small"] = {"status": {"revisions": rows, "conditions": []}}
     assert revisions.catching_up() == ["default/small"]
     assert revisions.query_refused() == {"default/big": "spec.sql"}
+
+
+def test_a_view_or_job_whose_application_keeps_failing_is_not_waited_for(tmp_path: Path) -> None:
+    revisions = LocalRevisions.load(tmp_path)
+    rows = [{"revision": 1, "phase": "Serving"}, {"revision": 2, "phase": "CatchingUp"}]
+    said = "the Spark application failed 5 times within 30m; the last error: Spark stopped"
+    stall = {"type": "Stalled", "status": "True", "reason": "ApplicationFailing", "message": said}
+    revisions.views["default/big"] = {"status": {"revisions": rows, "conditions": [stall]}}
+    revisions.views["default/small"] = {"status": {"revisions": rows, "conditions": []}}
+    revisions.jobs["default/shout"] = {"status": {"conditions": [stall]}}
+    assert revisions.catching_up() == ["default/small"]
+    assert revisions.keep_failing("DerivedView") == {"default/big": said}
+    assert revisions.keep_failing("StreamJob") == {"default/shout": said}
+    assert revisions.query_refused() == {}
+    # Stalled no more (status False): waited for again.
+    revisions.views["default/big"]["status"]["conditions"] = [{**stall, "status": "False"}]
+    assert revisions.catching_up() == ["default/big", "default/small"]
