@@ -132,6 +132,33 @@ class PipelineRun:
         """`message` with the end of the runner's log."""
         return f"{message}\nend of the runner log ({self.local.runner_log}):\n{self.log_tail()}"
 
+    def rounds(
+        self,
+        what: str,
+        probe: Callable[[], Any],
+        timeout: float,
+        show: Callable[[], Any] = lambda: None,
+    ) -> None:
+        """Rounds of the run as `distributary run` makes them (a reconcile, then the runner's
+        start when what it runs changed) until `probe()` holds; fail after `timeout` seconds
+        with what `show()` gives and the end of the runner's log."""
+        deadline = time.monotonic() + timeout
+        while not probe():
+            if time.monotonic() > deadline:
+                pytest.fail(self.failure(f"not {what} after {timeout:.0f}s: {json.dumps(show())}"))
+            self.local.reconcile()
+            self.start()
+            time.sleep(0.5)
+
+    def edit(self, folder: Path, text: str) -> None:
+        """The pipeline's file in `folder` now says `text`; the run's next reconcile reads it."""
+        (folder / "pipeline.yaml").write_text(text)
+        found = load_pipeline([folder / "pipeline.yaml"])
+        assert found.ok, found.problems
+        assert self.local.files is not None
+        self.local.pipeline = found
+        self.local.files.graph = found
+
     def positions(self, names: Sequence[str]) -> dict[str, tuple[Offsets, Offsets]]:
         """For each view: its group's committed offsets and its inputs' end offsets, now."""
         seen = {}

@@ -49,6 +49,7 @@ SPARK_RULES: frozenset[Rule] = frozenset(
     | {("", "pods", "get")}  # a rewind waits until the old driver pod is gone
     | {("apps", "deployments", v) for v in ("get", "create", "patch")}  # Sinks' processes
     | {("", "configmaps", v) for v in ("get", "create", "patch")}  # their specs
+    | {("", "configmaps", "delete")}  # a suspended revision's manifest, once it resumes
 )
 # A Source's or Sink's password, by name: only where Sources (a Connect) or Sinks (local) run.
 SECRET_RULES: frozenset[Rule] = frozenset({("", "secrets", "get")})

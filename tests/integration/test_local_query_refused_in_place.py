@@ -17,13 +17,11 @@ import json
 import time
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.integration.spark_pipelines import PipelineRun, SteadyProducer, read_topic
 
-from distributary.graph import load_pipeline
 from distributary.kafka.records import produce
 from distributary.local.broker import EmbeddedBroker
 
@@ -69,25 +67,7 @@ def read(run: PipelineRun) -> int:
 
 
 def rounds(run: PipelineRun, what: str, probe: Any, timeout: float) -> None:
-    """Rounds of the run (a reconcile, then the runner's start when what it runs changed) until
-    `probe()` holds."""
-    deadline = time.monotonic() + timeout
-    while not probe():
-        if time.monotonic() > deadline:
-            pytest.fail(run.failure(f"not {what} after {timeout:.0f}s: {json.dumps(status(run))}"))
-        run.local.reconcile()
-        run.start()
-        time.sleep(0.5)
-
-
-def edit(run: PipelineRun, folder: Path, text: str) -> None:
-    """The view's file now says `text`; the run's next reconcile reads it."""
-    (folder / "pipeline.yaml").write_text(text)
-    found = load_pipeline([folder / "pipeline.yaml"])
-    assert found.ok, found.problems
-    assert run.local.files is not None
-    run.local.pipeline = found
-    run.local.files.graph = found
+    run.rounds(what, probe, timeout, lambda: status(run))
 
 
 def output(broker: EmbeddedBroker) -> Counter[tuple[int, str, int]]:
@@ -116,7 +96,7 @@ def edited(tmp_path_factory: pytest.TempPathFactory, broker: EmbeddedBroker) -> 
         rounds(run, "watched", lambda: time.monotonic() > deadline, WATCHED + 30)
         found["watched_status"] = status(run)
         found["restarted_while_refused"] = run.local.runner is not runner
-        edit(run, folder, pipeline(FIXED))
+        run.edit(folder, pipeline(FIXED))
         try:
             rounds(run, "reading again", lambda: read(run) >= FIRST, 180)
         finally:

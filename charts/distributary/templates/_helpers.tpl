@@ -129,13 +129,14 @@ namespace. Each rule is what the operator does, nothing more:
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get"]
-# Sinks' processes: a Deployment of the job image and the ConfigMap of its spec, each Sink's.
+# Sinks' processes: a Deployment of the job image and the ConfigMap of its spec, each Sink's;
+# a suspended revision's SparkApplication manifest, kept in a ConfigMap until it resumes.
 - apiGroups: ["apps"]
   resources: ["deployments"]
   verbs: ["get", "create", "patch"]
 - apiGroups: [""]
   resources: ["configmaps"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "create", "patch", "delete"]
 {{- end }}
 {{- end }}
 

@@ -129,6 +129,12 @@ class JobSpec(ApiModel):
         "it, sets its consumer group's offsets and starts it again on a fresh checkpoint; the "
         "job starts from the group's offsets when it reads through distributary.streamjob.",
     )
+    suspend: bool = Field(
+        default=False,
+        description="Stop the job's Spark application, keeping its position, checkpoint and "
+        "outputs (true), or start it again where it stopped (false). Edits made meanwhile are "
+        "carried out on resume.",
+    )
 
     @model_validator(mode="after")
     def _check_logs(self) -> JobSpec:

@@ -339,6 +339,12 @@ class ViewSpec(ApiModel):
         "operator stops it, sets its consumer group's offsets and starts it again on a fresh "
         "checkpoint from there.",
     )
+    suspend: bool = Field(
+        default=False,
+        description="Stop the view's Spark application, keeping its position, checkpoint, "
+        "topics and output (true), or start it again where it stopped (false). Nothing is "
+        "recomputed either way; edits made meanwhile are carried out on resume.",
+    )
 
     @model_validator(mode="after")
     def _check_aliases(self) -> ViewSpec:

@@ -106,8 +106,15 @@ class SparkRuntime(Protocol):
 
     def keep(self, owner: Owner, revisions: Sequence[int]) -> None:
         """These revisions run on as they are: the serving one beside a revision catching up,
-        or every live one while an edit is refused. Nothing is started anew for them; a runtime
-        that starts everything it runs afresh (one process for every view) carries them over."""
+        or every live one while an edit is refused. Nothing is started anew for them but those
+        `suspend` stopped, which start again as they ran; a runtime that starts everything it
+        runs afresh (one process for every view) carries them over."""
+        ...
+
+    def suspend(self, owner: Owner, revisions: Sequence[int]) -> list[int]:
+        """Stop these revisions' applications as `stop` does, keeping what each ran, so that
+        `keep` starts it again as it was (a view suspended while a revision catches up beside
+        the serving one: the serving one's spec is no longer the view's). Those that ran."""
         ...
 
     def stop(self, owner: Owner, revisions: Sequence[int]) -> list[int]:

@@ -30,6 +30,9 @@ from distributary.plan.applications.spark import Application, application_name
 from distributary.plan.applications.spark_state import AppState
 from distributary.plan.sinks.sink_plan import SinkRun
 
+RUNNER = "distributary.runner"  # the module a view revision's process runs
+SUSPENDED_MARKER = "suspended"  # in a revision's folder: `suspend` stopped it, `keep` restarts it
+
 
 @dataclass(frozen=True)
 class LocalApplication:
@@ -137,7 +140,7 @@ class LocalRuntime:
     def ensure(self, spec: RunnerSpec) -> AppState:
         """Start the revision's runner unless it runs with this very spec; its state."""
         wanted = as_run_by(self.local_spec(spec), spec).model_dump_json(indent=1)
-        return self._ensure(self.application(spec), wanted, "distributary.runner")
+        return self._ensure(self.application(spec), wanted, RUNNER)
 
     def ensure_job(self, launch: Application) -> AppState:
         """Start a job revision's own file unless it runs with this very launch; its state."""
@@ -275,7 +278,23 @@ class LocalSparkRuntime:
         return self.local.revision(owner.namespace, owner.name, revision)
 
     def keep(self, owner: Owner, revisions: Sequence[int]) -> None:
-        """Nothing: a revision's process runs on until it is stopped."""
+        """Nothing for a revision's process, which runs on until it is stopped; one `suspend`
+        stopped starts again on the spec it ran."""
+        for revision in revisions:
+            app = self._folder(owner, revision)
+            marker = app.folder / SUSPENDED_MARKER
+            if marker.exists():
+                module = "distributary.runner.job" if owner.kind == "StreamJob" else RUNNER
+                self.local.again(app, module)
+                marker.unlink()
+
+    def suspend(self, owner: Owner, revisions: Sequence[int]) -> list[int]:
+        """Stop the revisions' processes, each folder marked for `keep` to start again."""
+        for revision in revisions:
+            app = self._folder(owner, revision)
+            if app.pid() is not None:
+                (app.folder / SUSPENDED_MARKER).touch()
+        return self.stop(owner, revisions)
 
     def stop(self, owner: Owner, revisions: Sequence[int]) -> list[int]:
         """Stop the revisions' processes (their queries checkpoint); those that ran."""

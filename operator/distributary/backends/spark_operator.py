@@ -14,6 +14,7 @@ cluster, not the application, is to be fixed, so nothing is deleted or restarted
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -54,6 +55,14 @@ DRIVER_GONE_WAIT = 15.0
 DRIVER_GONE_POLL = 0.5
 KEPT = ("apiVersion", "kind", "spec", "status")  # of an application the watch saw
 KEPT_METADATA = ("name", "namespace", "labels", "annotations", "ownerReferences", "resourceVersion")
+
+
+SUSPENDED_KEY = "sparkapplication.json"  # the manifest a suspended revision's ConfigMap keeps
+
+
+def suspended_name(application: str) -> str:
+    """The ConfigMap that keeps a suspended revision's SparkApplication manifest."""
+    return f"{application}-suspended"
 
 
 def _older(meta: Mapping[str, Any], than: Mapping[str, Any]) -> bool:
@@ -223,7 +232,48 @@ class SparkOperatorRuntime:
             time.sleep(DRIVER_GONE_POLL)
 
     def keep(self, owner: Owner, revisions: Sequence[int]) -> None:
-        """Nothing: a SparkApplication runs on until it is deleted."""
+        """Nothing for a SparkApplication, which runs on until it is deleted; one `suspend`
+        deleted is applied again from the manifest it kept."""
+        for revision in revisions:
+            name = application_name(owner.name, revision, owner.kind)
+            if self.watched is not None and self.watched.get(owner.namespace, name) is not None:
+                continue  # it runs (the watch holds it): nothing was suspended
+            kept = self.kube.get("v1", "ConfigMap", owner.namespace, suspended_name(name))
+            if kept is None:
+                continue
+            # Never over an application that runs (one a resume made already, as its view's
+            # spec says): the kept manifest is then only left over.
+            if self.kube.get(SPARK_APPLICATION_API_VERSION, KIND, owner.namespace, name) is None:
+                answer = self.kube.apply(json.loads(kept["data"][SUSPENDED_KEY]))
+                if self.watched is not None:
+                    self.watched.saw(answer)
+            self.kube.delete("v1", "ConfigMap", owner.namespace, suspended_name(name))
+
+    def suspend(self, owner: Owner, revisions: Sequence[int]) -> list[int]:
+        """Delete the revisions' SparkApplications, each one's manifest kept first in a
+        ConfigMap beside it (owned by the view or job, so it goes with it) for `keep`."""
+        for revision in revisions:
+            name = application_name(owner.name, revision, owner.kind)
+            held = self.watched.get(owner.namespace, name) if self.watched is not None else None
+            app = held or self.kube.get(SPARK_APPLICATION_API_VERSION, KIND, owner.namespace, name)
+            manifest = as_applied(app)
+            if manifest is None:
+                continue
+            meta = manifest["metadata"]
+            self.kube.apply(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {
+                        "name": suspended_name(name),
+                        "namespace": owner.namespace,
+                        "labels": meta.get("labels") or {},
+                        "ownerReferences": meta.get("ownerReferences") or [],
+                    },
+                    "data": {SUSPENDED_KEY: json.dumps(manifest, sort_keys=True)},
+                }
+            )
+        return self.stop(owner, revisions)
 
     def stop(self, owner: Owner, revisions: Sequence[int]) -> list[int]:
         """Delete the revisions' SparkApplications; those that existed."""

@@ -33,6 +33,7 @@ from distributary.plan.access.kafka_connection import KafkaSecurity
 from distributary.plan.pipelines.pipeline import PlanSettings, plan_pipeline
 from distributary.plan.revisions.positions import parse_cover, uncovered
 from distributary.plan.sinks.sink_plan import SinkRun
+from distributary.plan.status.conditions import SUSPENDED
 
 if TYPE_CHECKING:
     from distributary.kube.resources import Kube
@@ -50,6 +51,8 @@ def _cluster_probe(kube: Kube, namespace: str, name: str) -> Probe:
         status = view.get("status") or {}
         positions = positions_of(status)
         generation = (view.get("metadata") or {}).get("generation")
+        if status.get("observedGeneration") == generation:
+            refuse_suspended(f"DerivedView {namespace}/{name}", status)
         caught_up = status.get("observedGeneration") == generation and any(
             c.get("type") == "CaughtUp" and c.get("status") == "True"
             for c in status.get("conditions") or []
@@ -87,6 +90,7 @@ def _local_probe(
         now: a cutover moves them (before its first record, revision 1's); and whether the
         status says it keeps up (`CaughtUp`)."""
         status = LocalRevisions.load(state_dir).status("DerivedView", f"{namespace}/{name}")
+        refuse_suspended(f"view {name}", status)
         number = status.get("servingRevision")
         row = next((r for r in status.get("revisions") or [] if r["revision"] == number), None)
         keeping_up = any(
@@ -264,6 +268,17 @@ def _wait_local(
 
 def _say(text: str) -> None:
     click.echo(text, err=True)
+
+
+def refuse_suspended(what: str, status: Mapping[str, Any]) -> None:
+    """Raise UserError when the view is suspended (`spec.suspend`): it reads nothing, so
+    waiting for it would only time out."""
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "Ready" and condition.get("reason") == SUSPENDED:
+            raise UserError(
+                f"{what} is suspended (spec.suspend: true): it reads nothing until resumed; "
+                "set spec.suspend to false, then wait"
+            )
 
 
 def positions_of(status: Mapping[str, Any]) -> Positions:

@@ -37,6 +37,7 @@ from distributary.local.state import RunStateError
 from distributary.plan.applications.restarts import APPLICATION_FAILING
 from distributary.plan.applications.spark_state import QUERY_REFUSED
 from distributary.plan.revisions.lifecycle import CATCHING_UP
+from distributary.plan.status.conditions import SUSPENDED
 from distributary.plan.status.status_patch import changes, merged
 
 REVISIONS_FILE = "revisions.json"
@@ -134,9 +135,10 @@ class LocalRevisions:
         return dict((self.section(kind).get(key) or {}).get("status") or {})
 
     def catching_up(self) -> list[str]:
-        """The views with a revision catching up (not one whose query Spark refused, nor one
-        whose application keeps failing: neither catches up by waiting)."""
+        """The views with a revision catching up (not one whose query Spark refused, one
+        whose application keeps failing, nor one suspended: none catches up by waiting)."""
         refused = set(self.query_refused()) | set(self.keep_failing("DerivedView"))
+        refused |= set(self.suspended("DerivedView"))
         return sorted(
             key
             for key, entry in self.views.items()
@@ -155,6 +157,16 @@ class LocalRevisions:
         """The views or jobs (`kind`) whose Spark application failed again and again (Stalled,
         `ApplicationFailing`: retried only at the longest back-off), with the message."""
         return _stalled(self.section(kind), APPLICATION_FAILING)
+
+    def suspended(self, kind: str) -> dict[str, str]:
+        """The views or jobs (`kind`) suspended on purpose (`spec.suspend`: Ready False with
+        reason Suspended), with the message."""
+        found = {}
+        for key, entry in self.section(kind).items():
+            for condition in (entry.get("status") or {}).get("conditions") or []:
+                if condition.get("type") == "Ready" and condition.get("reason") == SUSPENDED:
+                    found[key] = str(condition.get("message") or "")
+        return found
 
 
 def _stalled(entries: Mapping[str, Mapping[str, Any]], reason: str) -> dict[str, str]:

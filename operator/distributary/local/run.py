@@ -75,7 +75,7 @@ from distributary.plan.pipelines.pipeline import PipelinePlan, PlanSettings, pla
 from distributary.plan.revisions.lifecycle import read_topics
 from distributary.plan.revisions.progress import PROGRESS_TOPIC
 from distributary.plan.sources.source_plan import HEARTBEAT_RETENTION_MS, heartbeat_topic
-from distributary.plan.status.conditions import Problem
+from distributary.plan.status.conditions import SUSPENDED, Problem
 from distributary.plan.views.view_plan import reprocessing_outputs
 from distributary.reconcile.failures import (
     failure_line,
@@ -554,6 +554,7 @@ class LocalRun:
         assert self.revisions is not None
         notes = {}
         failing = self.revisions.keep_failing("DerivedView")
+        suspended = self.revisions.suspended("DerivedView")
         for view in self.pipeline.views.values():
             status = self.revisions.status("DerivedView", resource_key(view))
             problem = status.get("problem")
@@ -562,6 +563,7 @@ class LocalRun:
                 problem=Problem(problem["reason"], problem["message"]) if problem else None,
                 rewinds=tuple(r for r in status.get("rewinds") or [] if r.get("phase") == "Done"),
                 failing=failing.get(resource_key(view)),
+                suspended=suspended.get(resource_key(view)),
             )
         return notes
 
@@ -673,8 +675,8 @@ class CaughtUp:
         self._level: dict[str, float] = {}  # when each view with a watermark reached lag 0
 
     def __call__(self, snapshot: Snapshot) -> bool:
-        """True when every view runs with no lag (or failed, or keeps failing: it is retried only
-        at the longest back-off) and the logs have been still."""
+        """True when every view runs with no lag (or failed, keeps failing: it is retried only
+        at the longest back-off, or is suspended) and the logs have been still."""
         for view in snapshot.views:
             if view.lag:
                 self._level.pop(view.name, None)
@@ -687,9 +689,10 @@ class CaughtUp:
             (v.state == "Running" and v.lag == 0 and self._windows_written(v))
             or v.state in ("Failed", QUERY_REFUSED)
             or v.note.failing is not None
+            or v.note.suspended is not None
             for v in snapshot.views
         )
-        jobs = all(j.lag == 0 or j.state == APPLICATION_FAILING for j in snapshot.jobs)
+        jobs = all(j.lag == 0 or j.state in (APPLICATION_FAILING, SUSPENDED) for j in snapshot.jobs)
         return still and views and jobs
 
     def _windows_written(self, view: ViewRow) -> bool:

@@ -202,12 +202,25 @@ class PipelineRuntime:
         a job's processes are stopped."""
         if owner.kind == "StreamJob":
             return self.jobs.stop(owner, revisions)
+        return self._leave(owner, revisions, forget=True)
+
+    def suspend(self, owner: Owner, revisions: Sequence[int]) -> list[int]:
+        """Stop revisions as `stop` does, keeping the specs they ran, so that `keep` (or a
+        resumed reconcile) runs them again as they were."""
+        if owner.kind == "StreamJob":
+            return self.jobs.suspend(owner, revisions)
+        return self._leave(owner, revisions, forget=False)
+
+    def _leave(self, owner: Owner, revisions: Sequence[int], forget: bool) -> list[int]:
+        """A view's revisions out of the runner process; what they ran forgotten too (`forget`,
+        for good) or kept for `keep`. Those that ran."""
         keys = [(owner.namespace, owner.name, r) for r in revisions]
         for key in keys:
             self.wanted.pop(key, None)
             self.failed.pop(key, None)
-            self.refused.pop(key, None)
-        if any(self.known.pop(key, None) is not None for key in keys):
+            if forget:
+                self.refused.pop(key, None)
+        if forget and any(self.known.pop(key, None) is not None for key in keys):
             self._save_known()
         stopped = [key[2] for key in keys if key in self.running]
         if stopped:

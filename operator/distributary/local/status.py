@@ -45,6 +45,7 @@ class ViewNote:
     problem: Problem | None = None
     rewinds: tuple[Mapping[str, Any], ...] = ()
     failing: str | None = None  # why its application keeps failing (Stalled, ApplicationFailing)
+    suspended: str | None = None  # what `spec.suspend` stopped (Ready False, Suspended)
 
 
 def problem_line(name: str, problem: Problem, serving: int) -> str:
@@ -202,6 +203,8 @@ def _view_json(view: ViewRow) -> dict[str, Any]:
     }
     if view.note.failing is not None:
         found["keepsFailing"] = view.note.failing
+    if view.note.suspended is not None:
+        found["suspended"] = view.note.suspended
     problem = view.note.problem
     if problem is not None:
         found["problem"] = {"reason": problem.reason, "message": problem.message}
@@ -261,7 +264,7 @@ def _view_row(
         output_topic=spec.output.topic if spec.output else "-",
         position=position,
         lag=records_behind(position, ends),
-        state=str(record.get("state") or "Starting"),
+        state="Suspended" if note is not None and note.suspended else _state(record),
         records_per_second=float(record.get("processedRowsPerSecond") or 0.0),
         dead_letters=revision_dead_letters(record),
         error=record.get("error"),
@@ -269,6 +272,10 @@ def _view_row(
         event_time=any(source.watermark is not None for source in spec.inputs),
         batch_rows=record.get("numInputRows"),
     )
+
+
+def _state(record: Mapping[str, Any]) -> str:
+    return str(record.get("state") or "Starting")
 
 
 def revision_dead_letters(record: Mapping[str, Any]) -> int:

@@ -12,21 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from distributary.api.common import Position
-from distributary.backends.base import RevisionApp
+from distributary.backends.base import Owner, RevisionApp
 from distributary.kafka.rewinds import move_group, rewind_offsets
 from distributary.plan.applications.restarts import RestartHistory, observed
 from distributary.plan.applications.runner_spec import RUNNER_SPEC_HASH
 from distributary.plan.applications.spark_state import AppState
 from distributary.plan.edits.write_ahead import rewind_record
-from distributary.plan.status.conditions import rfc3339
+from distributary.plan.status.conditions import READY, SUSPENDED, rfc3339
 from distributary.plan.views.view_status import RunObservation
-from distributary.reconcile.ports import Services, StatusStore, TryAgain
+from distributary.reconcile.ports import Events, Services, StatusStore, TryAgain
 
 RESTART_CHECK = 1.0  # seconds: the shortest wait before a due restart is looked at again
 CLEAN_EXITS = frozenset({"COMPLETED", "SUCCEEDING"})  # a runner that ended without failing
@@ -58,6 +58,19 @@ async def run_application(
         history = history.restarted()
     state = await asyncio.to_thread(app.start)
     return state, observed(history, state, now, policy)
+
+
+async def resume(
+    events: Events, services: Services, owner: Owner, status: Mapping[str, Any], revision: int
+) -> None:
+    """When the view or job was suspended until now (its Ready condition's reason, as last
+    written), start its running revision again as it ran (`SparkRuntime.keep`: its application
+    is then brought to the spec as any is) and say so."""
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == READY and condition.get("reason") == SUSPENDED:
+            await asyncio.to_thread(services.runtime.keep, owner, [revision])
+            events.info("Resumed", f"Revision {revision} runs again where it stopped.")
+            return
 
 
 async def report_of_clean_exit(

@@ -9,7 +9,8 @@ The plan checks the job in the graph of its namespace; a new revision is recorde
 before it starts (a write-ahead record); then every other revision of the job is stopped, a
 rewind is carried out, and the revision's application runs on the Spark runtime (restarted with
 capped back-off when it ends). Status gets positions and lag from the revision's consumer group,
-the last batch from the progress topic, the last change's classification and the conditions. The
+the last batch from the progress topic, the last change's classification and the conditions. A
+suspended job (`spec.suspend`) has its revision stopped instead of run, all else as usual. The
 job's Logs are its own resources; the one topic a job makes is its dead-letter topic, through the
 topic backend as a view's, before its application runs (the job writes its dead letters there).
 """
@@ -32,6 +33,7 @@ from distributary.plan.applications.position_refusals import PositionRefusedErro
 from distributary.plan.applications.restarts import history_of
 from distributary.plan.applications.runner_spec import starting_position
 from distributary.plan.applications.spark import DEFAULT_SERVICE_ACCOUNT
+from distributary.plan.applications.spark_state import suspended_state
 from distributary.plan.edits.write_ahead import job_start_record, replaced_rewind, rewind_message
 from distributary.plan.jobs.job_plan import JobPlan, plan_job, refused_revision, with_job_rewind
 from distributary.plan.jobs.job_status import job_status
@@ -42,6 +44,7 @@ from distributary.plan.views.view_status import RunObservation, driver_problems
 from distributary.reconcile.applications import (
     RewindTarget,
     come_back_for_restart,
+    resume,
     rewind_once,
     run_application,
 )
@@ -201,7 +204,17 @@ async def _act(
         return replace(plan, problems=(*plan.problems, refused)), RunObservation(), rewound
     app = services.runtime.job_app(job, plan.revision, plan.launch, plan.application)
     history = history_of(store.status, app.name, generation)
-    state, history = await run_application(services, app, history, datetime.now(UTC))
+    if job.spec.suspend:  # stopped where it is: its group, checkpoint and outputs stay
+        paused = await asyncio.to_thread(services.runtime.suspend, _owner(job), [plan.revision])
+        if paused:
+            events.info(
+                "Suspended",
+                f"Stopped revision {plan.revision} (spec.suspend); its position is kept.",
+            )
+        state = suspended_state("job", [plan.revision])
+    else:
+        await resume(events, services, _owner(job), store.status, plan.revision)
+        state, history = await run_application(services, app, history, datetime.now(UTC))
     committed, ends = await _positions(services, plan)
     progress = services.progress.poll(timeout=0)
     meta = job.metadata

@@ -11,7 +11,8 @@ before anything acts on it (`plan.edits.write_ahead`: the start of a revision, a
 restarted operator carries it on instead of deciding anew. Then the actions: the output Log as
 the view's child, pointed at the serving revision's topic; replaced revisions stopped; retired
 topics deleted; the revision's topics made; a rewind carried out; the application run (one that
-ended restarts with capped back-off). Last, positions and lag from the revisions' consumer
+ended restarts with capped back-off), or, while the view is suspended (`spec.suspend`), every live
+revision stopped where it is. Last, positions and lag from the revisions' consumer
 groups and the last batch from the progress topic go into status with the conditions. Every
 step is idempotent, so a crash anywhere is repaired by the next reconcile, and every status
 write goes through the front end's store. What is wrong with a view becomes a condition.
@@ -39,7 +40,7 @@ from distributary.plan.applications.children import rewind_folder, with_checkpoi
 from distributary.plan.applications.position_refusals import PositionRefusedError
 from distributary.plan.applications.restarts import history_of
 from distributary.plan.applications.runner_spec import runner_spec_hash
-from distributary.plan.applications.spark_state import QUERY_REFUSED, AppState
+from distributary.plan.applications.spark_state import QUERY_REFUSED, AppState, suspended_state
 from distributary.plan.edits.write_ahead import (
     checked_rewind,
     cutover_record,
@@ -62,6 +63,7 @@ from distributary.reconcile.applications import (
     RewindTarget,
     come_back_for_restart,
     report_of_clean_exit,
+    resume,
     rewind_once,
     run_application,
 )
@@ -327,13 +329,31 @@ async def _act_on_revisions(
 
 async def _keep_live(services: Services, plan: ViewPlan, view: DerivedView) -> None:
     """The live revisions the plan does not run itself (the serving one beside a revision
-    catching up; every live one while an edit is refused) run on as they are."""
-    if plan.lifecycle is None:
+    catching up; every live one while an edit is refused) run on as they are, unless the view
+    is suspended (`_suspend` stops them all)."""
+    if plan.lifecycle is None or view.spec.suspend:
         return
     running = plan.runner.revision if plan.runner is not None else None
     others = [revision for revision in plan.lifecycle.live() if revision != running]
     if others:
         await asyncio.to_thread(services.runtime.keep, _owner(view), others)
+
+
+async def _suspend(
+    events: Events, services: Services, plan: ViewPlan, view: DerivedView
+) -> AppState:
+    """Stop every live revision of a suspended view (`spec.suspend`) where it is: its queries
+    checkpoint, its consumer group, topics and checkpoint stay, so that it resumes from there.
+    Its state for status."""
+    assert plan.runner is not None
+    live = plan.lifecycle.live() if plan.lifecycle is not None else [plan.runner.revision]
+    # The runtime keeps what each ran: an edit made meanwhile may leave one of them serving
+    # beside a new revision, and the view's spec no longer says what that one runs.
+    stopped = await asyncio.to_thread(services.runtime.suspend, _owner(view), live)
+    if stopped:
+        which = ", ".join(map(str, stopped))
+        events.info("Suspended", f"Stopped revision {which} (spec.suspend); its position is kept.")
+    return suspended_state("view", sorted(live))
 
 
 async def _run(
@@ -363,7 +383,9 @@ async def _run(
     meta = view.metadata
     key = progress_key("DerivedView", meta.namespace, meta.name, plan.runner.revision)
     refused = query_refused(plan, progress.get(key))
-    if refused is None:
+    if view.spec.suspend:
+        state = await _suspend(events, services, plan, view)
+    elif refused is None:
 
         async def held(ended: AppState) -> bool:  # the runner's report read before a restart
             assert plan.runner is not None
@@ -372,6 +394,7 @@ async def _run(
             return query_refused(plan, progress.get(key)) is not None
 
         now = datetime.now(UTC)
+        await resume(events, services, _owner(view), store.status, plan.runner.revision)
         state, history = await run_application(services, app, history, now, held)
         refused = query_refused(plan, progress.get(key))
     if refused is not None:  # Spark refuses the same query at every start: not restarted

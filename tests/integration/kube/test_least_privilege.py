@@ -68,6 +68,7 @@ IN_A_WATCHED_NAMESPACE: list[tuple[str, str]] = [
     ("create", "events"),
     ("create", "sparkapplications.sparkoperator.k8s.io"),
     ("get", "pods"),
+    ("delete", "configmaps"),  # a suspended revision's manifest, once it resumes
 ]
 
 
@@ -142,6 +143,34 @@ def test_a_view_runs_its_driver_as_the_drivers_account(
     assert app["spec"]["driver"]["serviceAccount"] == "distributary-spark"
     child = waiting(operator, "the view's output Log", lambda: cluster.get("dlog", VIEW))
     assert child["metadata"]["ownerReferences"][0]["name"] == VIEW
+
+
+def test_a_suspended_view_keeps_its_application_beside_it_and_resumes_it(
+    cluster: Cluster, operator: Operator
+) -> None:
+    """The manifest of a suspended revision's SparkApplication waits in a ConfigMap the view
+    owns (the chart grants that much), and the application comes back from it on resume."""
+    name = f"{VIEW}-r1"
+    cluster.apply({**BIG, "spec": {**BIG["spec"], "suspend": True}})
+    kept = waiting(
+        operator, "the kept manifest", lambda: cluster.get("configmap", f"{name}-suspended")
+    )
+    assert kept["metadata"]["ownerReferences"][0]["name"] == VIEW
+    waiting(operator, "no application", lambda: cluster.get(SPARK_APPLICATION, name) is None)
+    said = waiting(
+        operator,
+        "the view Suspended",
+        lambda: (condition(cluster.get("dview", VIEW), "Ready") or {}).get("reason") == "Suspended",
+    )
+    assert said
+    cluster.apply(BIG)
+    back = waiting(operator, "the application back", lambda: cluster.get(SPARK_APPLICATION, name))
+    assert back["spec"]["driver"]["serviceAccount"] == "distributary-spark"
+    waiting(
+        operator,
+        "the kept manifest gone",
+        lambda: cluster.get("configmap", f"{name}-suspended") is None,
+    )
 
 
 def test_a_refused_log_gets_its_condition_and_warning_event(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from distributary.cli.errors import UserError
-from distributary.cli.wait import Positions, Probe, wait_for_view
+from distributary.cli.wait import Positions, Probe, refuse_suspended, wait_for_view
 from distributary.plan.revisions.positions import CoverError, parse_cover, uncovered
 
 
@@ -62,3 +62,10 @@ def test_a_log_the_view_does_not_read_is_refused() -> None:
     probe = scripted(({"clicks": {0: 3}}, False))
     with pytest.raises(UserError, match="does not read log 'orders'; it reads clicks"):
         wait_for_view(probe, [("orders", 0, 1)], False, 5, lambda _: None, interval=0)
+
+
+def test_a_suspended_view_is_refused_at_once_naming_the_fix() -> None:
+    ready = {"type": "Ready", "status": "False", "reason": "Suspended", "message": "spec.suspend"}
+    with pytest.raises(UserError, match=r"is suspended .* set spec\.suspend to false"):
+        refuse_suspended("DerivedView shop/totals", {"conditions": [ready]})
+    refuse_suspended("DerivedView shop/totals", {"conditions": [{**ready, "reason": "Starting"}]})

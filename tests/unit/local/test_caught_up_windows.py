@@ -1,6 +1,7 @@
 """When `distributary run --until-caught-up` stops: a view with a watermark writes the windows its
 last records closed in the micro-batch after them, so the run waits for that batch; a view or job
-whose application keeps failing (retried only at the longest back-off) is not waited for."""
+whose application keeps failing (retried only at the longest back-off), or that is suspended, is
+not waited for."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ def snapshot(
     batch_rows: int | None = 40,
     state: str = "Running",
     failing: str | None = None,
+    suspended: str | None = None,
     jobs: tuple[JobRow, ...] = (),
 ) -> Snapshot:
     view = ViewRow(
@@ -31,7 +33,7 @@ def snapshot(
         dead_letters=0,
         event_time=event_time,
         batch_rows=batch_rows,
-        note=ViewNote(failing=failing),
+        note=ViewNote(failing=failing, suspended=suspended),
     )
     logs = (LogRow("readings", "readings", {0: 40}, 40),)
     return Snapshot(logs=logs, views=(view,), jobs=jobs)
@@ -84,3 +86,12 @@ def test_a_job_is_waited_for_until_it_reads_everything_or_keeps_failing() -> Non
     assert not settled(check, done, snapshot(event_time=False, jobs=(behind,)))
     failing = JobRow("shout", 1, {}, 3, "ApplicationFailing", 0)
     assert check(snapshot(event_time=False, jobs=(failing,)))
+
+
+def test_a_suspended_view_or_job_is_not_waited_for() -> None:
+    check = CaughtUp(idle_seconds=0)
+    behind = snapshot(lag=40, state="Stopped", event_time=False)
+    assert not settled(check, behind, behind)
+    assert check(snapshot(lag=40, state="Stopped", event_time=False, suspended="spec.suspend"))
+    paused = JobRow("shout", 1, {}, 3, "Suspended", 0)
+    assert check(snapshot(event_time=False, jobs=(paused,)))

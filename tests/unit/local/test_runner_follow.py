@@ -219,3 +219,28 @@ def test_other_process_settings_start_the_process_again(tmp_path: Path) -> None:
     assert runtime.flush() is True
     assert starts == [1]
     assert process.signals
+
+
+def test_a_suspended_revision_leaves_the_process_and_keep_brings_back_what_it_ran(
+    tmp_path: Path,
+) -> None:
+    found, spec = a_spec(tmp_path)
+    runtime, process = running_runtime(tmp_path)
+    starts: list[int] = []
+    runtime.start_runner = lambda: starts.append(len(runtime.wanted))  # type: ignore[method-assign]
+    runtime.view_app(found, spec).start()
+    runtime.settings = process_settings(runtime.specs)
+    acknowledging(runtime, process.pid)
+    runtime.flush()
+    owner, key = first_owner(found), (found.metadata.namespace, found.metadata.name, 1)
+    ran = runtime.wanted[key]
+    assert runtime.suspend(owner, [1]) == [1]
+    assert runtime.wanted == {}  # the process runs without it (here: nothing left, it stops)
+    runtime.keep(owner, [1])  # resumed beside a newer revision: what it ran, not a new spec
+    assert runtime.wanted == {key: ran}
+    runtime.flush()
+    assert starts[-1] == 1
+    # Stopped for good (retired), it is forgotten: keep brings nothing back.
+    runtime.stop(owner, [1])
+    runtime.keep(owner, [1])
+    assert runtime.wanted == {}

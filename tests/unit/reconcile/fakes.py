@@ -164,6 +164,7 @@ class FakeRuntime:
     ended_as: str = "FAILED"  # the state of an ended application (COMPLETED: exit code 0)
     # Revisions submitted whose driver cannot start, and why (`plan.applications.driver_pods`).
     stuck: dict[int, Problem] = field(default_factory=dict)
+    suspended: dict[str, int] = field(default_factory=dict)  # what `suspend` stopped, for `keep`
 
     def _app(self, namespace: str, name: str, revision: int) -> RevisionApp:
         def state() -> AppState:
@@ -205,6 +206,10 @@ class FakeRuntime:
 
     def keep(self, owner: Owner, revisions: Sequence[int]) -> None:
         self.journal.append(("keep", tuple(revisions)))
+        for name, revision in list(self.suspended.items()):
+            if revision in revisions and name.startswith(owner.name):
+                self.journal.append(("start", revision))
+                self.running[name] = self.suspended.pop(name)
 
     def stop(self, owner: Owner, revisions: Sequence[int]) -> list[int]:
         stopped = []
@@ -215,6 +220,11 @@ class FakeRuntime:
         if stopped:
             self.journal.append(("stop", tuple(stopped)))
         return stopped
+
+    def suspend(self, owner: Owner, revisions: Sequence[int]) -> list[int]:
+        names = {n: r for n, r in self.running.items() if r in revisions}
+        self.suspended.update(names)
+        return self.stop(owner, revisions)
 
     def stopped(self, owner: Owner, revision: int) -> bool:
         return not any(r == revision and n.startswith(owner.name) for n, r in self.running.items())

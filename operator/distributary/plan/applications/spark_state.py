@@ -23,6 +23,20 @@ CHECKPOINT_LOST = "CheckpointLost"  # a runner's state for a revision that must 
 # A runner's state for a revision whose query Spark refused at start (an analysis error): the
 # same query is refused at every start, so it is not restarted; only an edit helps.
 QUERY_REFUSED = "QueryRefused"
+# The state of a revision whose view or job is suspended (`spec.suspend`): stopped on purpose,
+# its position and checkpoint kept; started again, where it stopped, when the spec says so.
+APP_SUSPENDED = "SUSPENDED"
+
+
+def suspended_state(kind: str, revisions: list[int]) -> AppState:
+    """What a suspended view's or job's application is, for status and people."""
+    which = ", ".join(map(str, revisions)) or "none"
+    return AppState(
+        APP_SUSPENDED,
+        message=f"spec.suspend is true: the {kind}'s Spark application is stopped (revision "
+        f"{which}), its position and checkpoint kept; set spec.suspend to false to resume where "
+        "it stopped",
+    )
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from distributary.plan.views.view_status import (
     input_positions,
     running_fields,
     status_of,
+    suspended_message,
     total_lag,
 )
 
@@ -69,6 +70,7 @@ def job_status(
         ready_reason="Running",
         ready_message=f"Revision {plan.revision} runs"
         + (f"; lag {lag}" if lag is not None else ""),
+        suspended=suspended_message(seen),
     )
     status = status_of(observation, before, now)
     if plan.spec_hash is not None:

@@ -542,6 +542,8 @@ def _setting_findings(old: DerivedView, new: DerivedView) -> list[Finding]:
             found.append(("Ignore", f"output.{name} changed: the output Log applies it"))
     for name in _changed_fields(old.spec.dead_letters, new.spec.dead_letters):
         found.append(("Ignore", f"deadLetters.{name} changed: the dead-letter topic takes it now"))
+    if old.spec.suspend != new.spec.suspend:
+        found.append(("Ignore", _suspend_reason(new.spec.suspend)))
     # "Addition/deletion/modification of rate limits is allowed" (maxOffsetsPerTrigger); the
     # trigger, resources and configuration are not part of the checkpoint.
     for name in _changed_fields(old.spec.spark, new.spec.spark):
@@ -554,6 +556,13 @@ def _setting_findings(old: DerivedView, new: DerivedView) -> list[Finding]:
                 ("Ignore", f"inputs[{item.alias}].startingPosition changed: {_FRESH_ONLY}")
             )
     return found
+
+
+def _suspend_reason(suspend: bool) -> str:
+    """Why suspending or resuming recomputes nothing."""
+    if suspend:
+        return "suspend set: the application stops where it is, its position and checkpoint kept"
+    return "suspend unset: the application starts again where it stopped, from its checkpoint"
 
 
 def _strongest(found: list[Finding]) -> Classification:
@@ -594,6 +603,8 @@ def classify_job_change(old: StreamJob, new: StreamJob) -> Classification:
             found.append((code_kind, f"{name} changed: {consequence}"))
         elif name == "upgrade":
             found.append(("Ignore", "upgrade.strategy changed: it applies to the next change"))
+        elif name == "suspend":
+            found.append(("Ignore", _suspend_reason(new.spec.suspend)))
     for name in _changed_fields(old.spec.spark, new.spec.spark):
         found.append((code_kind, f"spark.{name} changed: {consequence}"))
     found += _job_log_findings(old, new, in_place)

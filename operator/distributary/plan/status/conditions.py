@@ -12,7 +12,9 @@ the outcome is not known yet. Argo CD's health check for Flux's kinds reports Pr
 Ready=Unknown together with Reconciling=True, and Degraded for Ready=False, so Ready=False would
 flash red on every edit. Ready while stalled is False: the resource needs its user. Stalled wins
 over work under way, and Reconciling is then removed, because kstatus reports a resource with
-Reconciling=True as in progress before it looks at Stalled.
+Reconciling=True as in progress before it looks at Stalled. Ready of a view or job suspended on
+purpose (`spec.suspend`) is False with reason Suspended, with neither Reconciling nor Stalled: the
+controller has done what was asked (kstatus reads Current), and the reason tells it from a failure.
 
 Every condition carries the generation it was computed from, and `lastTransitionTime` moves only
 when a condition's status changes, as metav1.Condition defines it. The function is pure: the
@@ -31,6 +33,7 @@ READY = "Ready"
 RECONCILING = "Reconciling"
 STALLED = "Stalled"
 _STANDARD = (READY, RECONCILING, STALLED)
+SUSPENDED = "Suspended"  # Ready's reason while `spec.suspend` holds a view's or job's application
 _MAX_MESSAGE = 32768
 
 
@@ -76,6 +79,7 @@ class Observation:
     extras: tuple[ExtraCondition, ...] = ()
     ready_reason: str = "Reconciled"
     ready_message: str = "Everything the spec asks for is in place."
+    suspended: str | None = None  # why nothing runs on purpose (`spec.suspend`): Ready False
 
 
 def rfc3339(moment: datetime) -> str:
@@ -104,6 +108,8 @@ def _wanted(observation: Observation) -> list[tuple[str, ConditionStatus, str, s
             observation.problems[0].reason, [p.message for p in observation.problems]
         )
         return [(READY, "False", reason, message), (STALLED, "True", reason, message)]
+    if observation.suspended is not None:  # asked for: nothing to wait for, nothing to fix
+        return [(READY, "False", SUSPENDED, observation.suspended[:_MAX_MESSAGE])]
     if observation.work or observation.first_sight:
         reason, message = (
             _summary(observation.work[0].reason, [w.message for w in observation.work])

@@ -36,7 +36,12 @@ from distributary.plan.applications.restarts import (
     stalled,
 )
 from distributary.plan.applications.runner_spec import RUNNER_SPEC_HASH, runner_spec_hash
-from distributary.plan.applications.spark_state import CHECKPOINT_LOST, QUERY_REFUSED, AppState
+from distributary.plan.applications.spark_state import (
+    APP_SUSPENDED,
+    CHECKPOINT_LOST,
+    QUERY_REFUSED,
+    AppState,
+)
 from distributary.plan.revisions.classify import Classification, change_status
 from distributary.plan.revisions.lifecycle import (
     CATCHING_UP,
@@ -86,7 +91,7 @@ def application_findings(seen: RunObservation, now: datetime) -> tuple[list[Prob
     cluster's to fix: `plan.applications.driver_pods`) or while it keeps failing (until it runs
     stably again), work while it starts or waits for a restart."""
     app = seen.app
-    if app is None or app.state in (CHECKPOINT_LOST, QUERY_REFUSED):
+    if app is None or app.state in (CHECKPOINT_LOST, QUERY_REFUSED, APP_SUSPENDED):
         return [], []
     if app.not_starting is not None:
         return [app.not_starting], []
@@ -148,7 +153,14 @@ def _observation(
         ready_reason="Serving",
         ready_message=f"Revision {plan.revision} serves"
         + (f"; lag {lag}" if lag is not None else ""),
+        suspended=suspended_message(seen),
     )
+
+
+def suspended_message(seen: RunObservation) -> str | None:
+    """Why nothing runs, when the view or job is suspended (`spec.suspend`); None otherwise."""
+    app = seen.app
+    return app.message if app is not None and app.state == APP_SUSPENDED else None
 
 
 def caught_up(
