@@ -33,7 +33,7 @@ from distributary.plan.access.kafka_connection import KafkaSecurity
 from distributary.plan.pipelines.pipeline import PlanSettings, plan_pipeline
 from distributary.plan.revisions.positions import parse_cover, uncovered
 from distributary.plan.sinks.sink_plan import SinkRun
-from distributary.plan.status.conditions import SUSPENDED
+from distributary.plan.status.conditions import suspension
 
 if TYPE_CHECKING:
     from distributary.kube.resources import Kube
@@ -273,12 +273,11 @@ def _say(text: str) -> None:
 def refuse_suspended(what: str, status: Mapping[str, Any]) -> None:
     """Raise UserError when the view is suspended (`spec.suspend`): it reads nothing, so
     waiting for it would only time out."""
-    for condition in status.get("conditions") or []:
-        if condition.get("type") == "Ready" and condition.get("reason") == SUSPENDED:
-            raise UserError(
-                f"{what} is suspended (spec.suspend: true): it reads nothing until resumed; "
-                "set spec.suspend to false, then wait"
-            )
+    if suspension(status) is not None:
+        raise UserError(
+            f"{what} is suspended (spec.suspend: true): it reads nothing until resumed; "
+            "set spec.suspend to false, then wait"
+        )
 
 
 def positions_of(status: Mapping[str, Any]) -> Positions:

@@ -37,7 +37,7 @@ from distributary.local.state import RunStateError
 from distributary.plan.applications.restarts import APPLICATION_FAILING
 from distributary.plan.applications.spark_state import QUERY_REFUSED
 from distributary.plan.revisions.lifecycle import CATCHING_UP
-from distributary.plan.status.conditions import SUSPENDED
+from distributary.plan.status.conditions import suspension
 from distributary.plan.status.status_patch import changes, merged
 
 REVISIONS_FILE = "revisions.json"
@@ -161,12 +161,10 @@ class LocalRevisions:
     def suspended(self, kind: str) -> dict[str, str]:
         """The views or jobs (`kind`) suspended on purpose (`spec.suspend`: Ready False with
         reason Suspended), with the message."""
-        found = {}
-        for key, entry in self.section(kind).items():
-            for condition in (entry.get("status") or {}).get("conditions") or []:
-                if condition.get("type") == "Ready" and condition.get("reason") == SUSPENDED:
-                    found[key] = str(condition.get("message") or "")
-        return found
+        found = {
+            key: suspension(entry.get("status") or {}) for key, entry in self.section(kind).items()
+        }
+        return {key: message for key, message in found.items() if message is not None}
 
 
 def _stalled(entries: Mapping[str, Mapping[str, Any]], reason: str) -> dict[str, str]:

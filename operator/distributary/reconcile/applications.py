@@ -24,7 +24,7 @@ from distributary.plan.applications.restarts import RestartHistory, observed
 from distributary.plan.applications.runner_spec import RUNNER_SPEC_HASH
 from distributary.plan.applications.spark_state import AppState
 from distributary.plan.edits.write_ahead import rewind_record
-from distributary.plan.status.conditions import READY, SUSPENDED, rfc3339
+from distributary.plan.status.conditions import rfc3339, suspension
 from distributary.plan.views.view_status import RunObservation
 from distributary.reconcile.ports import Events, Services, StatusStore, TryAgain
 
@@ -66,11 +66,9 @@ async def resume(
     """When the view or job was suspended until now (its Ready condition's reason, as last
     written), start its running revision again as it ran (`SparkRuntime.keep`: its application
     is then brought to the spec as any is) and say so."""
-    for condition in status.get("conditions") or []:
-        if condition.get("type") == READY and condition.get("reason") == SUSPENDED:
-            await asyncio.to_thread(services.runtime.keep, owner, [revision])
-            events.info("Resumed", f"Revision {revision} runs again where it stopped.")
-            return
+    if suspension(status) is not None:
+        await asyncio.to_thread(services.runtime.keep, owner, [revision])
+        events.info("Resumed", f"Revision {revision} runs again where it stopped.")
 
 
 async def report_of_clean_exit(

@@ -23,9 +23,10 @@ caller passes the previous conditions and the time.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from distributary.api.common import Condition, ConditionStatus
 
@@ -170,3 +171,12 @@ def is_stalled(conditions: Sequence[Condition]) -> bool:
     """True when Stalled is True: the resource needs its user."""
     stalled = condition_of(conditions, STALLED)
     return stalled is not None and stalled.status == "True"
+
+
+def suspension(status: Mapping[str, Any]) -> str | None:
+    """The message of a status (as stored) whose Ready says the view or job is suspended
+    (`spec.suspend`, reason Suspended); None when it is not."""
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == READY and condition.get("reason") == SUSPENDED:
+            return str(condition.get("message") or "")
+    return None
