@@ -10,6 +10,7 @@ garbage collector.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -42,6 +43,22 @@ def serves(kubectl: Kubectl, version: str) -> bool:
     return found.returncode == 0 and '"kafkatopics"' in found.stdout
 
 
+def established(kubectl: Kubectl, crd: str, timeout: float = 60.0) -> None:
+    """Wait until `crd` is Established. A CRD just applied may have no conditions yet, which
+    `kubectl wait` takes for an error (".status.conditions accessor error") instead of waiting:
+    asked again until it has them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = max(1, int(deadline - time.monotonic()))
+        args = ("wait", "--for=condition=Established", crd, f"--timeout={left}s")
+        result = kubectl(*args, check=False)
+        if result.returncode == 0:
+            return
+        if "accessor error" not in result.stderr or time.monotonic() > deadline:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr}")
+        time.sleep(0.5)
+
+
 def install_strimzi_crd(kubectl: Kubectl, variant: str) -> None:
     """Install the test CRD `variant` and wait until the server serves exactly its versions."""
     docs = list(yaml.safe_load_all(STRIMZI_CRDS.read_text()))
@@ -57,7 +74,7 @@ def install_strimzi_crd(kubectl: Kubectl, variant: str) -> None:
         "-",
         input=json.dumps(crd),
     )
-    kubectl("wait", "--for=condition=Established", f"crd/{CRD}", "--timeout=60s")
+    established(kubectl, f"crd/{CRD}")
     served = {v["name"] for v in crd["spec"]["versions"] if v["served"]}
     wait_for_versions(kubectl, served)
 
@@ -256,7 +273,7 @@ def test_a_delete_logs_kafka_topic_goes_with_it_and_a_retain_logs_stays(
 ) -> None:
     install_strimzi_crd(kubectl, "v1-and-v1beta2")
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(LOG_CRD))  # as the others
-    kubectl("wait", "--for=condition=Established", "crd/logs.distributary.dev", "--timeout=60s")
+    established(kubectl, "crd/logs.distributary.dev")
     topics = StrimziTopics(kube, "my-cluster")
     for name, policy in (("kept", "Retain"), ("dropped", "Delete")):
         manifest = {
